@@ -1,0 +1,152 @@
+//! The config file as written: serde structs that mirror the TOML one to one.
+//!
+//! Nothing here is trusted. [`super::Snapshot::from_file`] turns a [`FileConfig`]
+//! into the validated snapshot that the gateway actually runs on.
+
+use serde::Deserialize;
+
+/// The whole TOML document.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub listen: ListenFile,
+    #[serde(default)]
+    pub server: ServerFile,
+    #[serde(default)]
+    pub v1: V1File,
+    #[serde(default)]
+    pub v2: V2File,
+    pub upstream: UpstreamFile,
+    #[serde(default)]
+    pub auth: AuthFile,
+    #[serde(default)]
+    pub limits: LimitsFile,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenFile {
+    pub proxy: String,
+    pub admin: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerFile {
+    /// Worker threads of the proxy service.
+    pub threads: usize,
+    /// Seconds that SIGTERM waits for in-flight requests before exiting.
+    pub grace_period_seconds: u64,
+    /// Tokio's work-stealing runtime (true) or one single-threaded runtime per thread.
+    pub work_stealing: bool,
+    /// Idle kept-alive connections per upstream pool.
+    pub upstream_keepalive_pool_size: usize,
+}
+
+impl Default for ServerFile {
+    fn default() -> Self {
+        Self {
+            threads: 2,
+            grace_period_seconds: 5,
+            work_stealing: true,
+            upstream_keepalive_pool_size: 256,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct V1File {
+    pub base_path: String,
+    pub default_service: String,
+}
+
+impl Default for V1File {
+    fn default() -> Self {
+        Self {
+            base_path: "/api/v1".into(),
+            default_service: String::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct V2File {
+    pub base_path: String,
+}
+
+impl Default for V2File {
+    fn default() -> Self {
+        Self {
+            base_path: "/api/v2".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamFile {
+    pub addresses: Vec<String>,
+    #[serde(default = "default_upstream_base")]
+    pub base_path: String,
+    #[serde(default = "default_connect_timeout_ms")]
+    pub connect_timeout_ms: u64,
+    #[serde(default = "default_read_timeout_ms")]
+    pub read_timeout_ms: u64,
+    /// How long an idle kept-alive upstream connection stays in the pool.
+    #[serde(default = "default_idle_timeout_ms")]
+    pub idle_timeout_ms: u64,
+}
+
+fn default_upstream_base() -> String {
+    "/api/v2".into()
+}
+fn default_connect_timeout_ms() -> u64 {
+    1000
+}
+fn default_read_timeout_ms() -> u64 {
+    30_000
+}
+fn default_idle_timeout_ms() -> u64 {
+    60_000
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthFile {
+    pub require_on_status: bool,
+    pub agents: Vec<AgentFile>,
+}
+
+impl Default for AuthFile {
+    fn default() -> Self {
+        Self {
+            require_on_status: true,
+            agents: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentFile {
+    pub id: String,
+    pub token_sha256: String,
+    pub default_service: Option<String>,
+    pub services: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsFile {
+    pub max_body_bytes: usize,
+}
+
+impl Default for LimitsFile {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 1024 * 1024,
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! What happened to one request: the record that metrics and the access log are made from.
+
+use std::time::{Duration, Instant};
+
+use pingora::protocols::http::ServerSession;
+
+use crate::auth::AuthFailure;
+use crate::plan::Identified;
+use crate::route::{ApiVersion, Operation};
+
+/// How talking to the backend went wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UpstreamErrorKind {
+    Connect,
+    Timeout,
+    Reset,
+    Other,
+}
+
+impl UpstreamErrorKind {
+    pub const ALL: [UpstreamErrorKind; 4] = [
+        UpstreamErrorKind::Connect,
+        UpstreamErrorKind::Timeout,
+        UpstreamErrorKind::Reset,
+        UpstreamErrorKind::Other,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpstreamErrorKind::Connect => "connect",
+            UpstreamErrorKind::Timeout => "timeout",
+            UpstreamErrorKind::Reset => "reset",
+            UpstreamErrorKind::Other => "other",
+        }
+    }
+}
+
+/// One request's record, filled in as it is served.
+#[derive(Debug)]
+pub struct Exchange {
+    pub started: Instant,
+    pub request_id: String,
+    pub method: http::Method,
+    /// The client's path without the query string (queries may carry data we should not log).
+    pub client_path: String,
+    pub upstream_path: Option<String>,
+    pub version: Option<ApiVersion>,
+    pub operation: Option<Operation>,
+    /// Only ids of configured agents, so labels and logs never carry arbitrary client input.
+    pub agent_id: Option<String>,
+    pub auth_failure: Option<AuthFailure>,
+    pub status: u16,
+    /// From sending the request to the backend's response header.
+    pub upstream_header_time: Option<Duration>,
+    /// From sending the request to the end of the backend's response body.
+    pub upstream_duration: Option<Duration>,
+    pub upstream_errors: Vec<UpstreamErrorKind>,
+    pub bytes_in: usize,
+    pub bytes_out: usize,
+    pub client_aborted: bool,
+}
+
+impl Exchange {
+    pub fn start(session: &ServerSession) -> Self {
+        let req = session.req_header();
+        Self {
+            started: Instant::now(),
+            request_id: String::new(),
+            method: req.method.clone(),
+            client_path: req.uri.path().to_owned(),
+            upstream_path: None,
+            version: None,
+            operation: None,
+            agent_id: None,
+            auth_failure: None,
+            status: 0,
+            upstream_header_time: None,
+            upstream_duration: None,
+            upstream_errors: Vec::new(),
+            bytes_in: 0,
+            bytes_out: 0,
+            client_aborted: false,
+        }
+    }
+
+    /// Notes how far the request was understood.
+    pub fn identified(&mut self, who: &Identified<'_>) {
+        self.version = who.version;
+        self.operation = who.operation;
+        self.agent_id = who.agent.map(|a| a.id.clone());
+    }
+
+    /// `ok`, `not_required`, or the failure reason: the access log's auth outcome.
+    pub fn auth_outcome(&self) -> &'static str {
+        match (self.auth_failure, &self.agent_id) {
+            (Some(f), _) => f.as_str(),
+            (None, Some(_)) => "ok",
+            (None, None) => "not_required",
+        }
+    }
+}

@@ -1,0 +1,29 @@
+//! agent-gateway: a pingora reverse proxy that serves v1 and v2 of the Agent REST Service in
+//! front of a backend that speaks only v2.
+//!
+//! # Layout
+//! - [`config`]: the TOML file ([`config::file`]) and the validated [`config::Snapshot`].
+//! - [`route`]: which operation a path names, and the upstream path it becomes. Pure.
+//! - [`auth`]: agent id and token checks against the snapshot. Pure.
+//! - [`plan`]: the whole per-request decision (route, auth, service code). Pure.
+//! - [`reply`]: the gateway's own answers, one body shape.
+//! - [`proxy`]: the pingora glue that carries out a plan: body, upstream, response.
+//! - [`exchange`] and [`telemetry`]: the per-request record, metrics and access log.
+//! - [`admin`]: `/metrics`, `/healthz`, `/readyz` on their own listener.
+//! - [`mock_backend`]: a stand-in v2 service for the demo and tests.
+//! - [`server`]: assembles the pingora server; [`logging`]: the tracing subscriber.
+#![forbid(unsafe_code)]
+
+pub mod admin;
+pub mod auth;
+pub mod config;
+pub mod exchange;
+pub mod logging;
+pub mod mock_backend;
+pub mod plan;
+pub mod proxy;
+pub mod reply;
+pub mod request_id;
+pub mod route;
+pub mod server;
+pub mod telemetry;

@@ -1,0 +1,173 @@
+//! The `agent-gateway` command line: the binary's edge, where errors become `anyhow`.
+
+use std::io::Read;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use clap::{Args, Parser, Subcommand};
+
+use agent_gateway::config::{BasePath, Snapshot};
+use agent_gateway::logging::{self, LogFormat};
+use agent_gateway::server::{self, BuildOptions};
+
+#[derive(Parser)]
+#[command(
+    name = "agent-gateway",
+    version,
+    about = "Serves v1 and v2 of the Agent REST Service in front of a v2 backend"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args)]
+struct LogArgs {
+    /// Log line format.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "json",
+        env = "AGENT_GATEWAY_LOG_FORMAT"
+    )]
+    log_format: LogFormat,
+    /// Log level or filter when RUST_LOG is not set (e.g. `info`, `agent_gateway=debug`).
+    #[arg(long, default_value = "info")]
+    log_level: String,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway.
+    Run {
+        /// The TOML config file.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Take over the listening sockets of a running gateway (after SIGQUIT to it).
+        #[arg(long)]
+        upgrade: bool,
+        #[command(flatten)]
+        log: LogArgs,
+    },
+    /// Run the gateway and, in the same process, the mock v2 backend on the config's first
+    /// upstream address: a working demo with nothing else to set up.
+    Demo {
+        #[arg(long, short, default_value = "config/gateway.toml")]
+        config: PathBuf,
+        #[command(flatten)]
+        log: LogArgs,
+    },
+    /// Validate a config file: exit 0 when valid, else print every problem and exit 1.
+    CheckConfig {
+        /// The TOML config file.
+        file: PathBuf,
+    },
+    /// Read a token on stdin and print the hex SHA-256 to put in `token_sha256`.
+    HashToken,
+    /// Run the mock v2 backend alone.
+    MockBackend {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:9000")]
+        listen: SocketAddr,
+        /// Base path of the v2 operations.
+        #[arg(long, default_value = "/api/v2")]
+        base_path: String,
+        /// Worker threads.
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+        #[command(flatten)]
+        log: LogArgs,
+    },
+}
+
+fn load(path: &PathBuf) -> anyhow::Result<Snapshot> {
+    Snapshot::load(path).with_context(|| format!("invalid config {}", path.display()))
+}
+
+fn pingora_opt(upgrade: bool) -> pingora::server::configuration::Opt {
+    pingora::server::configuration::Opt {
+        upgrade,
+        daemon: false,
+        nocapture: false,
+        test: false,
+        conf: None,
+    }
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("agent-gateway: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Run {
+            config,
+            upgrade,
+            log,
+        } => {
+            logging::init(log.log_format, &log.log_level);
+            let snapshot = load(&config)?;
+            let options = BuildOptions {
+                pingora_opt: Some(pingora_opt(upgrade)),
+                ..Default::default()
+            };
+            server::build(snapshot, prometheus::default_registry(), options)?.run_forever()
+        }
+        Command::Demo { config, log } => {
+            logging::init(log.log_format, &log.log_level);
+            let snapshot = load(&config)?;
+            let backend = snapshot.upstream.addresses[0];
+            tracing::info!(proxy = %snapshot.startup.proxy_listen, %backend, "demo: gateway with the mock v2 backend");
+            let options = BuildOptions {
+                pingora_opt: Some(pingora_opt(false)),
+                mock_backend: Some(backend),
+            };
+            server::build(snapshot, prometheus::default_registry(), options)?.run_forever()
+        }
+        Command::CheckConfig { file } => match Snapshot::load(&file) {
+            Ok(_) => {
+                println!("{}: ok", file.display());
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e) => {
+                eprintln!("{}: invalid", file.display());
+                for p in e.problems() {
+                    eprintln!("  {p}");
+                }
+                Ok(ExitCode::FAILURE)
+            }
+        },
+        Command::HashToken => {
+            let mut token = String::new();
+            std::io::stdin()
+                .read_to_string(&mut token)
+                .context("reading the token from stdin")?;
+            // A trailing newline from `echo` or a terminal is not part of the token.
+            let token = token.strip_suffix('\n').unwrap_or(&token);
+            let token = token.strip_suffix('\r').unwrap_or(token);
+            if token.is_empty() {
+                bail!("no token on stdin");
+            }
+            println!("{}", agent_gateway::auth::hash_token(token.as_bytes()));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::MockBackend {
+            listen,
+            base_path,
+            threads,
+            log,
+        } => {
+            logging::init(log.log_format, &log.log_level);
+            let base = BasePath::parse(&base_path).map_err(anyhow::Error::msg)?;
+            server::build_mock_backend(listen, base, threads).run_forever()
+        }
+    }
+}

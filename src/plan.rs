@@ -1,0 +1,234 @@
+//! The per-request decision: route, authenticate, pick the service code, build the upstream path.
+//!
+//! [`plan`] is the gateway's whole policy for one request header, as a pure function of the
+//! request line, the two auth headers and a config [`Snapshot`]. The pingora glue in
+//! [`crate::proxy`] only reads the headers, calls it, and carries out the answer.
+
+use crate::auth::{authenticate, AuthFailure};
+use crate::config::{Agent, Snapshot};
+use crate::reply::Reply;
+use crate::route::{match_route, upstream_path, ApiVersion, Operation, RouteMatch};
+
+/// What a request is, as far as it was understood (for logs and metrics even when refused).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Identified<'s> {
+    pub version: Option<ApiVersion>,
+    pub operation: Option<Operation>,
+    pub agent: Option<&'s Agent>,
+}
+
+/// A request that may go upstream.
+#[derive(Debug)]
+pub struct Forward<'s> {
+    pub who: Identified<'s>,
+    pub upstream_path: String,
+}
+
+/// A request that is answered by the gateway itself.
+#[derive(Debug)]
+pub struct Refusal<'s> {
+    pub who: Identified<'s>,
+    pub reply: Reply,
+    pub auth_failure: Option<AuthFailure>,
+}
+
+/// The request-line facts and auth headers `plan` needs.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestFacts<'r> {
+    pub method: &'r str,
+    pub path: &'r str,
+    pub query: Option<&'r str>,
+    pub agent_id: Option<&'r [u8]>,
+    pub token: Option<&'r [u8]>,
+}
+
+/// Decides what happens to one request under one snapshot.
+pub fn plan<'s>(
+    snapshot: &'s Snapshot,
+    req: &RequestFacts<'_>,
+) -> Result<Forward<'s>, Refusal<'s>> {
+    let mut who = Identified::default();
+    let route: RouteMatch<'_> =
+        match_route(&snapshot.bases, req.method, req.path).map_err(|e| Refusal {
+            who,
+            reply: e.into(),
+            auth_failure: None,
+        })?;
+    who.version = Some(route.version);
+    who.operation = Some(route.operation);
+
+    let needs_auth =
+        route.operation != Operation::TransactionStatus || snapshot.auth.require_on_status;
+    let refuse = |who, failure| Refusal {
+        who,
+        reply: Reply::Unauthorized,
+        auth_failure: Some(failure),
+    };
+    if needs_auth {
+        let agent =
+            authenticate(&snapshot.auth, req.agent_id, req.token).map_err(|f| refuse(who, f))?;
+        who.agent = Some(agent);
+    }
+
+    let service = match (route.operation.is_service_scoped(), route.service) {
+        (false, _) => "",
+        (true, Some(v2_code)) => v2_code,
+        (true, None) => who
+            .agent
+            .and_then(|a| a.default_service.as_ref())
+            .unwrap_or(&snapshot.v1_default_service)
+            .as_str(),
+    };
+    if route.operation.is_service_scoped() {
+        if let Some(agent) = who.agent {
+            if !agent.may_use(service) {
+                return Err(refuse(who, AuthFailure::ServiceNotAllowed));
+            }
+        }
+    }
+
+    Ok(Forward {
+        who,
+        upstream_path: upstream_path(&snapshot.bases.upstream, &route, service, req.query),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::hash_token;
+
+    fn snapshot(extra_agent: &str, require_on_status: bool) -> Snapshot {
+        Snapshot::parse(&format!(
+            r#"
+[listen]
+proxy = "127.0.0.1:8080"
+[v1]
+default_service = "ORG_DEFAULT"
+[upstream]
+addresses = ["127.0.0.1:9000"]
+[auth]
+require_on_status = {require_on_status}
+[[auth.agents]]
+id = "agent-1"
+token_sha256 = "{}"
+{extra_agent}
+"#,
+            hash_token(b"secret")
+        ))
+        .unwrap()
+    }
+
+    fn facts<'r>(
+        method: &'r str,
+        path: &'r str,
+        id: Option<&'r str>,
+        token: Option<&'r str>,
+    ) -> RequestFacts<'r> {
+        RequestFacts {
+            method,
+            path,
+            query: None,
+            agent_id: id.map(str::as_bytes),
+            token: token.map(str::as_bytes),
+        }
+    }
+
+    #[test]
+    fn v1_gets_the_global_default_code() {
+        let s = snapshot("", true);
+        let f = plan(
+            &s,
+            &facts(
+                "POST",
+                "/api/v1/verify/request",
+                Some("agent-1"),
+                Some("secret"),
+            ),
+        )
+        .unwrap();
+        assert_eq!(f.upstream_path, "/api/v2/verify/ORG_DEFAULT/request");
+        assert_eq!(f.who.agent.unwrap().id, "agent-1");
+        assert_eq!(f.who.version, Some(ApiVersion::V1));
+    }
+
+    #[test]
+    fn v1_uses_the_agents_own_default_code() {
+        let s = snapshot("default_service = \"OTHER\"", true);
+        let f = plan(
+            &s,
+            &facts(
+                "POST",
+                "/api/v1/credential/offer",
+                Some("agent-1"),
+                Some("secret"),
+            ),
+        )
+        .unwrap();
+        assert_eq!(f.upstream_path, "/api/v2/credential/OTHER/offer");
+    }
+
+    #[test]
+    fn services_allow_list_applies_to_v1_and_v2() {
+        let s = snapshot("services = [\"A\"]", true);
+        let ok = plan(
+            &s,
+            &facts(
+                "POST",
+                "/api/v2/verify/A/request",
+                Some("agent-1"),
+                Some("secret"),
+            ),
+        );
+        assert!(ok.is_ok());
+        for path in ["/api/v2/verify/B/request", "/api/v1/verify/request"] {
+            let r = plan(&s, &facts("POST", path, Some("agent-1"), Some("secret"))).unwrap_err();
+            assert_eq!(r.reply, Reply::Unauthorized);
+            assert_eq!(
+                r.auth_failure,
+                Some(AuthFailure::ServiceNotAllowed),
+                "{path}"
+            );
+        }
+        // Operations without a service code are not limited by the list.
+        assert!(plan(
+            &s,
+            &facts(
+                "POST",
+                "/api/v1/verify/response",
+                Some("agent-1"),
+                Some("secret")
+            )
+        )
+        .is_ok());
+    }
+
+    #[test]
+    fn status_auth_follows_require_on_status() {
+        let strict = snapshot("", true);
+        let r = plan(
+            &strict,
+            &facts("GET", "/api/v1/transaction/t/status", None, None),
+        )
+        .unwrap_err();
+        assert_eq!(r.auth_failure, Some(AuthFailure::MissingHeaders));
+        let lax = snapshot("", false);
+        let f = plan(
+            &lax,
+            &facts("GET", "/api/v1/transaction/t/status", None, None),
+        )
+        .unwrap();
+        assert_eq!(f.upstream_path, "/api/v2/transaction/t/status");
+        assert!(f.who.agent.is_none());
+    }
+
+    #[test]
+    fn routing_errors_come_before_auth() {
+        let s = snapshot("", true);
+        let r = plan(&s, &facts("GET", "/nope", None, None)).unwrap_err();
+        assert_eq!(r.reply, Reply::NotFound);
+        assert_eq!(r.auth_failure, None);
+        let r = plan(&s, &facts("GET", "/api/v1/verify/request", None, None)).unwrap_err();
+        assert_eq!(r.reply, Reply::MethodNotAllowed { allow: "POST" });
+    }
+}

@@ -1,0 +1,443 @@
+//! The pingora glue: one HTTP exchange per call, from client request to backend and back.
+//!
+//! This is pingora-core's [`HttpServerApp`] rather than pingora-proxy's `ProxyHttp`, because the
+//! gateway must read (and later validate) a whole request body of up to `limits.max_body_bytes`
+//! before a single byte goes upstream; `ProxyHttp` can only replay 64 KiB of a body that was
+//! read early. The sequence is plain: read request → [`plan`] → read body → send upstream on a
+//! pooled connection → stream the response back. A request that may have reached a backend is
+//! never sent twice; only a connect failure (nothing sent) moves on to the next address.
+//!
+//! All decisions are made by pure functions ([`plan`], [`Reply`]); this module only performs them.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use arc_swap::ArcSwap;
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use http::header;
+use pingora::apps::{HttpPersistentSettings, HttpServerApp, ReusedHttpStream};
+use pingora::connectors::http::v1::Connector;
+use pingora::connectors::ConnectorOptions;
+use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::protocols::http::v1::client::HttpSession as UpstreamSession;
+use pingora::protocols::http::ServerSession;
+use pingora::server::ShutdownWatch;
+use pingora::upstreams::peer::HttpPeer;
+use pingora::{Error, ErrorType};
+
+use crate::auth::{AGENT_ID_HEADER, AUTH_TOKEN_HEADER};
+use crate::config::Snapshot;
+use crate::exchange::{Exchange, UpstreamErrorKind};
+use crate::plan::{plan, RequestFacts};
+use crate::reply::Reply;
+use crate::request_id::{self, RequestIds};
+use crate::telemetry::Telemetry;
+
+/// Request headers that describe one hop, not the request; never forwarded.
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "expect",
+];
+
+/// The proxy service: shared by every connection of the listener.
+pub struct ProxyApp {
+    config: Arc<ArcSwap<Snapshot>>,
+    connector: Connector,
+    next_peer: AtomicUsize,
+    ids: RequestIds,
+    telemetry: Arc<Telemetry>,
+}
+
+impl ProxyApp {
+    pub fn new(
+        config: Arc<ArcSwap<Snapshot>>,
+        telemetry: Arc<Telemetry>,
+        keepalive_pool_size: usize,
+    ) -> Self {
+        Self {
+            config,
+            connector: Connector::new(Some(ConnectorOptions::new(keepalive_pool_size))),
+            next_peer: AtomicUsize::new(0),
+            ids: RequestIds::default(),
+            telemetry,
+        }
+    }
+
+    /// Serves one request; returns whether the client connection may be kept.
+    async fn serve(&self, session: &mut ServerSession, snap: &Snapshot, ex: &mut Exchange) -> bool {
+        let req = session.req_header();
+        ex.request_id = match req.headers.get(request_id::HEADER) {
+            Some(v) if request_id::is_sane(v.as_bytes()) => {
+                String::from_utf8_lossy(v.as_bytes()).into_owned()
+            }
+            _ => self.ids.next_id(),
+        };
+        let facts = RequestFacts {
+            method: req.method.as_str(),
+            path: req.uri.path(),
+            query: req.uri.query(),
+            agent_id: req.headers.get(AGENT_ID_HEADER).map(|v| v.as_bytes()),
+            token: req.headers.get(AUTH_TOKEN_HEADER).map(|v| v.as_bytes()),
+        };
+        let forward = match plan(snap, &facts) {
+            Ok(f) => f,
+            Err(refusal) => {
+                ex.identified(&refusal.who);
+                ex.auth_failure = refusal.auth_failure;
+                return self.reply(session, refusal.reply, snap, ex).await;
+            }
+        };
+        ex.identified(&forward.who);
+
+        let body = match read_body(session, snap.max_body_bytes).await {
+            Ok(b) => b,
+            Err(reply) => return self.reply(session, reply, snap, ex).await,
+        };
+        ex.bytes_in = body.len();
+        let upstream_req =
+            match upstream_request(session, &forward.upstream_path, &ex.request_id, body.len()) {
+                Some(r) => r,
+                None => return self.reply(session, Reply::BadPath, snap, ex).await,
+            };
+        ex.upstream_path = Some(forward.upstream_path);
+        self.forward(session, snap, upstream_req, body, ex).await
+    }
+
+    /// Sends the request to one backend (trying the next address only when connecting
+    /// failed, so nothing was sent) and streams the answer back.
+    async fn forward(
+        &self,
+        session: &mut ServerSession,
+        snap: &Snapshot,
+        req: RequestHeader,
+        body: Bytes,
+        ex: &mut Exchange,
+    ) -> bool {
+        let peers = &snap.upstream.peers;
+        let first = self.next_peer.fetch_add(1, Ordering::Relaxed);
+        let idempotent = req.method == http::Method::GET;
+        let mut last_failure = Reply::UpstreamConnect;
+        let mut resent_on_stale = false;
+        let mut attempt = 0;
+        while attempt < peers.len() {
+            let peer = &peers[(first + attempt) % peers.len()];
+            attempt += 1;
+            let started = Instant::now();
+            let (mut up, reused) = match self.connector.get_http_session(peer).await {
+                Ok(s) => s,
+                Err(e) => {
+                    let kind = classify(&e);
+                    ex.upstream_errors.push(kind);
+                    tracing::warn!(request_id = %ex.request_id, peer = %peer, error = %e, "upstream connect failed");
+                    last_failure = reply_for(kind);
+                    continue;
+                }
+            };
+            match send_and_read_header(&mut up, &req, &body).await {
+                Ok(()) => {
+                    ex.upstream_header_time = Some(started.elapsed());
+                    return self
+                        .relay_response(session, up, peer, snap, ex, started)
+                        .await;
+                }
+                Err(e) => {
+                    let kind = classify(&e);
+                    ex.upstream_errors.push(kind);
+                    tracing::warn!(request_id = %ex.request_id, peer = %peer, reused, error = %e, "upstream exchange failed");
+                    // A kept-alive connection the backend had already closed: an idempotent
+                    // GET may go once more on a fresh connection. A POST never does.
+                    if reused && idempotent && !resent_on_stale && kind == UpstreamErrorKind::Reset
+                    {
+                        resent_on_stale = true;
+                        attempt -= 1;
+                        continue;
+                    }
+                    ex.upstream_header_time = Some(started.elapsed());
+                    return self.reply(session, reply_for(kind), snap, ex).await;
+                }
+            }
+        }
+        self.reply(session, last_failure, snap, ex).await
+    }
+
+    /// Streams the backend's response to the client and returns the connection to the pool.
+    async fn relay_response(
+        &self,
+        session: &mut ServerSession,
+        mut up: UpstreamSession,
+        peer: &HttpPeer,
+        snap: &Snapshot,
+        ex: &mut Exchange,
+        started: Instant,
+    ) -> bool {
+        let Some(resp) = up.resp_header() else {
+            return self.reply(session, Reply::UpstreamBroken, snap, ex).await;
+        };
+        let mut resp: Box<ResponseHeader> = Box::new(resp.clone());
+        for name in ["connection", "keep-alive", "proxy-connection"] {
+            resp.remove_header(name);
+        }
+        let _ = resp.insert_header(request_id::HEADER, ex.request_id.as_str());
+        ex.status = resp.status.as_u16();
+        if let Err(e) = session.write_response_header(resp).await {
+            tracing::debug!(request_id = %ex.request_id, error = %e, "client went away before the response header");
+            ex.client_aborted = true;
+            return false;
+        }
+        loop {
+            match up.read_body_bytes().await {
+                Ok(Some(chunk)) => {
+                    ex.bytes_out += chunk.len();
+                    if let Err(e) = session.write_response_body(chunk, false).await {
+                        tracing::debug!(request_id = %ex.request_id, error = %e, "client went away mid-response");
+                        ex.client_aborted = true;
+                        return false;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    // The header is already out: the only honest signal left is to close.
+                    let kind = classify(&e);
+                    ex.upstream_errors.push(kind);
+                    tracing::warn!(request_id = %ex.request_id, error = %e, "upstream broke mid-response; closing client connection");
+                    return false;
+                }
+            }
+        }
+        ex.upstream_duration = Some(started.elapsed());
+        if session
+            .write_response_body(Bytes::new(), true)
+            .await
+            .is_err()
+        {
+            ex.client_aborted = true;
+            return false;
+        }
+        self.connector
+            .release_http_session(up, peer, Some(snap.upstream.idle_timeout))
+            .await;
+        true
+    }
+
+    /// Writes one of the gateway's own answers. A request body left unread is drained when it
+    /// is within the size limit (so the client reads the answer, not a reset), else the
+    /// connection closes.
+    async fn reply(
+        &self,
+        session: &mut ServerSession,
+        reply: Reply,
+        snap: &Snapshot,
+        ex: &mut Exchange,
+    ) -> bool {
+        let body = reply.body();
+        let header = reply.header(body.len(), &ex.request_id);
+        ex.status = reply.status();
+        ex.bytes_out = body.len();
+        let mut keep = true;
+        if !session.is_body_done() {
+            let small = declared_length(session.req_header())
+                .is_some_and(|n| n <= snap.max_body_bytes as u64);
+            keep = small
+                && reply != Reply::PayloadTooLarge
+                && session.drain_request_body().await.is_ok();
+            if !keep {
+                session.set_keepalive(None);
+            }
+        }
+        if session
+            .write_response_header(Box::new(header))
+            .await
+            .is_err()
+            || session.write_response_body(body, true).await.is_err()
+        {
+            ex.client_aborted = true;
+            return false;
+        }
+        keep
+    }
+}
+
+#[async_trait]
+impl HttpServerApp for ProxyApp {
+    async fn process_new_http(
+        self: &Arc<Self>,
+        mut session: ServerSession,
+        shutdown: &ShutdownWatch,
+    ) -> Option<ReusedHttpStream> {
+        match session.read_request().await {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(e) => {
+                tracing::debug!(error = %e, "unreadable request; closing");
+                return None;
+            }
+        }
+        session.set_keepalive(if *shutdown.borrow() { None } else { Some(60) });
+
+        // One snapshot per request, start to end: a reload never changes a request in flight.
+        let snap = self.config.load_full();
+        let mut ex = Exchange::start(&session);
+        let _in_flight = self.telemetry.in_flight();
+        let keep = self.serve(&mut session, &snap, &mut ex).await;
+        self.telemetry.record(&ex);
+        if !keep {
+            return None;
+        }
+        let settings = HttpPersistentSettings::for_session(&session);
+        match session.finish().await {
+            Ok(stream) => stream.map(|s| ReusedHttpStream::from_reusable_stream(s, settings)),
+            Err(_) => None,
+        }
+    }
+}
+
+/// The declared Content-Length, if any.
+fn declared_length(req: &RequestHeader) -> Option<u64> {
+    req.headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| std::str::from_utf8(v.as_bytes()).ok())
+        .and_then(|s| s.trim().parse().ok())
+}
+
+/// Reads the whole request body, refusing it as soon as it is known to exceed `max`.
+async fn read_body(session: &mut ServerSession, max: usize) -> Result<Bytes, Reply> {
+    if declared_length(session.req_header()).is_some_and(|n| n > max as u64) {
+        return Err(Reply::PayloadTooLarge);
+    }
+    if session.is_body_done() {
+        return Ok(Bytes::new());
+    }
+    if session.req_header().headers.contains_key(header::EXPECT) {
+        session
+            .write_continue_response()
+            .await
+            .map_err(|_| Reply::BadBody)?;
+    }
+    let mut first: Option<Bytes> = None;
+    let mut rest = BytesMut::new();
+    loop {
+        let chunk = match session.read_request_body().await {
+            Ok(Some(c)) => c,
+            Ok(None) => break,
+            Err(e) if matches!(e.etype(), ErrorType::ReadTimedout) => {
+                return Err(Reply::BodyTimeout)
+            }
+            Err(_) => return Err(Reply::BadBody),
+        };
+        let so_far = first.as_ref().map_or(0, |f| f.len()) + rest.len();
+        if so_far + chunk.len() > max {
+            return Err(Reply::PayloadTooLarge);
+        }
+        // The common case, a body in one read, is passed on without a copy.
+        match &first {
+            None if rest.is_empty() => first = Some(chunk),
+            _ => {
+                if let Some(f) = first.take() {
+                    rest.extend_from_slice(&f);
+                }
+                rest.extend_from_slice(&chunk);
+            }
+        }
+    }
+    Ok(first.unwrap_or_else(|| rest.freeze()))
+}
+
+/// The request header sent upstream: the client's headers minus hop-by-hop ones, the new path,
+/// an exact Content-Length for the buffered body, the request id and `X-Forwarded-For`.
+fn upstream_request(
+    session: &ServerSession,
+    path: &str,
+    request_id: &str,
+    body_len: usize,
+) -> Option<RequestHeader> {
+    let mut req = session.req_header().clone();
+    req.set_raw_path(path.as_bytes()).ok()?;
+    req.set_version(http::Version::HTTP_11);
+    for name in HOP_BY_HOP {
+        req.remove_header(name);
+    }
+    req.remove_header(&header::CONTENT_LENGTH);
+    if body_len > 0 || req.method == http::Method::POST {
+        req.insert_header(header::CONTENT_LENGTH, body_len).ok()?;
+    }
+    req.insert_header(request_id::HEADER, request_id).ok()?;
+    if let Some(client) = session
+        .client_addr()
+        .and_then(|a| a.as_inet())
+        .map(SocketAddr::ip)
+    {
+        let xff = match req
+            .headers
+            .get("x-forwarded-for")
+            .and_then(|v| v.to_str().ok())
+        {
+            Some(prior) => format!("{prior}, {client}"),
+            None => client.to_string(),
+        };
+        req.insert_header("x-forwarded-for", xff).ok()?;
+    }
+    if !req.headers.contains_key(header::HOST) {
+        // HTTP/2 clients send :authority instead; HTTP/1.1 upstreams need Host.
+        let host = req
+            .uri
+            .authority()
+            .map(|a| a.to_string())
+            .unwrap_or_else(|| "localhost".into());
+        req.insert_header(header::HOST, host).ok()?;
+    }
+    Some(req)
+}
+
+/// Writes the request and body, then waits for the final (non-1xx) response header.
+async fn send_and_read_header(
+    up: &mut UpstreamSession,
+    req: &RequestHeader,
+    body: &[u8],
+) -> pingora::Result<()> {
+    up.write_request_header(Box::new(req.clone())).await?;
+    if !body.is_empty() {
+        up.write_body(body).await?;
+    }
+    up.finish_body().await?;
+    loop {
+        up.read_response().await?;
+        match up.resp_header() {
+            Some(h) if h.status.is_informational() => continue,
+            _ => return Ok(()),
+        }
+    }
+}
+
+/// Sorts a pingora error into the kinds that metrics and answers distinguish.
+fn classify(e: &Error) -> UpstreamErrorKind {
+    match e.etype() {
+        ErrorType::ConnectTimedout | ErrorType::ReadTimedout | ErrorType::WriteTimedout => {
+            UpstreamErrorKind::Timeout
+        }
+        ErrorType::ConnectRefused
+        | ErrorType::ConnectNoRoute
+        | ErrorType::ConnectError
+        | ErrorType::SocketError => UpstreamErrorKind::Connect,
+        ErrorType::ConnectionClosed | ErrorType::ReadError | ErrorType::WriteError => {
+            UpstreamErrorKind::Reset
+        }
+        _ => UpstreamErrorKind::Other,
+    }
+}
+
+fn reply_for(kind: UpstreamErrorKind) -> Reply {
+    match kind {
+        UpstreamErrorKind::Timeout => Reply::UpstreamTimeout,
+        UpstreamErrorKind::Connect => Reply::UpstreamConnect,
+        UpstreamErrorKind::Reset | UpstreamErrorKind::Other => Reply::UpstreamBroken,
+    }
+}

@@ -1,0 +1,165 @@
+//! The answers the gateway gives by itself, in one place and one body shape.
+//!
+//! Every refusal or failure becomes a [`Reply`]; its body is the spec's ServiceAgentResponse
+//! shape `{"status_code":N,"message_code":M,"message":"..."}`, except 401, whose body the
+//! spec fixes as the JSON string `"not authorized"`. The README's message_code table is
+//! generated from [`Reply::ALL_CODES`] by a test, so the two cannot drift.
+
+use bytes::Bytes;
+use pingora::http::ResponseHeader;
+
+use crate::route::RouteError;
+
+/// An answer produced by the gateway itself, never by the backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reply {
+    /// Empty, `.` or `..` segment, control byte or otherwise unusable path.
+    BadPath,
+    /// The request body could not be read as declared (bad chunking, short body).
+    BadBody,
+    /// Missing or wrong credentials, or a service outside the agent's allow-list.
+    Unauthorized,
+    /// No operation has this path.
+    NotFound,
+    /// The path names an operation that takes another method.
+    MethodNotAllowed { allow: &'static str },
+    /// The client did not send its body in time.
+    BodyTimeout,
+    /// The body is larger than `limits.max_body_bytes`.
+    PayloadTooLarge,
+    /// The backend could not be connected to.
+    UpstreamConnect,
+    /// The backend closed or broke the connection, or answered something that is not HTTP.
+    UpstreamBroken,
+    /// The backend did not answer within `upstream.read_timeout_ms` (or connect timeout).
+    UpstreamTimeout,
+}
+
+impl From<RouteError> for Reply {
+    fn from(e: RouteError) -> Self {
+        match e {
+            RouteError::BadPath => Reply::BadPath,
+            RouteError::NotFound => Reply::NotFound,
+            RouteError::MethodNotAllowed { allow } => Reply::MethodNotAllowed { allow },
+        }
+    }
+}
+
+impl Reply {
+    /// One of each kind, for documentation and tests.
+    pub const ALL_CODES: [Reply; 10] = [
+        Reply::BadPath,
+        Reply::BadBody,
+        Reply::Unauthorized,
+        Reply::NotFound,
+        Reply::MethodNotAllowed { allow: "POST" },
+        Reply::BodyTimeout,
+        Reply::PayloadTooLarge,
+        Reply::UpstreamConnect,
+        Reply::UpstreamBroken,
+        Reply::UpstreamTimeout,
+    ];
+
+    pub fn status(self) -> u16 {
+        match self {
+            Reply::BadPath | Reply::BadBody => 400,
+            Reply::Unauthorized => 401,
+            Reply::NotFound => 404,
+            Reply::MethodNotAllowed { .. } => 405,
+            Reply::BodyTimeout => 408,
+            Reply::PayloadTooLarge => 413,
+            Reply::UpstreamConnect | Reply::UpstreamBroken => 502,
+            Reply::UpstreamTimeout => 504,
+        }
+    }
+
+    /// The gateway's `message_code`: the status times 100 plus a number for the cause.
+    pub fn message_code(self) -> u32 {
+        let cause = match self {
+            Reply::BadBody | Reply::UpstreamBroken => 1,
+            _ => 0,
+        };
+        u32::from(self.status()) * 100 + cause
+    }
+
+    pub fn message(self) -> &'static str {
+        match self {
+            Reply::BadPath => "invalid path: empty, '.' or '..' segment, or a control character",
+            Reply::BadBody => "the request body could not be read as framed",
+            Reply::Unauthorized => "not authorized",
+            Reply::NotFound => "no such operation",
+            Reply::MethodNotAllowed { .. } => "method not allowed for this operation",
+            Reply::BodyTimeout => "the request body was not received in time",
+            Reply::PayloadTooLarge => "request body exceeds limits.max_body_bytes",
+            Reply::UpstreamConnect => "the backend could not be reached",
+            Reply::UpstreamBroken => {
+                "the backend closed the connection or sent an invalid response"
+            }
+            Reply::UpstreamTimeout => "the backend did not answer in time",
+        }
+    }
+
+    /// The JSON body of this answer.
+    pub fn body(self) -> Bytes {
+        if self == Reply::Unauthorized {
+            return Bytes::from_static(b"\"not authorized\"");
+        }
+        let body = serde_json::json!({
+            "status_code": self.status(),
+            "message_code": self.message_code(),
+            "message": self.message(),
+        });
+        Bytes::from(body.to_string())
+    }
+
+    /// The response header for `body`, with the request id echoed back.
+    pub fn header(self, body_len: usize, request_id: &str) -> ResponseHeader {
+        let mut h = ResponseHeader::build(self.status(), Some(4)).expect("static status is valid");
+        // These values are static or already validated; insertion cannot fail.
+        let _ = h.insert_header(http::header::CONTENT_TYPE, "application/json");
+        let _ = h.insert_header(http::header::CONTENT_LENGTH, body_len);
+        if let Reply::MethodNotAllowed { allow } = self {
+            let _ = h.insert_header(http::header::ALLOW, allow);
+        }
+        if !request_id.is_empty() {
+            let _ = h.insert_header("x-request-id", request_id);
+        }
+        h
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bodies_have_the_service_agent_response_shape() {
+        for r in Reply::ALL_CODES {
+            let v: serde_json::Value = serde_json::from_slice(&r.body()).unwrap();
+            if r == Reply::Unauthorized {
+                assert_eq!(v, serde_json::json!("not authorized"));
+                continue;
+            }
+            assert_eq!(v["status_code"], r.status());
+            assert_eq!(v["message_code"], r.message_code());
+            assert!(v["message"].as_str().is_some_and(|m| !m.is_empty()));
+        }
+    }
+
+    #[test]
+    fn message_codes_are_unique() {
+        let mut codes: Vec<u32> = Reply::ALL_CODES.iter().map(|r| r.message_code()).collect();
+        codes.sort();
+        codes.dedup();
+        assert_eq!(codes.len(), Reply::ALL_CODES.len());
+    }
+
+    #[test]
+    fn readme_lists_every_message_code() {
+        let readme = include_str!("../README.md");
+        for r in Reply::ALL_CODES {
+            let row = format!("| {} | {} |", r.status(), r.message_code());
+            assert!(readme.contains(&row), "README lacks the row starting {row}");
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! Metrics and the access log, both made from a finished [`Exchange`].
+//!
+//! Metric handles are created once, in [`Telemetry::register`], against a given registry (the
+//! binary passes prometheus' default registry, the one pingora's own metrics use). Labels are
+//! bounded: versions, operations, reasons and kinds are fixed sets; `agent_id` is a configured
+//! agent or `unknown`; `code` is an HTTP status. Never a raw path, never a token.
+
+use prometheus::{
+    exponential_buckets, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry,
+};
+
+use crate::auth::AuthFailure;
+use crate::exchange::{Exchange, UpstreamErrorKind};
+
+/// Bucket bounds in seconds: 100 µs doubling up to about 52 s.
+fn latency_buckets() -> Vec<f64> {
+    exponential_buckets(0.0001, 2.0, 20).expect("static bucket layout is valid")
+}
+
+/// Every metric the gateway exports, as ready handles.
+pub struct Telemetry {
+    requests: IntCounterVec,
+    request_duration: HistogramVec,
+    upstream_duration: HistogramVec,
+    auth_failures: [IntCounter; 4],
+    agent_requests: IntCounterVec,
+    upstream_errors: [IntCounter; 4],
+    in_flight: IntGauge,
+}
+
+/// Decrements the in-flight gauge when the request ends, however it ends.
+pub struct InFlight<'a>(&'a IntGauge);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+impl Telemetry {
+    /// Creates and registers every metric in `registry`.
+    pub fn register(registry: &Registry) -> prometheus::Result<Self> {
+        let requests = IntCounterVec::new(
+            Opts::new(
+                "agent_gateway_requests_total",
+                "Requests answered by the proxy listener, including the gateway's own refusals.",
+            ),
+            &["api_version", "operation", "code"],
+        )?;
+        let request_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "agent_gateway_request_duration_seconds",
+                "Time from request start to the end of the response.",
+            )
+            .buckets(latency_buckets()),
+            &["api_version", "operation"],
+        )?;
+        let upstream_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "agent_gateway_upstream_duration_seconds",
+                "Time spent waiting on the backend, from sending the request to its response header.",
+            )
+            .buckets(latency_buckets()),
+            &["operation"],
+        )?;
+        let auth_failures_vec = IntCounterVec::new(
+            Opts::new(
+                "agent_gateway_auth_failures_total",
+                "Requests refused with 401, by reason.",
+            ),
+            &["reason"],
+        )?;
+        let agent_requests = IntCounterVec::new(
+            Opts::new(
+                "agent_gateway_agent_requests_total",
+                "Requests per configured agent (unknown for anything else) and API version.",
+            ),
+            &["agent_id", "api_version"],
+        )?;
+        let upstream_errors_vec = IntCounterVec::new(
+            Opts::new(
+                "agent_gateway_upstream_errors_total",
+                "Failures talking to the backend, by kind.",
+            ),
+            &["kind"],
+        )?;
+        let in_flight = IntGauge::new(
+            "agent_gateway_in_flight_requests",
+            "Requests being served now.",
+        )?;
+        let build_info = IntGaugeVec::new(
+            Opts::new(
+                "agent_gateway_build_info",
+                "Always 1; the label carries the version.",
+            ),
+            &["version"],
+        )?;
+        build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
+
+        registry.register(Box::new(requests.clone()))?;
+        registry.register(Box::new(request_duration.clone()))?;
+        registry.register(Box::new(upstream_duration.clone()))?;
+        registry.register(Box::new(auth_failures_vec.clone()))?;
+        registry.register(Box::new(agent_requests.clone()))?;
+        registry.register(Box::new(upstream_errors_vec.clone()))?;
+        registry.register(Box::new(in_flight.clone()))?;
+        registry.register(Box::new(build_info))?;
+
+        Ok(Self {
+            requests,
+            request_duration,
+            upstream_duration,
+            auth_failures: AuthFailure::ALL
+                .map(|r| auth_failures_vec.with_label_values(&[r.as_str()])),
+            agent_requests,
+            upstream_errors: UpstreamErrorKind::ALL
+                .map(|k| upstream_errors_vec.with_label_values(&[k.as_str()])),
+            in_flight,
+        })
+    }
+
+    /// Counts a request as in flight until the returned guard drops.
+    pub fn in_flight(&self) -> InFlight<'_> {
+        self.in_flight.inc();
+        InFlight(&self.in_flight)
+    }
+
+    /// Counts a finished request and writes its access log line.
+    pub fn record(&self, ex: &Exchange) {
+        let elapsed = ex.started.elapsed();
+        let version = ex.version.map_or("none", |v| v.as_str());
+        let operation = ex.operation.map_or("unmatched", |o| o.as_str());
+        let mut code_buf = itoa::Buffer::new();
+        let code = code_buf.format(ex.status);
+        self.requests
+            .with_label_values(&[version, operation, code])
+            .inc();
+        self.request_duration
+            .with_label_values(&[version, operation])
+            .observe(elapsed.as_secs_f64());
+        if let Some(t) = ex.upstream_header_time {
+            self.upstream_duration
+                .with_label_values(&[operation])
+                .observe(t.as_secs_f64());
+        }
+        if let Some(f) = ex.auth_failure {
+            self.auth_failures[f as usize].inc();
+        }
+        for kind in &ex.upstream_errors {
+            self.upstream_errors[*kind as usize].inc();
+        }
+        if ex.version.is_some() {
+            self.agent_requests
+                .with_label_values(&[ex.agent_id.as_deref().unwrap_or("unknown"), version])
+                .inc();
+        }
+
+        tracing::info!(
+            target: "agent_gateway::access",
+            request_id = %ex.request_id,
+            method = %ex.method,
+            path = %ex.client_path,
+            upstream_path = ex.upstream_path.as_deref().unwrap_or(""),
+            api_version = version,
+            operation,
+            agent_id = ex.agent_id.as_deref().unwrap_or(""),
+            status = ex.status,
+            duration_ms = elapsed.as_secs_f64() * 1000.0,
+            upstream_ms = ex.upstream_duration.map(|d| d.as_secs_f64() * 1000.0),
+            bytes_in = ex.bytes_in,
+            bytes_out = ex.bytes_out,
+            auth = ex.auth_outcome(),
+            client_aborted = ex.client_aborted,
+            "request"
+        );
+    }
+}
