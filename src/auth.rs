@@ -108,17 +108,19 @@ mod tests {
     #[test]
     fn each_failure_has_its_reason() {
         let t = table();
-        let cases: [(Option<&[u8]>, Option<&[u8]>, AuthFailure); 6] = [
-            (None, Some(b"secret"), AuthFailure::MissingHeaders),
-            (Some(b"agent-1"), None, AuthFailure::MissingHeaders),
-            (Some(b""), Some(b"secret"), AuthFailure::MissingHeaders),
-            (Some(b"agent-2"), Some(b"secret"), AuthFailure::UnknownAgent),
-            (Some(b"\xff"), Some(b"secret"), AuthFailure::UnknownAgent),
-            (Some(b"agent-1"), Some(b"secreT"), AuthFailure::BadToken),
+        let cases: [(Option<&str>, Option<&str>, AuthFailure); 5] = [
+            (None, Some("secret"), AuthFailure::MissingHeaders),
+            (Some("agent-1"), None, AuthFailure::MissingHeaders),
+            (Some(""), Some("secret"), AuthFailure::MissingHeaders),
+            (Some("agent-2"), Some("secret"), AuthFailure::UnknownAgent),
+            (Some("agent-1"), Some("secreT"), AuthFailure::BadToken),
         ];
         for (id, token, want) in cases {
-            assert_eq!(authenticate(&t, id, token).unwrap_err(), want);
+            let got = authenticate(&t, id.map(str::as_bytes), token.map(str::as_bytes));
+            assert_eq!(got.unwrap_err(), want);
         }
+        let not_utf8 = authenticate(&t, Some(b"\xff"), Some(b"secret"));
+        assert_eq!(not_utf8.unwrap_err(), AuthFailure::UnknownAgent);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use std::io::Read;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
@@ -82,7 +82,7 @@ enum Command {
     },
 }
 
-fn load(path: &PathBuf) -> anyhow::Result<Snapshot> {
+fn load(path: &Path) -> anyhow::Result<Snapshot> {
     Snapshot::load(path).with_context(|| format!("invalid config {}", path.display()))
 }
 

@@ -142,6 +142,8 @@ impl ProxyApp {
                     continue;
                 }
             };
+            up.read_timeout = Some(snap.upstream.read_timeout);
+            up.write_timeout = Some(snap.upstream.read_timeout);
             match send_and_read_header(&mut up, &req, &body).await {
                 Ok(()) => {
                     ex.upstream_header_time = Some(started.elapsed());

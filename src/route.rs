@@ -137,7 +137,7 @@ pub fn check_path(path: &str) -> Result<(), RouteError> {
     if lower_has("%00") || lower_has("%0a") || lower_has("%0d") {
         return Err(RouteError::BadPath);
     }
-    if rest.split('/').any(|s| s.is_empty() || is_dot_segment(s)) {
+    if !rest.is_empty() && rest.split('/').any(|s| s.is_empty() || is_dot_segment(s)) {
         return Err(RouteError::BadPath);
     }
     Ok(())

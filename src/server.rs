@@ -38,13 +38,14 @@ pub struct BuildOptions {
 /// The pingora server configuration derived from a snapshot's start-up settings.
 fn server_conf(snap: &Snapshot) -> ServerConf {
     let s = &snap.startup;
-    let mut conf = ServerConf::default();
-    conf.threads = s.threads;
-    conf.work_stealing = s.work_stealing;
-    conf.grace_period_seconds = Some(s.grace_period_seconds);
-    conf.graceful_shutdown_timeout_seconds = Some(s.grace_period_seconds.max(1));
-    conf.upstream_keepalive_pool_size = s.upstream_keepalive_pool_size;
-    conf
+    ServerConf {
+        threads: s.threads,
+        work_stealing: s.work_stealing,
+        grace_period_seconds: Some(s.grace_period_seconds),
+        graceful_shutdown_timeout_seconds: Some(s.grace_period_seconds.max(1)),
+        upstream_keepalive_pool_size: s.upstream_keepalive_pool_size,
+        ..Default::default()
+    }
 }
 
 /// Builds a ready-to-run server for `snapshot`, exporting metrics into `registry`.
@@ -106,10 +107,12 @@ pub fn mock_backend_service(addr: SocketAddr, base: BasePath) -> Service<HttpSer
 
 /// A server that runs only the mock backend.
 pub fn build_mock_backend(addr: SocketAddr, base: BasePath, threads: usize) -> Server {
-    let mut conf = ServerConf::default();
-    conf.threads = threads;
-    conf.grace_period_seconds = Some(0);
-    conf.graceful_shutdown_timeout_seconds = Some(1);
+    let conf = ServerConf {
+        threads,
+        grace_period_seconds: Some(0),
+        graceful_shutdown_timeout_seconds: Some(1),
+        ..Default::default()
+    };
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
     server.add_service(mock_backend_service(addr, base));

@@ -306,6 +306,7 @@ impl Snapshot {
         );
 
         let mut agents = HashMap::new();
+        let mut seen_ids = std::collections::HashSet::new();
         for (i, a) in f.auth.agents.iter().enumerate() {
             let key = format!("auth.agents[{i}]");
             if a.id.is_empty() || a.id.len() > 128 || !a.id.bytes().all(|b| b.is_ascii_graphic()) {
@@ -340,7 +341,7 @@ impl Snapshot {
                     );
                 }
             }
-            if agents.contains_key(&a.id) {
+            if !seen_ids.insert(a.id.as_str()) {
                 p.push(
                     format!("{key}.id"),
                     format!("duplicate agent id {:?}", a.id),
@@ -383,8 +384,6 @@ impl Snapshot {
             .map(|addr| {
                 let mut peer = HttpPeer::new(*addr, false, String::new());
                 peer.options.connection_timeout = Some(connect_timeout);
-                peer.options.read_timeout = Some(read_timeout);
-                peer.options.write_timeout = Some(read_timeout);
                 peer.options.idle_timeout = Some(idle_timeout);
                 peer
             })
@@ -400,8 +399,8 @@ impl Snapshot {
                 upstream_keepalive_pool_size: f.server.upstream_keepalive_pool_size,
             },
             bases: Bases {
-                v1: v1,
-                v2: v2,
+                v1,
+                v2,
                 upstream: up,
             },
             v1_default_service: code,

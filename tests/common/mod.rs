@@ -1,0 +1,498 @@
+//! Shared test harness: the real `agent-gateway` binary on free loopback ports, a recording
+//! backend that stores every request it receives, and a raw HTTP/1.1 client that sends bytes
+//! exactly as written (so tests control framing, encodings and bad input).
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_agent-gateway");
+/// SHA-256 of "secret", the token of `agent-1` in [`config`].
+pub const SECRET_SHA256: &str = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b";
+
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A config with `agent-1`/`secret` and the given upstream addresses; `extra` is appended.
+pub fn config(proxy: u16, admin: u16, upstreams: &[SocketAddr], extra: &str) -> String {
+    let addrs: Vec<String> = upstreams.iter().map(|a| format!("\"{a}\"")).collect();
+    format!(
+        r#"
+[listen]
+proxy = "127.0.0.1:{proxy}"
+admin = "127.0.0.1:{admin}"
+[server]
+threads = 2
+grace_period_seconds = 1
+[v1]
+default_service = "ORG_DEFAULT"
+[upstream]
+addresses = [{}]
+connect_timeout_ms = 500
+read_timeout_ms = 2000
+[[auth.agents]]
+id = "agent-1"
+token_sha256 = "{SECRET_SHA256}"
+{extra}
+"#,
+        addrs.join(", ")
+    )
+}
+
+/// A running gateway process. Killed on drop.
+pub struct Gateway {
+    pub proxy: SocketAddr,
+    pub admin: SocketAddr,
+    pub child: Child,
+    pub dir: tempfile::TempDir,
+    pub config_path: PathBuf,
+    pub log_path: PathBuf,
+}
+
+impl Gateway {
+    /// Starts a gateway on free ports with [`config`]`(.., upstreams, extra)`.
+    pub fn start(upstreams: &[SocketAddr], extra: &str) -> Gateway {
+        let (proxy, admin) = (free_port(), free_port());
+        Self::start_with(&config(proxy, admin, upstreams, extra), proxy, admin, &[])
+    }
+
+    /// Starts a gateway on an exact config text whose listeners are `proxy` and `admin`.
+    pub fn start_with(text: &str, proxy: u16, admin: u16, args: &[&str]) -> Gateway {
+        let dir = tempfile::tempdir().unwrap();
+        let config_path = dir.path().join("gateway.toml");
+        std::fs::write(&config_path, text).unwrap();
+        let log_path = dir.path().join("gateway.log");
+        let log = std::fs::File::create(&log_path).unwrap();
+        let child = Command::new(BIN)
+            .arg("run")
+            .arg("--config")
+            .arg(&config_path)
+            .args(args)
+            .env("RUST_LOG", "debug")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let gw = Gateway {
+            proxy: SocketAddr::from(([127, 0, 0, 1], proxy)),
+            admin: SocketAddr::from(([127, 0, 0, 1], admin)),
+            child,
+            dir,
+            config_path,
+            log_path,
+        };
+        wait_listening(gw.proxy);
+        wait_listening(gw.admin);
+        gw
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// Sends SIGTERM (through `kill`, so the test needs no libc binding).
+    pub fn terminate(&self) {
+        signal(self.child.id(), "TERM");
+    }
+
+    /// Scrapes `/metrics` and returns the value of one exact series (`name{labels}`), or 0.
+    pub fn metric(&self, series: &str) -> f64 {
+        let body = get(self.admin, "/metrics").text();
+        metric_value(&body, series).unwrap_or(0.0)
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn signal(pid: u32, sig: &str) {
+    Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+}
+
+/// The value of the sample `series` (exactly as printed, labels in exposition order).
+pub fn metric_value(exposition: &str, series: &str) -> Option<f64> {
+    exposition.lines().find_map(|l| {
+        let (name, value) = l.rsplit_once(' ')?;
+        (name == series).then(|| value.parse().ok()).flatten()
+    })
+}
+
+/// Polls until `addr` accepts connections (up to 20 s).
+pub fn wait_listening(addr: SocketAddr) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        assert!(Instant::now() < deadline, "{addr} never started listening");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Polls `cond` until it holds (up to `secs`); panics with `what` otherwise.
+pub fn wait_until(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(25));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Raw HTTP client
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+    }
+}
+
+/// Reads one response from `reader`; `None` if the connection closed before a status line.
+pub fn read_response(reader: &mut impl BufRead) -> Option<Response> {
+    let mut head = Vec::new();
+    loop {
+        let mut line = Vec::new();
+        if reader.read_until(b'\n', &mut line).ok()? == 0 {
+            return None;
+        }
+        head.extend_from_slice(&line);
+        if line == b"\r\n" || line == b"\n" {
+            break;
+        }
+    }
+    let mut hs = [httparse::EMPTY_HEADER; 64];
+    let mut parsed = httparse::Response::new(&mut hs);
+    parsed.parse(&head).ok()?;
+    let status = parsed.code?;
+    let headers: Vec<(String, String)> = parsed
+        .headers
+        .iter()
+        .map(|h| {
+            (
+                h.name.to_string(),
+                String::from_utf8_lossy(h.value).into_owned(),
+            )
+        })
+        .collect();
+    if status == 100 {
+        return read_response(reader);
+    }
+    let find = |n: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(n))
+            .map(|(_, v)| v.clone())
+    };
+    let body = if find("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+        read_chunked(reader)?
+    } else if let Some(len) = find("content-length") {
+        let mut b = vec![0; len.trim().parse().ok()?];
+        reader.read_exact(&mut b).ok()?;
+        b
+    } else {
+        let mut b = Vec::new();
+        let _ = reader.read_to_end(&mut b);
+        b
+    };
+    Some(Response {
+        status,
+        headers,
+        body,
+    })
+}
+
+fn read_chunked(reader: &mut impl BufRead) -> Option<Vec<u8>> {
+    let mut body = Vec::new();
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).ok()?;
+        let size = usize::from_str_radix(line.trim().split(';').next()?, 16).ok()?;
+        if size == 0 {
+            let mut end = String::new();
+            reader.read_line(&mut end).ok()?;
+            return Some(body);
+        }
+        let mut chunk = vec![0; size + 2];
+        reader.read_exact(&mut chunk).ok()?;
+        body.extend_from_slice(&chunk[..size]);
+    }
+}
+
+/// Sends `raw` bytes on a new connection and reads one response.
+pub fn raw(addr: SocketAddr, raw: &[u8]) -> Option<Response> {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    s.write_all(raw).ok()?;
+    read_response(&mut BufReader::new(s))
+}
+
+/// A request with `Connection: close` and the given extra header lines and body.
+pub fn request(
+    addr: SocketAddr,
+    method: &str,
+    target: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Response {
+    let mut req = format!("{method} {target} HTTP/1.1\r\nHost: gw.test\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if method == "POST" || !body.is_empty() {
+        req.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    req.push_str("\r\n");
+    let mut bytes = req.into_bytes();
+    bytes.extend_from_slice(body);
+    raw(addr, &bytes).unwrap_or_else(|| panic!("no response to {method} {target}"))
+}
+
+pub const AUTH: [(&str, &str); 3] = [
+    ("X-Service-Agent-Id", "agent-1"),
+    ("X-Auth-Token", "secret"),
+    ("Content-Type", "application/json"),
+];
+
+/// An authenticated JSON POST.
+pub fn post(addr: SocketAddr, target: &str, body: &str) -> Response {
+    request(addr, "POST", target, &AUTH, body.as_bytes())
+}
+
+/// An authenticated GET.
+pub fn get(addr: SocketAddr, target: &str) -> Response {
+    request(addr, "GET", target, &AUTH[..2], b"")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Recording backend
+// ---------------------------------------------------------------------------------------------
+
+/// One request as the backend received it.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub method: String,
+    pub target: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    pub chunked: bool,
+}
+
+impl Recorded {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// What the backend does with a request it has read.
+pub enum Action {
+    /// 200 with this JSON body (Content-Length).
+    Json(String),
+    /// 200 with this body sent chunked in pieces of the given size.
+    Chunked(Vec<u8>, usize),
+    /// Wait, then answer like `Json`.
+    Delay(Duration, String),
+    /// Close the connection without answering.
+    Close,
+    /// Send the header and half the declared body, then close.
+    CloseMidBody,
+}
+
+type Handler = Arc<dyn Fn(&Recorded) -> Action + Send + Sync>;
+
+/// A real HTTP/1.1 listener that records every request and answers per its handler.
+pub struct Backend {
+    pub addr: SocketAddr,
+    pub requests: Arc<Mutex<Vec<Recorded>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Backend {
+    /// A backend that answers 200 with a ServiceAgentResponse echoing the path it saw.
+    pub fn start() -> Backend {
+        Self::with(|r| {
+            Action::Json(format!(
+                r#"{{"status_code":200,"message_code":0,"message":"OK","seen":"{}"}}"#,
+                r.target
+            ))
+        })
+    }
+
+    pub fn with(handler: impl Fn(&Recorded) -> Action + Send + Sync + 'static) -> Backend {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let handler: Handler = Arc::new(handler);
+        let (reqs, stop2) = (requests.clone(), stop.clone());
+        thread::spawn(move || {
+            for conn in listener.incoming() {
+                if stop2.load(Ordering::Relaxed) {
+                    return;
+                }
+                let Ok(conn) = conn else { continue };
+                let (reqs, handler) = (reqs.clone(), handler.clone());
+                thread::spawn(move || serve_conn(conn, reqs, handler));
+            }
+        });
+        Backend {
+            addr,
+            requests,
+            stop,
+        }
+    }
+
+    pub fn count(&self) -> usize {
+        self.requests.lock().unwrap().len()
+    }
+
+    pub fn last(&self) -> Recorded {
+        self.requests
+            .lock()
+            .unwrap()
+            .last()
+            .cloned()
+            .expect("backend received nothing")
+    }
+
+    pub fn all(&self) -> Vec<Recorded> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = TcpStream::connect(self.addr);
+    }
+}
+
+fn serve_conn(conn: TcpStream, reqs: Arc<Mutex<Vec<Recorded>>>, handler: Handler) {
+    let mut writer = conn.try_clone().unwrap();
+    let mut reader = BufReader::new(conn);
+    while let Some(rec) = read_request(&mut reader) {
+        reqs.lock().unwrap().push(rec.clone());
+        let reply = |body: &str| {
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nX-Upstream-Path: {}\r\n\r\n{body}",
+                body.len(),
+                rec.target
+            )
+        };
+        let ok = match handler(&rec) {
+            Action::Json(body) => writer.write_all(reply(&body).as_bytes()).is_ok(),
+            Action::Delay(d, body) => {
+                thread::sleep(d);
+                writer.write_all(reply(&body).as_bytes()).is_ok()
+            }
+            Action::Chunked(body, piece) => {
+                let mut out = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+                for c in body.chunks(piece) {
+                    out.extend_from_slice(format!("{:x}\r\n", c.len()).as_bytes());
+                    out.extend_from_slice(c);
+                    out.extend_from_slice(b"\r\n");
+                }
+                out.extend_from_slice(b"0\r\n\r\n");
+                writer.write_all(&out).is_ok()
+            }
+            Action::Close => return,
+            Action::CloseMidBody => {
+                let _ = writer
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"partial\":");
+                return;
+            }
+        };
+        if !ok {
+            return;
+        }
+    }
+}
+
+fn read_request(reader: &mut BufReader<TcpStream>) -> Option<Recorded> {
+    let mut head = Vec::new();
+    loop {
+        let mut line = Vec::new();
+        if reader.read_until(b'\n', &mut line).ok()? == 0 {
+            return None;
+        }
+        head.extend_from_slice(&line);
+        if line == b"\r\n" {
+            break;
+        }
+    }
+    let mut hs = [httparse::EMPTY_HEADER; 100];
+    let mut req = httparse::Request::new(&mut hs);
+    req.parse(&head).ok()?;
+    let headers: Vec<(String, String)> = req
+        .headers
+        .iter()
+        .map(|h| {
+            (
+                h.name.to_string(),
+                String::from_utf8_lossy(h.value).into_owned(),
+            )
+        })
+        .collect();
+    let find = |n: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(n))
+            .map(|(_, v)| v.clone())
+    };
+    let chunked = find("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked"));
+    let body = if chunked {
+        read_chunked(reader)?
+    } else if let Some(len) = find("content-length") {
+        let mut b = vec![0; len.trim().parse().ok()?];
+        reader.read_exact(&mut b).ok()?;
+        b
+    } else {
+        Vec::new()
+    };
+    Some(Recorded {
+        method: req.method?.to_string(),
+        target: req.path?.to_string(),
+        headers,
+        body,
+        chunked,
+    })
+}

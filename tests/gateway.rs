@@ -1,0 +1,588 @@
+//! The core gateway against real processes: routing table, bodies, auth, refusals, upstream
+//! failures, config errors and the small CLI commands.
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+#[test]
+fn every_route_of_both_versions_is_forwarded_as_the_table_says() {
+    let backend = Backend::start();
+    let gw = Gateway::start(&[backend.addr], "");
+    let cases = [
+        (
+            "POST",
+            "/api/v1/verify/request",
+            "/api/v2/verify/ORG_DEFAULT/request",
+        ),
+        ("POST", "/api/v1/verify/response", "/api/v2/verify/response"),
+        (
+            "POST",
+            "/api/v1/connection/invitation",
+            "/api/v2/connection/ORG_DEFAULT/invitation",
+        ),
+        (
+            "POST",
+            "/api/v1/credential/offer",
+            "/api/v2/credential/ORG_DEFAULT/offer",
+        ),
+        (
+            "GET",
+            "/api/v1/transaction/tx-42/status",
+            "/api/v2/transaction/tx-42/status",
+        ),
+        (
+            "POST",
+            "/api/v2/verify/SVC/request",
+            "/api/v2/verify/SVC/request",
+        ),
+        ("POST", "/api/v2/verify/response", "/api/v2/verify/response"),
+        (
+            "POST",
+            "/api/v2/connection/SVC/invitation",
+            "/api/v2/connection/SVC/invitation",
+        ),
+        (
+            "POST",
+            "/api/v2/credential/SVC/offer",
+            "/api/v2/credential/SVC/offer",
+        ),
+        (
+            "GET",
+            "/api/v2/transaction/tx-42/status",
+            "/api/v2/transaction/tx-42/status",
+        ),
+    ];
+    for (i, (method, path, upstream)) in cases.iter().enumerate() {
+        let body = format!(r#"{{"n": {i}, "business_code":"B"}}"#);
+        let body = if *method == "POST" {
+            body.as_bytes()
+        } else {
+            b""
+        };
+        let resp = request(gw.proxy, method, path, &AUTH, body);
+        assert_eq!(resp.status, 200, "{method} {path}: {}", resp.text());
+        let seen = backend.last();
+        assert_eq!(backend.count(), i + 1);
+        assert_eq!(
+            (seen.method.as_str(), seen.target.as_str()),
+            (*method, *upstream)
+        );
+        assert_eq!(seen.body, body, "{path}: body must arrive byte-identical");
+        // The backend's answer comes back untouched.
+        assert_eq!(resp.json()["seen"], *upstream);
+        assert_eq!(resp.header("x-upstream-path"), Some(*upstream));
+    }
+}
+
+#[test]
+fn auth_headers_pass_unchanged_and_request_id_and_forwarded_for_are_set() {
+    let backend = Backend::start();
+    let gw = Gateway::start(&[backend.addr], "");
+    let resp = post(gw.proxy, "/api/v1/verify/request", "{}");
+    let seen = backend.last();
+    assert_eq!(seen.header("x-service-agent-id"), Some("agent-1"));
+    assert_eq!(seen.header("x-auth-token"), Some("secret"));
+    assert_eq!(seen.header("x-forwarded-for"), Some("127.0.0.1"));
+    let minted = seen
+        .header("x-request-id")
+        .expect("a request id is generated")
+        .to_string();
+    assert_eq!(resp.header("x-request-id"), Some(minted.as_str()));
+
+    // A sane client id is kept; an insane one is replaced.
+    let mut h = AUTH.to_vec();
+    h.push(("X-Request-Id", "client-id-1"));
+    let resp = request(gw.proxy, "POST", "/api/v1/verify/request", &h, b"{}");
+    assert_eq!(backend.last().header("x-request-id"), Some("client-id-1"));
+    assert_eq!(resp.header("x-request-id"), Some("client-id-1"));
+    h.pop();
+    h.push(("X-Request-Id", "bad id with spaces"));
+    request(gw.proxy, "POST", "/api/v1/verify/request", &h, b"{}");
+    assert_ne!(
+        backend.last().header("x-request-id"),
+        Some("bad id with spaces")
+    );
+}
+
+#[test]
+fn query_strings_pass_through_verbatim() {
+    let backend = Backend::start();
+    let gw = Gateway::start(&[backend.addr], "");
+    post(gw.proxy, "/api/v1/verify/request?x=1&y=a%2Fb&z", "{}");
+    assert_eq!(
+        backend.last().target,
+        "/api/v2/verify/ORG_DEFAULT/request?x=1&y=a%2Fb&z"
+    );
+    get(gw.proxy, "/api/v2/transaction/t/status?verbose");
+    assert_eq!(
+        backend.last().target,
+        "/api/v2/transaction/t/status?verbose"
+    );
+}
+
+/// A body of `len` bytes of valid JSON with varied content.
+fn big_json(len: usize) -> Vec<u8> {
+    let mut s = String::from(r#"{"business_code":"B","pad":""#);
+    let mut i = 0u32;
+    while s.len() < len - 2 {
+        s.push(char::from(b'a' + (i % 26) as u8));
+        i += 1;
+    }
+    s.push_str("\"}");
+    s.into_bytes()
+}
+
+#[test]
+fn large_bodies_arrive_byte_identical_with_content_length() {
+    let backend = Backend::start();
+    let gw = Gateway::start(&[backend.addr], "");
+    let body = big_json(300 * 1024);
+    let resp = request(gw.proxy, "POST", "/api/v1/credential/offer", &AUTH, &body);
+    assert_eq!(resp.status, 200);
+    assert_eq!(backend.last().body, body);
+}
+
+#[test]
+fn chunked_request_bodies_arrive_byte_identical() {
+    let backend = Backend::start();
+    let gw = Gateway::start(&[backend.addr], "");
+    let body = big_json(200 * 1024);
+    let mut req = b"POST /api/v2/verify/S/request HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    for c in body.chunks(7000) {
+        req.extend_from_slice(format!("{:x}\r\n", c.len()).as_bytes());
+        req.extend_from_slice(c);
+        req.extend_from_slice(b"\r\n");
+    }
+    req.extend_from_slice(b"0\r\n\r\n");
+    let resp = raw(gw.proxy, &req).unwrap();
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    let seen = backend.last();
+    assert_eq!(seen.body, body);
+    assert_eq!(
+        seen.header("content-length"),
+        Some(body.len().to_string().as_str())
+    );
+}
+
+#[test]
+fn large_chunked_responses_come_back_byte_identical() {
+    let payload = big_json(500 * 1024);
+    let sent = payload.clone();
+    let backend = Backend::with(move |_| Action::Chunked(sent.clone(), 10_000));
+    let gw = Gateway::start(&[backend.addr], "");
+    let resp = post(gw.proxy, "/api/v1/verify/request", "{}");
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.body, payload);
+}
+
+#[test]
+fn bodies_over_the_limit_get_413_and_are_not_forwarded() {
+    let backend = Backend::start();
+    let gw = Gateway::start(&[backend.addr], "[limits]\nmax_body_bytes = 1000");
+    let resp = request(
+        gw.proxy,
+        "POST",
+        "/api/v1/verify/request",
+        &AUTH,
+        &big_json(1001),
+    );
+    assert_eq!(resp.status, 413);
+    assert_eq!(resp.json()["status_code"], 413);
+    // Chunked, so the size is only found out while reading.
+    let mut req = b"POST /api/v1/verify/request HTTP/1.1\r\nHost: x\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    for _ in 0..3 {
+        req.extend_from_slice(b"190\r\n");
+        req.extend_from_slice(&[b' '; 400]);
+        req.extend_from_slice(b"\r\n");
+    }
+    req.extend_from_slice(b"0\r\n\r\n");
+    assert_eq!(raw(gw.proxy, &req).unwrap().status, 413);
+    // Exactly at the limit is fine.
+    let resp = request(
+        gw.proxy,
+        "POST",
+        "/api/v1/verify/request",
+        &AUTH,
+        &big_json(1000),
+    );
+    assert_eq!(resp.status, 200);
+    assert_eq!(backend.count(), 1);
+}
+
+#[test]
+fn every_auth_failure_is_the_same_401_and_never_reaches_the_backend() {
+    let backend = Backend::start();
+    let extra = r#"
+[[auth.agents]]
+id = "agent-2"
+token_sha256 = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"
+services = ["ONLY"]
+"#;
+    let gw = Gateway::start(&[backend.addr], extra);
+    let cases: Vec<(&str, Vec<(&str, &str)>)> = vec![
+        ("/api/v1/verify/request", vec![]),
+        ("/api/v1/verify/request", vec![("X-Auth-Token", "secret")]),
+        (
+            "/api/v1/verify/request",
+            vec![("X-Service-Agent-Id", "agent-1")],
+        ),
+        (
+            "/api/v1/verify/request",
+            vec![("X-Service-Agent-Id", "nobody"), ("X-Auth-Token", "secret")],
+        ),
+        (
+            "/api/v1/verify/request",
+            vec![("X-Service-Agent-Id", "agent-1"), ("X-Auth-Token", "wrong")],
+        ),
+        (
+            "/api/v2/verify/OTHER/request",
+            vec![
+                ("X-Service-Agent-Id", "agent-2"),
+                ("X-Auth-Token", "secret"),
+            ],
+        ),
+        // agent-2's allow-list lacks the global v1 default.
+        (
+            "/api/v1/credential/offer",
+            vec![
+                ("X-Service-Agent-Id", "agent-2"),
+                ("X-Auth-Token", "secret"),
+            ],
+        ),
+        ("/api/v2/transaction/t/status", vec![]),
+    ];
+    for (path, headers) in &cases {
+        let method = if path.ends_with("status") {
+            "GET"
+        } else {
+            "POST"
+        };
+        let resp = request(gw.proxy, method, path, headers, b"{}");
+        assert_eq!(resp.status, 401, "{path} {headers:?}");
+        assert_eq!(resp.body, b"\"not authorized\"");
+        assert_eq!(resp.header("content-type"), Some("application/json"));
+    }
+    assert_eq!(backend.count(), 0, "a refused request reached the backend");
+    // The allowed service does pass.
+    let ok = request(
+        gw.proxy,
+        "POST",
+        "/api/v2/verify/ONLY/request",
+        &[
+            ("X-Service-Agent-Id", "agent-2"),
+            ("X-Auth-Token", "secret"),
+        ],
+        b"{}",
+    );
+    assert_eq!(ok.status, 200);
+}
+
+#[test]
+fn status_reads_without_credentials_when_configured() {
+    let backend = Backend::start();
+    let gw = Gateway::start(&[backend.addr], "[auth]\nrequire_on_status = false");
+    let resp = request(gw.proxy, "GET", "/api/v1/transaction/t1/status", &[], b"");
+    assert_eq!(resp.status, 200);
+    assert_eq!(backend.last().target, "/api/v2/transaction/t1/status");
+    // POSTs still need them.
+    assert_eq!(
+        request(gw.proxy, "POST", "/api/v1/verify/request", &[], b"{}").status,
+        401
+    );
+}
+
+#[test]
+fn agent_default_service_overrides_the_global_one() {
+    let backend = Backend::start();
+    let extra = r#"
+[[auth.agents]]
+id = "agent-3"
+token_sha256 = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"
+default_service = "AGENT3_SVC"
+"#;
+    let gw = Gateway::start(&[backend.addr], extra);
+    let h = [
+        ("X-Service-Agent-Id", "agent-3"),
+        ("X-Auth-Token", "secret"),
+    ];
+    request(gw.proxy, "POST", "/api/v1/connection/invitation", &h, b"{}");
+    assert_eq!(
+        backend.last().target,
+        "/api/v2/connection/AGENT3_SVC/invitation"
+    );
+}
+
+#[test]
+fn unknown_paths_wrong_methods_and_bad_segments_are_not_forwarded() {
+    let backend = Backend::start();
+    let gw = Gateway::start(&[backend.addr], "");
+    for path in [
+        "/",
+        "/api/v1",
+        "/api/v1beta/verify/request",
+        "/api/v2/verify/request",
+        "/admin",
+        "/api/v3/x",
+    ] {
+        let resp = post(gw.proxy, path, "{}");
+        assert_eq!(resp.status, 404, "{path}");
+        assert_eq!(resp.json()["status_code"], 404);
+        assert_eq!(resp.json()["message_code"], 40400);
+    }
+    let resp = get(gw.proxy, "/api/v1/verify/request");
+    assert_eq!((resp.status, resp.header("allow")), (405, Some("POST")));
+    let resp = post(gw.proxy, "/api/v2/transaction/x/status", "{}");
+    assert_eq!((resp.status, resp.header("allow")), (405, Some("GET")));
+    for path in [
+        "/api/v1/transaction/../status",
+        "/api/v1/transaction/%2e%2e/status",
+        "/api/v1/transaction/%2E/status",
+        "/api/v2/verify/./request",
+        "/api/v1//verify/request",
+        "/api/v2/../v1/verify/request",
+    ] {
+        let resp = get(gw.proxy, path);
+        assert_eq!(resp.status, 400, "{path}");
+        assert_eq!(resp.json()["message_code"], 40000);
+    }
+    assert_eq!(backend.count(), 0);
+}
+
+#[test]
+fn encoded_bytes_in_segments_are_forwarded_exactly() {
+    let backend = Backend::start();
+    let gw = Gateway::start(&[backend.addr], "");
+    get(gw.proxy, "/api/v1/transaction/a%2Fb/status");
+    assert_eq!(backend.last().target, "/api/v2/transaction/a%2Fb/status");
+    post(gw.proxy, "/api/v2/credential/S%2Fx%20y/offer", "{}");
+    assert_eq!(backend.last().target, "/api/v2/credential/S%2Fx%20y/offer");
+}
+
+#[test]
+fn refused_connection_is_502_and_the_next_address_is_tried() {
+    let dead = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let gw = Gateway::start(&[dead], "");
+    let resp = post(gw.proxy, "/api/v1/verify/request", "{}");
+    assert_eq!(resp.status, 502);
+    assert_eq!(resp.json()["message_code"], 50200);
+
+    // With a live address beside the dead one, every request succeeds.
+    let backend = Backend::start();
+    let gw = Gateway::start(&[dead, backend.addr], "");
+    for _ in 0..6 {
+        assert_eq!(post(gw.proxy, "/api/v1/verify/request", "{}").status, 200);
+    }
+    assert_eq!(backend.count(), 6);
+}
+
+#[test]
+fn requests_are_spread_round_robin() {
+    let (a, b) = (Backend::start(), Backend::start());
+    let gw = Gateway::start(&[a.addr, b.addr], "");
+    for _ in 0..10 {
+        assert_eq!(post(gw.proxy, "/api/v1/verify/request", "{}").status, 200);
+    }
+    assert_eq!((a.count(), b.count()), (5, 5));
+}
+
+#[test]
+fn slow_backend_is_504() {
+    let backend = Backend::with(|_| Action::Delay(Duration::from_millis(3000), "{}".into()));
+    let gw = Gateway::start(&[backend.addr], "");
+    let resp = post(gw.proxy, "/api/v1/verify/request", "{}");
+    assert_eq!(resp.status, 504);
+    assert_eq!(resp.json()["message_code"], 50400);
+    assert_eq!(backend.count(), 1, "a timed-out POST must not be resent");
+}
+
+#[test]
+fn a_post_the_backend_dropped_is_502_and_never_resent() {
+    let backend = Backend::with(|_| Action::Close);
+    let gw = Gateway::start(&[backend.addr], "");
+    let resp = post(gw.proxy, "/api/v1/verify/request", "{}");
+    assert_eq!(resp.status, 502);
+    assert_eq!(resp.json()["message_code"], 50201);
+    assert_eq!(backend.count(), 1);
+}
+
+#[test]
+fn a_response_cut_mid_body_closes_the_client_connection() {
+    let backend = Backend::with(|_| Action::CloseMidBody);
+    let gw = Gateway::start(&[backend.addr], "");
+    let mut s = std::net::TcpStream::connect(gw.proxy).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"POST /api/v1/verify/request HTTP/1.1\r\nHost: x\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\nContent-Length: 2\r\n\r\n{}")
+        .unwrap();
+    let mut got = Vec::new();
+    // read_to_end returns once the gateway closes; a kept-open connection would time out.
+    let r = std::io::Read::read_to_end(&mut s, &mut got);
+    assert!(r.is_ok(), "connection was not closed: {r:?}");
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(
+        got.len() < text.find("\r\n\r\n").unwrap() + 4 + 100,
+        "the full body cannot have arrived"
+    );
+    // The gateway keeps serving.
+    let ok_backend = Backend::start();
+    drop(gw);
+    let gw = Gateway::start(&[ok_backend.addr], "");
+    assert_eq!(post(gw.proxy, "/api/v1/verify/request", "{}").status, 200);
+}
+
+#[test]
+fn keep_alive_connections_serve_many_requests() {
+    let backend = Backend::start();
+    let gw = Gateway::start(&[backend.addr], "");
+    let s = std::net::TcpStream::connect(gw.proxy).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let mut r = std::io::BufReader::new(s);
+    for i in 0..20 {
+        let body = format!("{{\"i\":{i}}}");
+        write!(
+            w,
+            "POST /api/v1/verify/response HTTP/1.1\r\nHost: x\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let resp = read_response(&mut r).expect("response on the kept-alive connection");
+        assert_eq!(resp.status, 200);
+        // A refusal on the same connection keeps it usable too.
+        write!(w, "GET /nope HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        assert_eq!(read_response(&mut r).unwrap().status, 404);
+    }
+    assert_eq!(backend.count(), 20);
+}
+
+#[test]
+fn check_config_reports_every_problem_by_key_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(
+        &path,
+        r#"
+[listen]
+proxy = "nonsense"
+[v1]
+default_service = "has space"
+[upstream]
+addresses = ["127.0.0.1:1", "no-port-here"]
+[[auth.agents]]
+id = "a"
+token_sha256 = "abc"
+[[auth.agents]]
+id = "a"
+token_sha256 = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"
+"#,
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .arg("check-config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    for key in [
+        "listen.proxy",
+        "v1.default_service",
+        "upstream.addresses[1]",
+        "auth.agents[0].token_sha256",
+        "auth.agents[1].id",
+    ] {
+        assert!(err.contains(key), "{key} missing from:\n{err}");
+    }
+    // The gateway itself refuses to start on it.
+    let run = Command::new(BIN)
+        .args(["run", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!run.status.success());
+
+    // Unknown keys are refused.
+    std::fs::write(&path, "[listen]\nproxy = \"127.0.0.1:1\"\nprxy = 1\n[upstream]\naddresses=[\"127.0.0.1:2\"]\n[v1]\ndefault_service=\"X\"\n").unwrap();
+    let out = Command::new(BIN)
+        .arg("check-config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("prxy"));
+}
+
+#[test]
+fn shipped_configs_are_valid() {
+    for entry in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/config")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let out = Command::new(BIN)
+                .arg("check-config")
+                .arg(&path)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}: {}",
+                path.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
+
+#[test]
+fn hash_token_prints_the_hex_sha256_of_stdin() {
+    let mut child = Command::new(BIN)
+        .arg("hash-token")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"secret\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), SECRET_SHA256);
+}
+
+#[test]
+fn the_mock_backend_serves_the_v2_operations_behind_the_gateway() {
+    let port = free_port();
+    let mut mock = Command::new(BIN)
+        .args(["mock-backend", "--listen", &format!("127.0.0.1:{port}")])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    wait_listening(addr);
+    let gw = Gateway::start(&[addr], "");
+    let resp = post(
+        gw.proxy,
+        "/api/v1/verify/request",
+        r#"{"business_code":"KYC"}"#,
+    );
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    let tx = resp.json()["transaction_id"].as_str().unwrap().to_string();
+    let status = get(gw.proxy, &format!("/api/v1/transaction/{tx}/status"));
+    assert_eq!(status.status, 200);
+    assert_eq!(status.json()["transaction_id"], tx.as_str());
+    assert_eq!(
+        get(gw.proxy, "/api/v2/transaction/never-issued/status").status,
+        404
+    );
+    // The mock checks required fields.
+    let resp = post(
+        gw.proxy,
+        "/api/v2/credential/S/offer",
+        r#"{"organization_name":"o"}"#,
+    );
+    assert_eq!(resp.status, 400);
+    let _ = mock.kill();
+    let _ = mock.wait();
+}
