@@ -2,8 +2,6 @@
 
 use std::time::{Duration, Instant};
 
-use pingora::protocols::http::ServerSession;
-
 use crate::auth::AuthFailure;
 use crate::plan::Identified;
 use crate::route::{ApiVersion, Operation};
@@ -61,13 +59,13 @@ pub struct Exchange {
 }
 
 impl Exchange {
-    pub fn start(session: &ServerSession) -> Self {
-        let req = session.req_header();
+    /// A record for a request that starts now.
+    pub fn start(method: &http::Method, client_path: &str) -> Self {
         Self {
             started: Instant::now(),
             request_id: String::new(),
-            method: req.method.clone(),
-            client_path: req.uri.path().to_owned(),
+            method: method.clone(),
+            client_path: client_path.to_owned(),
             upstream_path: None,
             version: None,
             operation: None,

@@ -11,6 +11,7 @@
 //! - [`exchange`] and [`telemetry`]: the per-request record, metrics and access log.
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz` on their own listener.
 //! - [`mock_backend`]: a stand-in v2 service for the demo and tests.
+//! - [`load`]: `agent-gateway load`, a load generator that speaks the Agent API.
 //! - [`server`]: assembles the pingora server; [`logging`]: the tracing subscriber.
 #![forbid(unsafe_code)]
 
@@ -18,6 +19,7 @@ pub mod admin;
 pub mod auth;
 pub mod config;
 pub mod exchange;
+pub mod load;
 pub mod logging;
 pub mod mock_backend;
 pub mod plan;

@@ -66,6 +66,8 @@ enum Command {
     },
     /// Read a token on stdin and print the hex SHA-256 to put in `token_sha256`.
     HashToken,
+    /// Generate load against a gateway (or any Agent API endpoint) and report latencies.
+    Load(agent_gateway::load::LoadArgs),
     /// Run the mock v2 backend alone.
     MockBackend {
         /// Address to listen on.
@@ -157,6 +159,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 bail!("no token on stdin");
             }
             println!("{}", agent_gateway::auth::hash_token(token.as_bytes()));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Load(args) => {
+            agent_gateway::load::run(args)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::MockBackend {

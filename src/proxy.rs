@@ -287,7 +287,8 @@ impl HttpServerApp for ProxyApp {
 
         // One snapshot per request, start to end: a reload never changes a request in flight.
         let snap = self.config.load_full();
-        let mut ex = Exchange::start(&session);
+        let req = session.req_header();
+        let mut ex = Exchange::start(&req.method, req.uri.path());
         let _in_flight = self.telemetry.in_flight();
         let keep = self.serve(&mut session, &snap, &mut ex).await;
         self.telemetry.record(&ex);
