@@ -6,6 +6,8 @@
 //! - [`route`]: which operation a path names, and the upstream path it becomes. Pure.
 //! - [`auth`]: agent id and token checks against the snapshot. Pure.
 //! - [`plan`]: the whole per-request decision (route, auth, service code). Pure.
+//! - [`schema`]: the spec's request body schemas as data, and the body validator. Pure.
+//! - [`openapi`]: the OpenAPI document, generated from the routing table and the schemas.
 //! - [`reply`]: the gateway's own answers, one body shape.
 //! - [`proxy`]: the pingora glue that carries out a plan: body, upstream, response.
 //! - [`exchange`] and [`telemetry`]: the per-request record, metrics and access log.
@@ -22,10 +24,12 @@ pub mod exchange;
 pub mod load;
 pub mod logging;
 pub mod mock_backend;
+pub mod openapi;
 pub mod plan;
 pub mod proxy;
 pub mod reply;
 pub mod request_id;
 pub mod route;
+pub mod schema;
 pub mod server;
 pub mod telemetry;
