@@ -1,4 +1,5 @@
-//! The admin listener: `/metrics`, `/healthz`, `/readyz`, separate from proxy traffic.
+//! The admin listener: `/metrics`, `/healthz`, `/readyz`, `POST /-/reload`, separate from
+//! proxy traffic.
 //!
 //! Readiness is a cached answer: [`UpstreamProbe`] connects to each upstream address in the
 //! background, and `/readyz` only reads its last result, so a scrape never causes a probe.
@@ -18,6 +19,7 @@ use prometheus::{Encoder, Registry, TextEncoder};
 use serde_json::json;
 
 use crate::config::Snapshot;
+use crate::reload::{ConfigStore, Trigger};
 
 /// How often the readiness probe connects to the upstream addresses.
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
@@ -84,6 +86,7 @@ impl BackgroundService for UpstreamProbe {
 pub struct AdminApp {
     pub registry: Registry,
     pub readiness: Arc<Readiness>,
+    pub store: Arc<ConfigStore>,
 }
 
 fn json_response(status: u16, body: serde_json::Value) -> Response<Vec<u8>> {
@@ -114,6 +117,25 @@ impl ServeHttp for AdminApp {
                     .header(http::header::CONTENT_LENGTH, out.len())
                     .body(out)
                     .expect("static response parts are valid")
+            }
+            ("POST", "/-/reload") => {
+                let store = self.store.clone();
+                let report =
+                    tokio::task::spawn_blocking(move || store.reload(Trigger::Admin, false)).await;
+                match report {
+                    Ok(Some(r)) => {
+                        let status = if r.result == "success" { 200 } else { 422 };
+                        json_response(status, serde_json::to_value(&r).unwrap_or_default())
+                    }
+                    Ok(None) => json_response(
+                        409,
+                        json!({"result": "failure", "problems": [{"key": "", "message": "this gateway was not started from a config file"}]}),
+                    ),
+                    Err(e) => json_response(
+                        500,
+                        json!({"result": "failure", "problems": [{"key": "", "message": e.to_string()}]}),
+                    ),
+                }
             }
             ("GET", "/healthz") => json_response(200, json!({"status": "ok"})),
             ("GET", "/readyz") => match self.readiness.state() {

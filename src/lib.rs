@@ -11,6 +11,7 @@
 //! - [`reply`]: the gateway's own answers, one body shape.
 //! - [`proxy`]: the pingora glue that carries out a plan: body, upstream, response.
 //! - [`exchange`] and [`telemetry`]: the per-request record, metrics and access log.
+//! - [`reload`]: the live snapshot store and its triggers; [`signals`]: SIGHUP, SIGTERM, SIGQUIT.
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz` on their own listener.
 //! - [`mock_backend`]: a stand-in v2 service for the demo and tests.
 //! - [`load`]: `agent-gateway load`, a load generator that speaks the Agent API.
@@ -27,9 +28,11 @@ pub mod mock_backend;
 pub mod openapi;
 pub mod plan;
 pub mod proxy;
+pub mod reload;
 pub mod reply;
 pub mod request_id;
 pub mod route;
 pub mod schema;
 pub mod server;
+pub mod signals;
 pub mod telemetry;

@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand};
 
 use agent_gateway::config::{BasePath, Snapshot};
 use agent_gateway::logging::{self, LogFormat};
+use agent_gateway::reload::ConfigStore;
 use agent_gateway::server::{self, BuildOptions};
 
 #[derive(Parser)]
@@ -84,8 +85,18 @@ enum Command {
     },
 }
 
-fn load(path: &Path) -> anyhow::Result<Snapshot> {
-    Snapshot::load(path).with_context(|| format!("invalid config {}", path.display()))
+/// Loads the config file into a live store that reloads from the same path.
+fn load_store(path: &Path) -> anyhow::Result<ConfigStore> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let snapshot =
+        Snapshot::parse(&text).with_context(|| format!("invalid config {}", path.display()))?;
+    Ok(ConfigStore::new(
+        snapshot,
+        Some(path.to_path_buf()),
+        text,
+        prometheus::default_registry(),
+    )?)
 }
 
 fn pingora_opt(upgrade: bool) -> pingora::server::configuration::Opt {
@@ -116,23 +127,29 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             log,
         } => {
             logging::init(log.log_format, &log.log_level);
-            let snapshot = load(&config)?;
+            let store = load_store(&config)?;
             let options = BuildOptions {
                 pingora_opt: Some(pingora_opt(upgrade)),
                 ..Default::default()
             };
-            server::build(snapshot, prometheus::default_registry(), options)?.run_forever()
+            server::build(store, prometheus::default_registry(), options)?.run_forever()
         }
         Command::Demo { config, log } => {
             logging::init(log.log_format, &log.log_level);
-            let snapshot = load(&config)?;
-            let backend = snapshot.upstream.addresses[0];
-            tracing::info!(proxy = %snapshot.startup.proxy_listen, %backend, "demo: gateway with the mock v2 backend");
+            let store = load_store(&config)?;
+            let (proxy, backend) = {
+                let snapshot = store.current().load();
+                (
+                    snapshot.startup.proxy_listen,
+                    snapshot.upstream.addresses[0],
+                )
+            };
+            tracing::info!(%proxy, %backend, "demo: gateway with the mock v2 backend");
             let options = BuildOptions {
                 pingora_opt: Some(pingora_opt(false)),
                 mock_backend: Some(backend),
             };
-            server::build(snapshot, prometheus::default_registry(), options)?.run_forever()
+            server::build(store, prometheus::default_registry(), options)?.run_forever()
         }
         Command::CheckConfig { file } => match Snapshot::load(&file) {
             Ok(_) => {

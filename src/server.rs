@@ -1,15 +1,15 @@
 //! Assembles the pingora [`Server`]: the proxy listener, the admin listener, background tasks.
 //!
-//! The caller owns the server's lifecycle: the binary calls `run_forever()` (pingora then
-//! handles SIGTERM, SIGQUIT upgrades and SIGINT); an embedder can call `run()` instead.
+//! [`build`] returns a [`Gateway`]; the binary calls [`Gateway::run_forever`], which runs the
+//! server with the gateway's own signal handling ([`crate::signals`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use pingora::apps::http_app::HttpServer;
 use pingora::server::configuration::{Opt, ServerConf};
-use pingora::server::Server;
+use pingora::server::{RunArgs, Server};
 use pingora::services::background::background_service;
 use pingora::services::listening::Service;
 
@@ -17,6 +17,8 @@ use crate::admin::{AdminApp, Readiness, UpstreamProbe};
 use crate::config::{BasePath, Snapshot};
 use crate::mock_backend::MockBackend;
 use crate::proxy::ProxyApp;
+use crate::reload::{ConfigStore, ConfigWatcher};
+use crate::signals::Signals;
 use crate::telemetry::Telemetry;
 
 /// Why the server could not be assembled.
@@ -44,26 +46,45 @@ fn server_conf(snap: &Snapshot) -> ServerConf {
         grace_period_seconds: Some(s.grace_period_seconds),
         graceful_shutdown_timeout_seconds: Some(s.grace_period_seconds.max(1)),
         upstream_keepalive_pool_size: s.upstream_keepalive_pool_size,
+        upgrade_sock: s.upgrade_sock.clone(),
         ..Default::default()
     }
 }
 
-/// Builds a ready-to-run server for `snapshot`, exporting metrics into `registry`.
+/// The assembled gateway: a pingora server and the signal handling it runs with.
+pub struct Gateway {
+    pub server: Server,
+    pub signals: Signals,
+}
+
+impl Gateway {
+    /// Runs until a signal ends the process.
+    pub fn run_forever(self) -> ! {
+        self.server.run(RunArgs {
+            shutdown_signal: Box::new(self.signals),
+        });
+        std::process::exit(0)
+    }
+}
+
+/// Builds a ready-to-run gateway serving `store`'s config, exporting metrics into `registry`.
 pub fn build(
-    snapshot: Snapshot,
+    store: ConfigStore,
     registry: &prometheus::Registry,
     options: BuildOptions,
-) -> Result<Server, ServerError> {
+) -> Result<Gateway, ServerError> {
+    let snapshot = store.current().load_full();
+    let startup = snapshot.startup.clone();
     let mut server = Server::new_with_opt_and_conf(options.pingora_opt, server_conf(&snapshot));
     server.bootstrap();
 
-    let startup = snapshot.startup.clone();
-    let config = Arc::new(ArcSwap::from_pointee(snapshot));
+    let store = Arc::new(store);
+    let config = store.current().clone();
     let telemetry = Arc::new(Telemetry::register(registry)?);
 
     let proxy_app = ProxyApp::new(
         config.clone(),
-        telemetry,
+        telemetry.clone(),
         startup.upstream_keepalive_pool_size,
     );
     let mut proxy = Service::new("agent-gateway proxy".into(), proxy_app);
@@ -78,10 +99,19 @@ pub fn build(
             readiness: readiness.clone(),
         },
     ));
+    if startup.watch_config {
+        server.add_service(background_service(
+            "config watcher",
+            ConfigWatcher {
+                store: store.clone(),
+            },
+        ));
+    }
     if let Some(addr) = startup.admin_listen {
         let app = HttpServer::new_app(AdminApp {
             registry: registry.clone(),
             readiness,
+            store: store.clone(),
         });
         let mut admin = Service::new("agent-gateway admin".into(), app);
         admin.add_tcp(&addr.to_string());
@@ -89,10 +119,14 @@ pub fn build(
     }
 
     if let Some(addr) = options.mock_backend {
-        let base = config.load().bases.upstream.clone();
-        server.add_service(mock_backend_service(addr, base));
+        server.add_service(mock_backend_service(addr, snapshot.bases.upstream.clone()));
     }
-    Ok(server)
+    let signals = Signals {
+        store,
+        telemetry,
+        grace: Duration::from_secs(startup.grace_period_seconds),
+    };
+    Ok(Gateway { server, signals })
 }
 
 /// The mock v2 backend as a pingora service on `addr`.

@@ -41,6 +41,10 @@ pub struct ServerFile {
     pub work_stealing: bool,
     /// Idle kept-alive connections per upstream pool.
     pub upstream_keepalive_pool_size: usize,
+    /// Reload when the config file changes on disk (SIGHUP and `POST /-/reload` always work).
+    pub watch_config: bool,
+    /// Unix socket over which SIGQUIT hands the listeners to a process started with `--upgrade`.
+    pub upgrade_sock: String,
 }
 
 impl Default for ServerFile {
@@ -50,6 +54,8 @@ impl Default for ServerFile {
             grace_period_seconds: 5,
             work_stealing: true,
             upstream_keepalive_pool_size: 256,
+            watch_config: true,
+            upgrade_sock: "/tmp/agent-gateway-upgrade.sock".into(),
         }
     }
 }

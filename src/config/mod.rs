@@ -175,6 +175,8 @@ pub struct StartupSettings {
     pub grace_period_seconds: u64,
     pub work_stealing: bool,
     pub upstream_keepalive_pool_size: usize,
+    pub watch_config: bool,
+    pub upgrade_sock: String,
 }
 
 /// The whole validated configuration. Immutable; a reload builds a new one.
@@ -397,6 +399,8 @@ impl Snapshot {
                 grace_period_seconds: f.server.grace_period_seconds,
                 work_stealing: f.server.work_stealing,
                 upstream_keepalive_pool_size: f.server.upstream_keepalive_pool_size,
+                watch_config: f.server.watch_config,
+                upgrade_sock: f.server.upgrade_sock,
             },
             bases: Bases {
                 v1,

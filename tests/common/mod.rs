@@ -73,6 +73,17 @@ impl Gateway {
         let dir = tempfile::tempdir().unwrap();
         let config_path = dir.path().join("gateway.toml");
         std::fs::write(&config_path, text).unwrap();
+        Self::run_file(dir, config_path, proxy, admin, args)
+    }
+
+    /// Starts a gateway on a config file already in place (inside `dir`, kept until drop).
+    pub fn run_file(
+        dir: tempfile::TempDir,
+        config_path: PathBuf,
+        proxy: u16,
+        admin: u16,
+        args: &[&str],
+    ) -> Gateway {
         let log_path = dir.path().join("gateway.log");
         let log = std::fs::File::create(&log_path).unwrap();
         let child = Command::new(BIN)
@@ -495,4 +506,185 @@ fn read_request(reader: &mut BufReader<TcpStream>) -> Option<Recorded> {
         body,
         chunked,
     })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Observability: gateways with a chosen environment, the shipped dashboard's queries
+// ---------------------------------------------------------------------------------------------
+
+impl Gateway {
+    /// Like [`Gateway::start_with`], with extra environment variables for the process; they
+    /// win over the harness's own (`RUST_LOG=debug`).
+    pub fn start_with_env(text: &str, proxy: u16, admin: u16, env: &[(&str, &str)]) -> Gateway {
+        let dir = tempfile::tempdir().unwrap();
+        let config_path = dir.path().join("gateway.toml");
+        std::fs::write(&config_path, text).unwrap();
+        let log_path = dir.path().join("gateway.log");
+        let log = std::fs::File::create(&log_path).unwrap();
+        let child = Command::new(BIN)
+            .arg("run")
+            .arg("--config")
+            .arg(&config_path)
+            .env("RUST_LOG", "debug")
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let gw = Gateway {
+            proxy: SocketAddr::from(([127, 0, 0, 1], proxy)),
+            admin: SocketAddr::from(([127, 0, 0, 1], admin)),
+            child,
+            dir,
+            config_path,
+            log_path,
+        };
+        wait_listening(gw.proxy);
+        wait_listening(gw.admin);
+        gw
+    }
+
+    /// The access-log lines written so far (target `agent_gateway::access`), parsed.
+    pub fn access_log(&self) -> Vec<serde_json::Value> {
+        self.log()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["target"] == "agent_gateway::access")
+            .collect()
+    }
+}
+
+/// The hex SHA-256 of `token`, as `agent-gateway hash-token` prints it.
+pub fn token_sha256(token: &str) -> String {
+    let mut child = Command::new(BIN)
+        .arg("hash-token")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(token.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "hash-token failed");
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// The shipped Grafana dashboard.
+pub const DASHBOARD: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/config/grafana/agent-gateway.json"
+);
+
+/// One PromQL query of a dashboard panel.
+#[derive(Debug, Clone)]
+pub struct PanelQuery {
+    pub panel: String,
+    pub ref_id: String,
+    pub expr: String,
+}
+
+/// The shipped dashboard, parsed.
+pub fn dashboard() -> serde_json::Value {
+    let text = std::fs::read_to_string(DASHBOARD).unwrap();
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{DASHBOARD} is not JSON: {e}"))
+}
+
+/// Every panel of a dashboard, those inside collapsed rows included.
+pub fn dashboard_panels(dash: &serde_json::Value) -> Vec<&serde_json::Value> {
+    let mut out = Vec::new();
+    for p in dash["panels"].as_array().expect("panels is a list") {
+        out.push(p);
+        if let Some(inner) = p["panels"].as_array() {
+            out.extend(inner);
+        }
+    }
+    out
+}
+
+/// Every `expr` of every panel target.
+pub fn dashboard_queries(dash: &serde_json::Value) -> Vec<PanelQuery> {
+    let mut out = Vec::new();
+    for p in dashboard_panels(dash) {
+        for t in p["targets"].as_array().into_iter().flatten() {
+            if let Some(expr) = t["expr"].as_str() {
+                out.push(PanelQuery {
+                    panel: p["title"].as_str().unwrap_or("").to_string(),
+                    ref_id: t["refId"].as_str().unwrap_or("").to_string(),
+                    expr: expr.to_string(),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The query text of each templating variable backed by the data source.
+pub fn dashboard_variable_queries(dash: &serde_json::Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for v in dash["templating"]["list"].as_array().into_iter().flatten() {
+        if v["type"] != "query" {
+            continue;
+        }
+        let q = v["query"]["query"].as_str().or(v["query"].as_str());
+        out.push(q.expect("a query variable has a query").to_string());
+    }
+    out
+}
+
+/// The `agent_gateway_*` metric names a PromQL expression reads, in order of appearance
+/// (string literals such as label values are skipped).
+pub fn gateway_metric_names(expr: &str) -> Vec<String> {
+    let b = expr.as_bytes();
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        if c == b'"' || c == b'\'' || c == b'`' {
+            i += 1;
+            while i < b.len() && b[i] != c {
+                i += if b[i] == b'\\' { 2 } else { 1 };
+            }
+            i += 1;
+        } else if c.is_ascii_alphabetic() || c == b'_' || c == b':' {
+            let start = i;
+            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_' || b[i] == b':') {
+                i += 1;
+            }
+            let word = &expr[start..i];
+            // `$__rate_interval` and the like are Grafana variables, not identifiers.
+            let is_variable = start > 0 && b[start - 1] == b'$';
+            if !is_variable && word.starts_with("agent_gateway_") && !out.iter().any(|w| w == word)
+            {
+                out.push(word.to_string());
+            }
+        } else if c.is_ascii_digit() {
+            // A number or duration (`5m`, `1e3`) is not the start of a name.
+            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'.') {
+                i += 1;
+            }
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Sends one request of every kind the dashboard charts, through `proxy` (which must reach a
+/// backend that answers 200, and know `agent-1`/`secret`): v1 and v2 by a configured agent,
+/// a 401, a 404. Returns how many requests it sent.
+pub fn send_traffic_mix(proxy: SocketAddr) -> usize {
+    let sent = [
+        post(proxy, "/api/v1/verify/request", "{}").status,
+        get(proxy, "/api/v1/transaction/tx-1/status").status,
+        post(proxy, "/api/v2/connection/SVC/invitation", "{}").status,
+        get(proxy, "/api/v2/transaction/tx-2/status").status,
+        request(proxy, "POST", "/api/v1/credential/offer", &[], b"{}").status,
+        post(proxy, "/not-an-operation", "{}").status,
+    ];
+    assert_eq!(sent, [200, 200, 200, 200, 401, 404], "traffic mix answers");
+    sent.len()
 }

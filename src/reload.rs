@@ -1,0 +1,391 @@
+//! Live configuration: the snapshot store, the three reload triggers and their metrics.
+//!
+//! The whole validated config is one immutable [`Snapshot`] behind an [`ArcSwap`]. A reload
+//! builds a complete new snapshot or nothing: a file that fails to parse or validate is refused
+//! whole and the previous snapshot keeps serving. Settings that only take effect at start-up
+//! (listeners, threads) keep their running values and are reported as needing a restart.
+//!
+//! Triggers: [`ConfigWatcher`] (the file's parent directory, so in-place writes, renames over
+//! the file and Kubernetes' `..data` symlink swap all count), SIGHUP (in [`crate::signals`])
+//! and `POST /-/reload` on the admin listener. All three call [`ConfigStore::reload`].
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use arc_swap::ArcSwap;
+use async_trait::async_trait;
+use notify::{RecursiveMode, Watcher};
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+use prometheus::{Gauge, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+use serde::Serialize;
+
+use crate::config::{ConfigError, Problem, Snapshot, StartupSettings};
+
+/// How long the watcher waits for a burst of file events to settle before reloading.
+const DEBOUNCE: Duration = Duration::from_millis(150);
+
+/// What asked for a reload (for logs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    FileChange,
+    Sighup,
+    Admin,
+}
+
+impl Trigger {
+    fn as_str(self) -> &'static str {
+        match self {
+            Trigger::FileChange => "file_change",
+            Trigger::Sighup => "sighup",
+            Trigger::Admin => "admin",
+        }
+    }
+}
+
+/// The result of one reload, as `POST /-/reload` reports it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReloadReport {
+    /// `success` or `failure`.
+    pub result: &'static str,
+    /// The generation serving after this reload.
+    pub generation: u64,
+    /// Changed settings that keep their running value until a restart.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub restart_required: Vec<&'static str>,
+    /// Every problem of a refused file, by key path.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<ProblemReport>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ProblemReport {
+    pub key: String,
+    pub message: String,
+}
+
+impl From<Problem> for ProblemReport {
+    fn from(p: Problem) -> Self {
+        Self {
+            key: p.key,
+            message: p.message,
+        }
+    }
+}
+
+/// The start-up settings that differ between two snapshots, by key path.
+pub fn restart_only_changes(running: &StartupSettings, new: &StartupSettings) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    let mut check = |changed: bool, key| {
+        if changed {
+            out.push(key);
+        }
+    };
+    check(running.proxy_listen != new.proxy_listen, "listen.proxy");
+    check(running.admin_listen != new.admin_listen, "listen.admin");
+    check(running.threads != new.threads, "server.threads");
+    check(
+        running.grace_period_seconds != new.grace_period_seconds,
+        "server.grace_period_seconds",
+    );
+    check(
+        running.work_stealing != new.work_stealing,
+        "server.work_stealing",
+    );
+    check(
+        running.upstream_keepalive_pool_size != new.upstream_keepalive_pool_size,
+        "server.upstream_keepalive_pool_size",
+    );
+    check(
+        running.watch_config != new.watch_config,
+        "server.watch_config",
+    );
+    check(
+        running.upgrade_sock != new.upgrade_sock,
+        "server.upgrade_sock",
+    );
+    out
+}
+
+struct ReloadMetrics {
+    success: IntCounter,
+    failure: IntCounter,
+    last_success: Gauge,
+    generation: IntGauge,
+}
+
+impl ReloadMetrics {
+    fn register(registry: &Registry) -> prometheus::Result<Self> {
+        let reloads = IntCounterVec::new(
+            Opts::new(
+                "agent_gateway_config_reloads_total",
+                "Config reload attempts, by result.",
+            ),
+            &["result"],
+        )?;
+        let last_success = Gauge::new(
+            "agent_gateway_config_last_reload_success_timestamp_seconds",
+            "Unix time of the last successfully applied config (start-up counts).",
+        )?;
+        let generation = IntGauge::new(
+            "agent_gateway_config_generation",
+            "Number of config snapshots applied since start (the first is 1).",
+        )?;
+        registry.register(Box::new(reloads.clone()))?;
+        registry.register(Box::new(last_success.clone()))?;
+        registry.register(Box::new(generation.clone()))?;
+        Ok(Self {
+            success: reloads.with_label_values(&["success"]),
+            failure: reloads.with_label_values(&["failure"]),
+            last_success,
+            generation,
+        })
+    }
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or_default()
+}
+
+/// The live config: the current snapshot, where it came from, and how reloads went.
+pub struct ConfigStore {
+    current: Arc<ArcSwap<Snapshot>>,
+    path: Option<PathBuf>,
+    /// The file text last applied, so a watcher event that changed nothing is not a reload.
+    applied_text: Mutex<String>,
+    metrics: ReloadMetrics,
+}
+
+impl ConfigStore {
+    /// A store serving `snapshot`, loaded from `path` (the text it was read from is `text`).
+    pub fn new(
+        snapshot: Snapshot,
+        path: Option<PathBuf>,
+        text: String,
+        registry: &Registry,
+    ) -> prometheus::Result<Self> {
+        let metrics = ReloadMetrics::register(registry)?;
+        metrics.generation.set(1);
+        metrics.last_success.set(unix_now());
+        Ok(Self {
+            current: Arc::new(ArcSwap::from_pointee(snapshot)),
+            path,
+            applied_text: Mutex::new(text),
+            metrics,
+        })
+    }
+
+    /// The handle requests load their snapshot from.
+    pub fn current(&self) -> &Arc<ArcSwap<Snapshot>> {
+        &self.current
+    }
+
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.metrics.generation.get() as u64
+    }
+
+    /// Re-reads the config file and applies it if valid. With `only_if_changed`, a file whose
+    /// text equals the last applied one is left alone (the watcher sees unrelated events).
+    pub fn reload(&self, trigger: Trigger, only_if_changed: bool) -> Option<ReloadReport> {
+        let path = self.path.as_ref()?;
+        // One reload at a time; the lock also guards `applied_text`.
+        let mut applied = self.applied_text.lock().unwrap_or_else(|e| e.into_inner());
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(source) => {
+                let err = ConfigError::Read {
+                    path: path.display().to_string(),
+                    source,
+                };
+                return Some(self.refuse(trigger, err));
+            }
+        };
+        if only_if_changed && text == *applied {
+            return None;
+        }
+        let report = match Snapshot::parse(&text) {
+            Ok(new) => {
+                let report = self.apply(new, trigger);
+                *applied = text;
+                report
+            }
+            Err(err) => self.refuse(trigger, err),
+        };
+        Some(report)
+    }
+
+    /// Swaps in `new`, keeping the running start-up settings.
+    fn apply(&self, mut new: Snapshot, trigger: Trigger) -> ReloadReport {
+        let running = self.current.load();
+        let restart_required = restart_only_changes(&running.startup, &new.startup);
+        new.startup = running.startup.clone();
+        self.current.store(Arc::new(new));
+        self.metrics.success.inc();
+        self.metrics.generation.inc();
+        self.metrics.last_success.set(unix_now());
+        let generation = self.generation();
+        tracing::info!(
+            trigger = trigger.as_str(),
+            generation,
+            ?restart_required,
+            "config reloaded"
+        );
+        if !restart_required.is_empty() {
+            tracing::warn!(settings = ?restart_required, "changed settings need a restart; their running values are kept");
+        }
+        ReloadReport {
+            result: "success",
+            generation,
+            restart_required,
+            problems: Vec::new(),
+        }
+    }
+
+    fn refuse(&self, trigger: Trigger, err: ConfigError) -> ReloadReport {
+        self.metrics.failure.inc();
+        tracing::error!(trigger = trigger.as_str(), error = %err, "config reload refused; the previous config keeps serving");
+        ReloadReport {
+            result: "failure",
+            generation: self.generation(),
+            restart_required: Vec::new(),
+            problems: err
+                .problems()
+                .into_iter()
+                .map(ProblemReport::from)
+                .collect(),
+        }
+    }
+}
+
+/// Watches the config file's parent directory and reloads when the file's text changes.
+pub struct ConfigWatcher {
+    pub store: Arc<ConfigStore>,
+}
+
+#[async_trait]
+impl BackgroundService for ConfigWatcher {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let Some(path) = self.store.path() else {
+            return;
+        };
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+            if event.is_ok() {
+                let _ = tx.send(());
+            }
+        });
+        let mut watcher = match watcher {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot watch the config file; reload with SIGHUP or POST /-/reload");
+                return;
+            }
+        };
+        if let Err(e) = watcher.watch(&dir, RecursiveMode::NonRecursive) {
+            tracing::error!(dir = %dir.display(), error = %e, "cannot watch the config directory");
+            return;
+        }
+        tracing::info!(dir = %dir.display(), "watching the config directory");
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                event = rx.recv() => {
+                    if event.is_none() {
+                        return;
+                    }
+                }
+            }
+            // Debounce: editors and ConfigMap swaps write in bursts.
+            tokio::time::sleep(DEBOUNCE).await;
+            while rx.try_recv().is_ok() {}
+            let store = self.store.clone();
+            let _ =
+                tokio::task::spawn_blocking(move || store.reload(Trigger::FileChange, true)).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = r#"
+[listen]
+proxy = "127.0.0.1:8080"
+[v1]
+default_service = "A"
+[upstream]
+addresses = ["127.0.0.1:9000"]
+"#;
+
+    fn store_on(dir: &Path, text: &str) -> ConfigStore {
+        let path = dir.join("gw.toml");
+        std::fs::write(&path, text).unwrap();
+        ConfigStore::new(
+            Snapshot::parse(text).unwrap(),
+            Some(path),
+            text.into(),
+            &Registry::new(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_valid_file_applies_and_bumps_the_generation() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store_on(dir.path(), BASE);
+        std::fs::write(dir.path().join("gw.toml"), BASE.replace("\"A\"", "\"B\"")).unwrap();
+        let report = store.reload(Trigger::Admin, false).unwrap();
+        assert_eq!((report.result, report.generation), ("success", 2));
+        assert_eq!(store.current().load().v1_default_service.as_str(), "B");
+    }
+
+    #[test]
+    fn an_invalid_file_is_refused_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store_on(dir.path(), BASE);
+        let bad = BASE
+            .replace("\"A\"", "\"B\"")
+            .replace("127.0.0.1:9000", "nowhere");
+        std::fs::write(dir.path().join("gw.toml"), bad).unwrap();
+        let report = store.reload(Trigger::Sighup, false).unwrap();
+        assert_eq!(report.result, "failure");
+        assert_eq!(report.problems[0].key, "upstream.addresses[0]");
+        assert_eq!(store.current().load().v1_default_service.as_str(), "A");
+        assert_eq!(store.generation(), 1);
+        assert_eq!(store.metrics.failure.get(), 1);
+    }
+
+    #[test]
+    fn start_up_settings_keep_their_running_values() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store_on(dir.path(), BASE);
+        let moved = BASE.replace("8080", "8081").replace("\"A\"", "\"C\"");
+        std::fs::write(dir.path().join("gw.toml"), moved).unwrap();
+        let report = store.reload(Trigger::Admin, false).unwrap();
+        assert_eq!(report.restart_required, vec!["listen.proxy"]);
+        let now = store.current().load();
+        assert_eq!(now.startup.proxy_listen.port(), 8080);
+        assert_eq!(now.v1_default_service.as_str(), "C");
+    }
+
+    #[test]
+    fn unchanged_text_is_not_a_reload_for_the_watcher() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store_on(dir.path(), BASE);
+        assert!(store.reload(Trigger::FileChange, true).is_none());
+        assert_eq!(store.reload(Trigger::Sighup, false).unwrap().generation, 2);
+    }
+}

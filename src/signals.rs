@@ -1,0 +1,71 @@
+//! Process signals: SIGHUP reloads the config; SIGTERM drains; SIGQUIT hands the listening
+//! sockets to a new process started with `--upgrade`; SIGINT exits at once.
+//!
+//! pingora's own watcher knows no SIGHUP (whose default action would kill the process), and on
+//! SIGTERM it always sleeps the whole grace period. This watcher reloads on SIGHUP, and after
+//! SIGTERM exits as soon as no request is in flight, at most `grace_period_seconds` later.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use pingora::server::{ShutdownSignal, ShutdownSignalWatch};
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::reload::{ConfigStore, Trigger};
+use crate::telemetry::Telemetry;
+
+/// Time for the listeners to close after SIGTERM before in-flight requests are counted.
+const LISTENER_CLOSE: Duration = Duration::from_millis(200);
+
+pub struct Signals {
+    pub store: Arc<ConfigStore>,
+    pub telemetry: Arc<Telemetry>,
+    pub grace: Duration,
+}
+
+impl Signals {
+    /// Exits the process once nothing is in flight; pingora's grace sleep is the upper bound.
+    fn exit_when_drained(&self) {
+        let telemetry = self.telemetry.clone();
+        let deadline = Instant::now() + self.grace;
+        std::thread::spawn(move || {
+            std::thread::sleep(LISTENER_CLOSE);
+            while Instant::now() < deadline {
+                if telemetry.in_flight_now() == 0 {
+                    tracing::info!("drained: no request in flight, exiting");
+                    std::process::exit(0);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+    }
+}
+
+#[async_trait]
+impl ShutdownSignalWatch for Signals {
+    async fn recv(&self) -> ShutdownSignal {
+        let mut hup = signal(SignalKind::hangup()).expect("installing the SIGHUP handler");
+        let mut quit = signal(SignalKind::quit()).expect("installing the SIGQUIT handler");
+        let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
+        let mut int = signal(SignalKind::interrupt()).expect("installing the SIGINT handler");
+        loop {
+            tokio::select! {
+                _ = hup.recv() => {
+                    let store = self.store.clone();
+                    let _ = tokio::task::spawn_blocking(move || store.reload(Trigger::Sighup, false)).await;
+                }
+                _ = quit.recv() => {
+                    tracing::info!("SIGQUIT: handing the listeners to the upgraded process");
+                    return ShutdownSignal::GracefulUpgrade;
+                }
+                _ = term.recv() => {
+                    tracing::info!(grace_seconds = self.grace.as_secs(), "SIGTERM: draining in-flight requests");
+                    self.exit_when_drained();
+                    return ShutdownSignal::GracefulTerminate;
+                }
+                _ = int.recv() => return ShutdownSignal::FastShutdown,
+            }
+        }
+    }
+}
