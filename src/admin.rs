@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
@@ -20,6 +20,7 @@ use serde_json::json;
 
 use crate::config::Snapshot;
 use crate::reload::{ConfigStore, Trigger};
+use crate::telemetry::Telemetry;
 
 /// How often the readiness probe connects to the upstream addresses.
 const PROBE_INTERVAL: Duration = Duration::from_secs(1);
@@ -87,6 +88,7 @@ pub struct AdminApp {
     pub registry: Registry,
     pub readiness: Arc<Readiness>,
     pub store: Arc<ConfigStore>,
+    pub telemetry: Arc<Telemetry>,
 }
 
 fn json_response(status: u16, body: serde_json::Value) -> Response<Vec<u8>> {
@@ -136,6 +138,13 @@ impl ServeHttp for AdminApp {
                         json!({"result": "failure", "problems": [{"key": "", "message": e.to_string()}]}),
                     ),
                 }
+            }
+            ("GET", "/v1-usage") => {
+                let report = self
+                    .telemetry
+                    .usage
+                    .report(&self.store.current().load(), SystemTime::now());
+                json_response(200, serde_json::to_value(&report).unwrap_or_default())
             }
             ("GET", "/healthz") => json_response(200, json!({"status": "ok"})),
             ("GET", "/readyz") => match self.readiness.state() {

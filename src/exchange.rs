@@ -1,9 +1,10 @@
 //! What happened to one request: the record that metrics and the access log are made from.
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::auth::AuthFailure;
 use crate::plan::Identified;
+use crate::retirement::V1Refusal;
 use crate::route::{ApiVersion, Operation};
 
 /// How talking to the backend went wrong.
@@ -37,6 +38,8 @@ impl UpstreamErrorKind {
 #[derive(Debug)]
 pub struct Exchange {
     pub started: Instant,
+    /// Wall-clock time at the start: what the retirement policy is judged at.
+    pub started_at: SystemTime,
     pub request_id: String,
     pub method: http::Method,
     /// The client's path without the query string (queries may carry data we should not log).
@@ -47,6 +50,8 @@ pub struct Exchange {
     /// Only ids of configured agents, so labels and logs never carry arbitrary client input.
     pub agent_id: Option<String>,
     pub auth_failure: Option<AuthFailure>,
+    /// Set when the retirement policy refused a v1 call.
+    pub v1_refusal: Option<V1Refusal>,
     pub status: u16,
     /// From sending the request to the backend's response header.
     pub upstream_header_time: Option<Duration>,
@@ -63,6 +68,7 @@ impl Exchange {
     pub fn start(method: &http::Method, client_path: &str) -> Self {
         Self {
             started: Instant::now(),
+            started_at: SystemTime::now(),
             request_id: String::new(),
             method: method.clone(),
             client_path: client_path.to_owned(),
@@ -71,6 +77,7 @@ impl Exchange {
             operation: None,
             agent_id: None,
             auth_failure: None,
+            v1_refusal: None,
             status: 0,
             upstream_header_time: None,
             upstream_duration: None,

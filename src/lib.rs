@@ -8,9 +8,11 @@
 //! - [`plan`]: the whole per-request decision (route, auth, service code). Pure.
 //! - [`schema`]: the spec's request body schemas as data, and the body validator. Pure.
 //! - [`openapi`]: the OpenAPI document, generated from the routing table and the schemas.
+//! - [`retirement`]: v1 deprecation headers, per-agent policy, sunset and brownouts. Pure.
 //! - [`reply`]: the gateway's own answers, one body shape.
 //! - [`proxy`]: the pingora glue that carries out a plan: body, upstream, response.
-//! - [`exchange`] and [`telemetry`]: the per-request record, metrics and access log.
+//! - [`exchange`] and [`telemetry`]: the per-request record, metrics and access log;
+//!   [`usage`]: which agents still call v1 (`/v1-usage`).
 //! - [`reload`]: the live snapshot store and its triggers; [`signals`]: SIGHUP, SIGTERM, SIGQUIT.
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz` on their own listener.
 //! - [`mock_backend`]: a stand-in v2 service for the demo and tests.
@@ -30,9 +32,11 @@ pub mod plan;
 pub mod proxy;
 pub mod reload;
 pub mod reply;
+pub mod retirement;
 pub mod request_id;
 pub mod route;
 pub mod schema;
 pub mod server;
 pub mod signals;
 pub mod telemetry;
+pub mod usage;

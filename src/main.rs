@@ -1,6 +1,6 @@
 //! The `agent-gateway` command line: the binary's edge, where errors become `anyhow`.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -12,6 +12,7 @@ use agent_gateway::config::{BasePath, Snapshot};
 use agent_gateway::logging::{self, LogFormat};
 use agent_gateway::reload::ConfigStore;
 use agent_gateway::server::{self, BuildOptions};
+use agent_gateway::usage::UsageReport;
 
 #[derive(Parser)]
 #[command(
@@ -67,6 +68,15 @@ enum Command {
     },
     /// Read a token on stdin and print the hex SHA-256 to put in `token_sha256`.
     HashToken,
+    /// Print which agents still call v1, from a running gateway's admin listener.
+    V1Usage {
+        /// The admin listener's base URL.
+        #[arg(long, default_value = "http://127.0.0.1:9090")]
+        admin: String,
+        /// Print the JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Generate load against a gateway (or any Agent API endpoint) and report latencies.
     Load(agent_gateway::load::LoadArgs),
     /// Run the mock v2 backend alone.
@@ -97,6 +107,33 @@ fn load_store(path: &Path) -> anyhow::Result<ConfigStore> {
         text,
         prometheus::default_registry(),
     )?)
+}
+
+/// A plain HTTP/1.1 GET of `path` on `base` (`http://host:port`), returning the body of a 200.
+fn http_get(base: &str, path: &str) -> anyhow::Result<String> {
+    let authority = base
+        .strip_prefix("http://")
+        .context("--admin must be an http:// URL")?
+        .trim_end_matches('/');
+    let mut stream = std::net::TcpStream::connect(authority)
+        .with_context(|| format!("cannot connect to {authority}"))?;
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw)?;
+    let (head, body) = raw
+        .split_once("\r\n\r\n")
+        .context("malformed HTTP response")?;
+    if !head.starts_with("HTTP/1.1 200") {
+        bail!(
+            "{base}{path} answered: {}",
+            head.lines().next().unwrap_or_default()
+        );
+    }
+    Ok(body.to_owned())
 }
 
 fn pingora_opt(upgrade: bool) -> pingora::server::configuration::Opt {
@@ -176,6 +213,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 bail!("no token on stdin");
             }
             println!("{}", agent_gateway::auth::hash_token(token.as_bytes()));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::V1Usage { admin, json } => {
+            let body = http_get(&admin, "/v1-usage")?;
+            if json {
+                println!("{body}");
+            } else {
+                let report: UsageReport = serde_json::from_str(&body)
+                    .context("the admin listener's /v1-usage is not a usage report")?;
+                print!("{}", report.to_table());
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Load(args) => {

@@ -7,7 +7,9 @@
 use crate::auth::{authenticate, AuthFailure};
 use crate::config::{Agent, Snapshot};
 use crate::reply::Reply;
-use crate::route::{match_route, upstream_path, ApiVersion, Operation, RouteMatch};
+use std::time::SystemTime;
+
+use crate::route::{match_route, path_template, upstream_path, ApiVersion, Operation, RouteMatch};
 
 /// What a request is, as far as it was understood (for logs and metrics even when refused).
 #[derive(Debug, Clone, Copy, Default)]
@@ -30,6 +32,8 @@ pub struct Refusal<'s> {
     pub who: Identified<'s>,
     pub reply: Reply,
     pub auth_failure: Option<AuthFailure>,
+    /// What the client should do instead, appended to the reply's message.
+    pub hint: Option<String>,
 }
 
 /// The request-line facts and auth headers `plan` needs.
@@ -40,6 +44,10 @@ pub struct RequestFacts<'r> {
     pub query: Option<&'r str>,
     pub agent_id: Option<&'r [u8]>,
     pub token: Option<&'r [u8]>,
+    /// Decides brownout membership, so a retry with the same id gets the same answer.
+    pub request_id: &'r str,
+    /// The time the retirement policy is judged at (injected, so tests need no real clock).
+    pub now: SystemTime,
 }
 
 /// Decides what happens to one request under one snapshot.
@@ -53,6 +61,7 @@ pub fn plan<'s>(
             who,
             reply: e.into(),
             auth_failure: None,
+            hint: None,
         })?;
     who.version = Some(route.version);
     who.operation = Some(route.operation);
@@ -63,6 +72,7 @@ pub fn plan<'s>(
         who,
         reply: Reply::Unauthorized,
         auth_failure: Some(failure),
+        hint: None,
     };
     if needs_auth {
         let agent =
@@ -84,6 +94,21 @@ pub fn plan<'s>(
             if !agent.may_use(service) {
                 return Err(refuse(who, AuthFailure::ServiceNotAllowed));
             }
+        }
+    }
+
+    if route.version == ApiVersion::V1 {
+        if let Err(refusal) = snapshot
+            .retirement
+            .decide(who.agent, req.now, req.request_id)
+        {
+            let v2 = path_template(&snapshot.bases.v2, ApiVersion::V2, route.operation);
+            return Err(Refusal {
+                who,
+                reply: Reply::V1Gone(refusal),
+                auth_failure: None,
+                hint: Some(format!("use {} {v2} instead", route.operation.method())),
+            });
         }
     }
 
@@ -131,6 +156,8 @@ token_sha256 = "{}"
             query: None,
             agent_id: id.map(str::as_bytes),
             token: token.map(str::as_bytes),
+            request_id: "req-1",
+            now: SystemTime::now(),
         }
     }
 
@@ -220,6 +247,51 @@ token_sha256 = "{}"
         .unwrap();
         assert_eq!(f.upstream_path, "/api/v2/transaction/t/status");
         assert!(f.who.agent.is_none());
+    }
+
+    #[test]
+    fn a_blocked_agent_gets_410_naming_the_v2_path_on_v1_only() {
+        let s = snapshot("v1_policy = \"block\"", true);
+        let r = plan(
+            &s,
+            &facts(
+                "POST",
+                "/api/v1/credential/offer",
+                Some("agent-1"),
+                Some("secret"),
+            ),
+        )
+        .unwrap_err();
+        assert_eq!(
+            r.reply,
+            Reply::V1Gone(crate::retirement::V1Refusal::Blocked)
+        );
+        assert_eq!(
+            r.hint.as_deref(),
+            Some("use POST /api/v2/credential/{service_business_code}/offer instead")
+        );
+        assert!(plan(
+            &s,
+            &facts(
+                "POST",
+                "/api/v2/credential/X/offer",
+                Some("agent-1"),
+                Some("secret")
+            )
+        )
+        .is_ok());
+        // Authentication comes first: a wrong token is still 401.
+        let r = plan(
+            &s,
+            &facts(
+                "POST",
+                "/api/v1/credential/offer",
+                Some("agent-1"),
+                Some("bad"),
+            ),
+        )
+        .unwrap_err();
+        assert_eq!(r.reply, Reply::Unauthorized);
     }
 
     #[test]

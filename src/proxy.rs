@@ -34,6 +34,7 @@ use crate::exchange::{Exchange, UpstreamErrorKind};
 use crate::plan::{plan, RequestFacts};
 use crate::reply::Reply;
 use crate::request_id::{self, RequestIds};
+use crate::route::ApiVersion;
 use crate::telemetry::Telemetry;
 
 /// Request headers that describe one hop, not the request; never forwarded.
@@ -87,13 +88,20 @@ impl ProxyApp {
             query: req.uri.query(),
             agent_id: req.headers.get(AGENT_ID_HEADER).map(|v| v.as_bytes()),
             token: req.headers.get(AUTH_TOKEN_HEADER).map(|v| v.as_bytes()),
+            request_id: &ex.request_id,
+            now: ex.started_at,
         };
         let forward = match plan(snap, &facts) {
             Ok(f) => f,
             Err(refusal) => {
                 ex.identified(&refusal.who);
                 ex.auth_failure = refusal.auth_failure;
-                return self.reply(session, refusal.reply, snap, ex).await;
+                if let Reply::V1Gone(r) = refusal.reply {
+                    ex.v1_refusal = Some(r);
+                }
+                return self
+                    .reply_with(session, refusal.reply, refusal.hint.as_deref(), snap, ex)
+                    .await;
             }
         };
         ex.identified(&forward.who);
@@ -189,6 +197,7 @@ impl ProxyApp {
             resp.remove_header(name);
         }
         let _ = resp.insert_header(request_id::HEADER, ex.request_id.as_str());
+        add_retirement_signals(&mut resp, snap, ex);
         ex.status = resp.status.as_u16();
         if let Err(e) = session.write_response_header(resp).await {
             tracing::debug!(request_id = %ex.request_id, error = %e, "client went away before the response header");
@@ -240,8 +249,21 @@ impl ProxyApp {
         snap: &Snapshot,
         ex: &mut Exchange,
     ) -> bool {
-        let body = reply.body();
-        let header = reply.header(body.len(), &ex.request_id);
+        self.reply_with(session, reply, None, snap, ex).await
+    }
+
+    /// [`Self::reply`] with a hint appended to the message.
+    async fn reply_with(
+        &self,
+        session: &mut ServerSession,
+        reply: Reply,
+        hint: Option<&str>,
+        snap: &Snapshot,
+        ex: &mut Exchange,
+    ) -> bool {
+        let body = reply.body(hint);
+        let mut header = reply.header(body.len(), &ex.request_id);
+        add_retirement_signals(&mut header, snap, ex);
         ex.status = reply.status();
         ex.bytes_out = body.len();
         let mut keep = true;
@@ -299,6 +321,15 @@ impl HttpServerApp for ProxyApp {
         match session.finish().await {
             Ok(stream) => stream.map(|s| ReusedHttpStream::from_reusable_stream(s, settings)),
             Err(_) => None,
+        }
+    }
+}
+
+/// Adds the configured `Deprecation`, `Sunset` and `Link` headers to a v1 response.
+fn add_retirement_signals(resp: &mut ResponseHeader, snap: &Snapshot, ex: &Exchange) {
+    if ex.version == Some(ApiVersion::V1) {
+        for (name, value) in &snap.retirement.headers {
+            let _ = resp.append_header(*name, value.clone());
         }
     }
 }

@@ -8,6 +8,7 @@
 use bytes::Bytes;
 use pingora::http::ResponseHeader;
 
+use crate::retirement::V1Refusal;
 use crate::route::RouteError;
 
 /// An answer produced by the gateway itself, never by the backend.
@@ -25,6 +26,8 @@ pub enum Reply {
     MethodNotAllowed { allow: &'static str },
     /// The client did not send its body in time.
     BodyTimeout,
+    /// A v1 call refused by the retirement policy.
+    V1Gone(V1Refusal),
     /// The body is larger than `limits.max_body_bytes`.
     PayloadTooLarge,
     /// The backend could not be connected to.
@@ -47,13 +50,18 @@ impl From<RouteError> for Reply {
 
 impl Reply {
     /// One of each kind, for documentation and tests.
-    pub const ALL_CODES: [Reply; 10] = [
+    pub const ALL_CODES: [Reply; 13] = [
         Reply::BadPath,
         Reply::BadBody,
         Reply::Unauthorized,
         Reply::NotFound,
         Reply::MethodNotAllowed { allow: "POST" },
         Reply::BodyTimeout,
+        Reply::V1Gone(V1Refusal::Blocked),
+        Reply::V1Gone(V1Refusal::Brownout {
+            until: std::time::UNIX_EPOCH,
+        }),
+        Reply::V1Gone(V1Refusal::Sunset),
         Reply::PayloadTooLarge,
         Reply::UpstreamConnect,
         Reply::UpstreamBroken,
@@ -67,6 +75,7 @@ impl Reply {
             Reply::NotFound => 404,
             Reply::MethodNotAllowed { .. } => 405,
             Reply::BodyTimeout => 408,
+            Reply::V1Gone(_) => 410,
             Reply::PayloadTooLarge => 413,
             Reply::UpstreamConnect | Reply::UpstreamBroken => 502,
             Reply::UpstreamTimeout => 504,
@@ -77,6 +86,9 @@ impl Reply {
     pub fn message_code(self) -> u32 {
         let cause = match self {
             Reply::BadBody | Reply::UpstreamBroken => 1,
+            Reply::V1Gone(V1Refusal::Blocked) => 1,
+            Reply::V1Gone(V1Refusal::Brownout { .. }) => 2,
+            Reply::V1Gone(V1Refusal::Sunset) => 3,
             _ => 0,
         };
         u32::from(self.status()) * 100 + cause
@@ -90,6 +102,11 @@ impl Reply {
             Reply::NotFound => "no such operation",
             Reply::MethodNotAllowed { .. } => "method not allowed for this operation",
             Reply::BodyTimeout => "the request body was not received in time",
+            Reply::V1Gone(V1Refusal::Blocked) => "API v1 is retired for this agent",
+            Reply::V1Gone(V1Refusal::Brownout { .. }) => {
+                "API v1 is in a scheduled brownout; retry after it ends"
+            }
+            Reply::V1Gone(V1Refusal::Sunset) => "API v1 has reached its sunset date",
             Reply::PayloadTooLarge => "request body exceeds limits.max_body_bytes",
             Reply::UpstreamConnect => "the backend could not be reached",
             Reply::UpstreamBroken => {
@@ -99,15 +116,19 @@ impl Reply {
         }
     }
 
-    /// The JSON body of this answer.
-    pub fn body(self) -> Bytes {
+    /// The JSON body of this answer; `hint` (what to do instead) is appended to the message.
+    pub fn body(self, hint: Option<&str>) -> Bytes {
         if self == Reply::Unauthorized {
             return Bytes::from_static(b"\"not authorized\"");
         }
+        let message = match hint {
+            Some(h) => format!("{}; {h}", self.message()),
+            None => self.message().to_owned(),
+        };
         let body = serde_json::json!({
             "status_code": self.status(),
             "message_code": self.message_code(),
-            "message": self.message(),
+            "message": message,
         });
         Bytes::from(body.to_string())
     }
@@ -118,8 +139,14 @@ impl Reply {
         // These values are static or already validated; insertion cannot fail.
         let _ = h.insert_header(http::header::CONTENT_TYPE, "application/json");
         let _ = h.insert_header(http::header::CONTENT_LENGTH, body_len);
-        if let Reply::MethodNotAllowed { allow } = self {
-            let _ = h.insert_header(http::header::ALLOW, allow);
+        match self {
+            Reply::MethodNotAllowed { allow } => {
+                let _ = h.insert_header(http::header::ALLOW, allow);
+            }
+            Reply::V1Gone(V1Refusal::Brownout { until }) => {
+                let _ = h.insert_header(http::header::RETRY_AFTER, httpdate::fmt_http_date(until));
+            }
+            _ => {}
         }
         if !request_id.is_empty() {
             let _ = h.insert_header("x-request-id", request_id);
@@ -135,7 +162,7 @@ mod tests {
     #[test]
     fn bodies_have_the_service_agent_response_shape() {
         for r in Reply::ALL_CODES {
-            let v: serde_json::Value = serde_json::from_slice(&r.body()).unwrap();
+            let v: serde_json::Value = serde_json::from_slice(&r.body(None)).unwrap();
             if r == Reply::Unauthorized {
                 assert_eq!(v, serde_json::json!("not authorized"));
                 continue;

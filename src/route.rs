@@ -247,6 +247,23 @@ pub fn upstream_path(
     out
 }
 
+/// The public path template of `operation` under `base`, with `{...}` placeholders, as a
+/// client would read it in documentation (`/api/v2/verify/{service_business_code}/request`).
+pub fn path_template(base: &BasePath, version: ApiVersion, operation: Operation) -> String {
+    let code = match version {
+        ApiVersion::V1 => "",
+        ApiVersion::V2 => "/{service_business_code}",
+    };
+    let tail = match operation {
+        Operation::VerifyRequest => format!("/verify{code}/request"),
+        Operation::VerifyResponse => "/verify/response".to_owned(),
+        Operation::ConnectionInvitation => format!("/connection{code}/invitation"),
+        Operation::CredentialOffer => format!("/credential{code}/offer"),
+        Operation::TransactionStatus => "/transaction/{transaction_id}/status".to_owned(),
+    };
+    format!("{}{tail}", base.as_str())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -340,6 +357,23 @@ mod tests {
         for (method, path, want) in cases {
             assert_eq!(forward(method, path, "DEF").unwrap(), want, "{path}");
         }
+    }
+
+    #[test]
+    fn path_templates() {
+        let b = bases();
+        assert_eq!(
+            path_template(&b.v2, ApiVersion::V2, Operation::CredentialOffer),
+            "/api/v2/credential/{service_business_code}/offer"
+        );
+        assert_eq!(
+            path_template(&b.v1, ApiVersion::V1, Operation::CredentialOffer),
+            "/api/v1/credential/offer"
+        );
+        assert_eq!(
+            path_template(&b.v1, ApiVersion::V1, Operation::TransactionStatus),
+            "/api/v1/transaction/{transaction_id}/status"
+        );
     }
 
     #[test]

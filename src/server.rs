@@ -112,6 +112,7 @@ pub fn build(
             registry: registry.clone(),
             readiness,
             store: store.clone(),
+            telemetry: telemetry.clone(),
         });
         let mut admin = Service::new("agent-gateway admin".into(), app);
         admin.add_tcp(&addr.to_string());

@@ -5,13 +5,17 @@
 //! bounded: versions, operations, reasons and kinds are fixed sets; `agent_id` is a configured
 //! agent or `unknown`; `code` is an HTTP status. Never a raw path, never a token.
 
+use std::time::UNIX_EPOCH;
+
 use prometheus::{
-    exponential_buckets, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry,
+    exponential_buckets, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGauge, IntGaugeVec, Opts, Registry,
 };
 
 use crate::auth::AuthFailure;
 use crate::exchange::{Exchange, UpstreamErrorKind};
+use crate::route::ApiVersion;
+use crate::usage::UsageTracker;
 
 /// Bucket bounds in seconds: 100 µs doubling up to about 52 s.
 fn latency_buckets() -> Vec<f64> {
@@ -27,6 +31,10 @@ pub struct Telemetry {
     agent_requests: IntCounterVec,
     upstream_errors: [IntCounter; 4],
     in_flight: IntGauge,
+    v1_refusals: IntCounterVec,
+    v1_last_seen: GaugeVec,
+    /// Per-agent counts behind `/v1-usage`.
+    pub usage: UsageTracker,
 }
 
 /// Decrements the in-flight gauge when the request ends, however it ends.
@@ -100,6 +108,21 @@ impl Telemetry {
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
 
+        let v1_refusals = IntCounterVec::new(
+            Opts::new(
+                "agent_gateway_v1_refusals_total",
+                "v1 calls refused with 410 by the retirement policy, by agent and reason.",
+            ),
+            &["agent_id", "reason"],
+        )?;
+        let v1_last_seen = GaugeVec::new(
+            Opts::new(
+                "agent_gateway_v1_last_seen_timestamp_seconds",
+                "Unix time of each agent's latest v1 call (refused ones included).",
+            ),
+            &["agent_id"],
+        )?;
+
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(request_duration.clone()))?;
         registry.register(Box::new(upstream_duration.clone()))?;
@@ -108,6 +131,8 @@ impl Telemetry {
         registry.register(Box::new(upstream_errors_vec.clone()))?;
         registry.register(Box::new(in_flight.clone()))?;
         registry.register(Box::new(build_info))?;
+        registry.register(Box::new(v1_refusals.clone()))?;
+        registry.register(Box::new(v1_last_seen.clone()))?;
 
         Ok(Self {
             requests,
@@ -119,6 +144,9 @@ impl Telemetry {
             upstream_errors: UpstreamErrorKind::ALL
                 .map(|k| upstream_errors_vec.with_label_values(&[k.as_str()])),
             in_flight,
+            v1_refusals,
+            v1_last_seen,
+            usage: UsageTracker::default(),
         })
     }
 
@@ -157,10 +185,26 @@ impl Telemetry {
         for kind in &ex.upstream_errors {
             self.upstream_errors[*kind as usize].inc();
         }
-        if ex.version.is_some() {
+        if let Some(v) = ex.version {
+            let agent = ex.agent_id.as_deref().unwrap_or("unknown");
             self.agent_requests
-                .with_label_values(&[ex.agent_id.as_deref().unwrap_or("unknown"), version])
+                .with_label_values(&[agent, version])
                 .inc();
+            if v == ApiVersion::V1 {
+                self.v1_last_seen.with_label_values(&[agent]).set(
+                    ex.started_at
+                        .duration_since(UNIX_EPOCH)
+                        .map_or(0.0, |d| d.as_secs_f64()),
+                );
+            }
+            if let Some(r) = ex.v1_refusal {
+                self.v1_refusals
+                    .with_label_values(&[agent, r.reason()])
+                    .inc();
+            }
+            if let (Some(id), Some(op)) = (&ex.agent_id, ex.operation) {
+                self.usage.record(id, v, op, ex.started_at);
+            }
         }
 
         tracing::info!(

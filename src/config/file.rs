@@ -21,6 +21,8 @@ pub struct FileConfig {
     pub auth: AuthFile,
     #[serde(default)]
     pub limits: LimitsFile,
+    #[serde(default)]
+    pub retirement: RetirementFile,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -141,6 +143,8 @@ pub struct AgentFile {
     pub token_sha256: String,
     pub default_service: Option<String>,
     pub services: Option<Vec<String>>,
+    #[serde(default)]
+    pub v1_policy: crate::retirement::V1Policy,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -155,4 +159,42 @@ impl Default for LimitsFile {
             max_body_bytes: 1024 * 1024,
         }
     }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetirementFile {
+    /// RFC 3339 time, sent as `Deprecation: @<unix seconds>` on v1 responses.
+    pub deprecated_at: Option<String>,
+    /// RFC 3339 time, sent as an HTTP-date `Sunset` header on v1 responses.
+    pub sunset_at: Option<String>,
+    /// Where clients learn about the migration; sent as `Link` with rel deprecation/sunset.
+    pub link: Option<String>,
+    /// Refuse v1 for every non-exempt agent once `sunset_at` has passed.
+    pub enforce_sunset: bool,
+    /// An agent with no v1 call for this many days is reported as safe to block.
+    pub quiet_days: u32,
+    pub brownouts: Vec<BrownoutFile>,
+}
+
+impl Default for RetirementFile {
+    fn default() -> Self {
+        Self {
+            deprecated_at: None,
+            sunset_at: None,
+            link: None,
+            enforce_sunset: false,
+            quiet_days: 14,
+            brownouts: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BrownoutFile {
+    pub start: String,
+    pub end: String,
+    pub percent: Option<u8>,
+    pub agents: Option<Vec<String>>,
 }

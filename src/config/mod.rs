@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use pingora::upstreams::peer::HttpPeer;
 
+use crate::retirement::{Brownout, Retirement, V1Policy};
 use crate::route::Bases;
 pub use file::FileConfig;
 
@@ -137,6 +138,8 @@ pub struct Agent {
     pub default_service: Option<BusinessCode>,
     /// When set, the only business codes this agent may reach (v1 or v2).
     pub services: Option<Vec<BusinessCode>>,
+    /// What happens to this agent's v1 calls.
+    pub v1_policy: V1Policy,
 }
 
 impl Agent {
@@ -188,6 +191,7 @@ pub struct Snapshot {
     pub upstream: UpstreamConfig,
     pub auth: AuthConfig,
     pub max_body_bytes: usize,
+    pub retirement: Retirement,
 }
 
 /// Collects problems while a file is validated, each under its key path.
@@ -220,6 +224,80 @@ fn resolve_upstream(s: &str) -> Result<SocketAddr, String> {
     addrs
         .next()
         .ok_or_else(|| format!("{s:?} resolves to no address"))
+}
+
+fn parse_time(s: &str) -> Result<std::time::SystemTime, String> {
+    humantime::parse_rfc3339(s)
+        .map_err(|e| format!("{s:?} is not an RFC 3339 UTC time like 2027-06-01T00:00:00Z ({e})"))
+}
+
+/// Validates `[retirement]`; brownout agents must be configured agents.
+fn retirement(
+    f: &file::RetirementFile,
+    agents: &HashMap<String, Agent>,
+    p: &mut Problems,
+) -> Retirement {
+    let mut r = Retirement {
+        deprecated_at: f
+            .deprecated_at
+            .as_deref()
+            .and_then(|s| p.check("retirement.deprecated_at", parse_time(s))),
+        sunset_at: f
+            .sunset_at
+            .as_deref()
+            .and_then(|s| p.check("retirement.sunset_at", parse_time(s))),
+        link: f.link.clone(),
+        enforce_sunset: f.enforce_sunset,
+        brownouts: Vec::new(),
+        quiet_days: f.quiet_days,
+        headers: Vec::new(),
+    };
+    if let Some(link) = &f.link {
+        let ok = (link.starts_with("https://") || link.starts_with("http://"))
+            && link
+                .bytes()
+                .all(|b| b.is_ascii_graphic() && b != b'<' && b != b'>' && b != b'"');
+        if !ok {
+            p.push(
+                "retirement.link",
+                "must be an http(s) URL without spaces, quotes or angle brackets",
+            );
+        }
+    }
+    if f.enforce_sunset && f.sunset_at.is_none() {
+        p.push("retirement.enforce_sunset", "needs retirement.sunset_at");
+    }
+    for (i, b) in f.brownouts.iter().enumerate() {
+        let key = format!("retirement.brownouts[{i}]");
+        let start = p.check(format!("{key}.start"), parse_time(&b.start));
+        let end = p.check(format!("{key}.end"), parse_time(&b.end));
+        let percent = b.percent.unwrap_or(100);
+        if !(1..=100).contains(&percent) {
+            p.push(format!("{key}.percent"), "must be 1 to 100");
+        }
+        if let Some(list) = &b.agents {
+            for (j, id) in list.iter().enumerate() {
+                if !agents.contains_key(id) {
+                    p.push(
+                        format!("{key}.agents[{j}]"),
+                        format!("{id:?} is not a configured agent"),
+                    );
+                }
+            }
+        }
+        match (start, end) {
+            (Some(start), Some(end)) if start < end => r.brownouts.push(Brownout {
+                start,
+                end,
+                percent,
+                agents: b.agents.clone(),
+            }),
+            (Some(_), Some(_)) => p.push(format!("{key}.end"), "must be after start"),
+            _ => {}
+        }
+    }
+    r.render_headers();
+    r
 }
 
 fn millis(key: &str, ms: u64, problems: &mut Problems) -> Duration {
@@ -358,11 +436,13 @@ impl Snapshot {
                         token,
                         default_service,
                         services,
+                        v1_policy: a.v1_policy,
                     },
                 );
             }
         }
 
+        let retirement = retirement(&f.retirement, &agents, &mut p);
         if f.limits.max_body_bytes == 0 {
             p.push("limits.max_body_bytes", "must be greater than 0");
         }
@@ -420,6 +500,7 @@ impl Snapshot {
                 agents,
             },
             max_body_bytes: f.limits.max_body_bytes,
+            retirement,
         })
     }
 }

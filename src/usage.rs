@@ -1,0 +1,287 @@
+//! Who still calls v1: per-agent request counts since start, first and last v1 call.
+//!
+//! Counting is lock-free on the request path (a read lock to find the agent's counters, then
+//! atomics); only an agent's first request takes the write lock. Only configured agents are
+//! tracked, so memory is bounded by the config.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::Snapshot;
+use crate::retirement::unix_seconds;
+use crate::route::{ApiVersion, Operation};
+
+#[derive(Default)]
+struct AgentUsage {
+    /// `[version][operation]`, in the order of [`ApiVersion::ALL`] and [`Operation::ALL`].
+    counts: [[AtomicU64; 5]; 2],
+    /// Unix seconds; 0 means never.
+    first_v1: AtomicU64,
+    last_v1: AtomicU64,
+}
+
+/// Usage of every configured agent since the gateway started.
+pub struct UsageTracker {
+    started: SystemTime,
+    agents: RwLock<HashMap<String, Arc<AgentUsage>>>,
+}
+
+impl Default for UsageTracker {
+    fn default() -> Self {
+        Self {
+            started: SystemTime::now(),
+            agents: RwLock::new(HashMap::new()),
+        }
+    }
+}
+
+/// `/v1-usage`: one entry per configured agent.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct UsageReport {
+    /// Counting started here (the gateway's start); nothing earlier is known.
+    pub observed_since: String,
+    pub quiet_days: u32,
+    pub agents: Vec<AgentReport>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct AgentReport {
+    pub agent_id: String,
+    pub v1_policy: String,
+    /// Requests by operation name.
+    pub v1_requests: BTreeMap<String, u64>,
+    pub v2_requests: BTreeMap<String, u64>,
+    pub first_v1_call: Option<String>,
+    pub last_v1_call: Option<String>,
+    /// No v1 call for `quiet_days`, and the gateway has watched at least that long.
+    pub safe_to_block: bool,
+}
+
+fn version_index(v: ApiVersion) -> usize {
+    match v {
+        ApiVersion::V1 => 0,
+        ApiVersion::V2 => 1,
+    }
+}
+
+fn rfc3339(secs: u64) -> Option<String> {
+    (secs > 0).then(|| {
+        humantime::format_rfc3339_seconds(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
+            .to_string()
+    })
+}
+
+impl UsageTracker {
+    /// Counts one request of a configured agent at `now`.
+    pub fn record(
+        &self,
+        agent_id: &str,
+        version: ApiVersion,
+        operation: Operation,
+        now: SystemTime,
+    ) {
+        let known = self
+            .agents
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(agent_id)
+            .cloned();
+        let usage = match known {
+            Some(u) => u,
+            None => self
+                .agents
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(agent_id.to_owned())
+                .or_default()
+                .clone(),
+        };
+        usage.counts[version_index(version)][operation as usize].fetch_add(1, Ordering::Relaxed);
+        if version == ApiVersion::V1 {
+            let secs = unix_seconds(now);
+            let _ = usage
+                .first_v1
+                .compare_exchange(0, secs, Ordering::Relaxed, Ordering::Relaxed);
+            usage.last_v1.fetch_max(secs, Ordering::Relaxed);
+        }
+    }
+
+    /// The report for every agent of `snapshot`, judged at `now`.
+    pub fn report(&self, snapshot: &Snapshot, now: SystemTime) -> UsageReport {
+        let quiet_days = snapshot.retirement.quiet_days;
+        let quiet = Duration::from_secs(u64::from(quiet_days) * 86_400);
+        let watched_long_enough = now.duration_since(self.started).unwrap_or_default() >= quiet;
+        let quiet_since = unix_seconds(now).saturating_sub(quiet.as_secs());
+        let agents = self.agents.read().unwrap_or_else(|e| e.into_inner());
+        let mut ids: Vec<&String> = snapshot.auth.agents.keys().collect();
+        ids.sort();
+        let reports = ids
+            .into_iter()
+            .map(|id| {
+                let agent = &snapshot.auth.agents[id];
+                let empty = AgentUsage::default();
+                let usage = agents.get(id).map_or(&empty, |u| u.as_ref());
+                let by_op = |v: usize| {
+                    Operation::ALL
+                        .iter()
+                        .map(|op| {
+                            (
+                                op.as_str().to_owned(),
+                                usage.counts[v][*op as usize].load(Ordering::Relaxed),
+                            )
+                        })
+                        .collect()
+                };
+                let last = usage.last_v1.load(Ordering::Relaxed);
+                AgentReport {
+                    agent_id: id.clone(),
+                    v1_policy: agent.v1_policy.as_str().to_owned(),
+                    v1_requests: by_op(0),
+                    v2_requests: by_op(1),
+                    first_v1_call: rfc3339(usage.first_v1.load(Ordering::Relaxed)),
+                    last_v1_call: rfc3339(last),
+                    safe_to_block: watched_long_enough && (last == 0 || last < quiet_since),
+                }
+            })
+            .collect();
+        UsageReport {
+            observed_since: humantime::format_rfc3339_seconds(self.started).to_string(),
+            quiet_days,
+            agents: reports,
+        }
+    }
+}
+
+impl UsageReport {
+    /// The report as a table for a person at a terminal.
+    pub fn to_table(&self) -> String {
+        let mut rows = vec![[
+            "AGENT".to_owned(),
+            "POLICY".to_owned(),
+            "V1 CALLS".to_owned(),
+            "V2 CALLS".to_owned(),
+            "LAST V1 CALL".to_owned(),
+            "SAFE TO BLOCK".to_owned(),
+        ]];
+        for a in &self.agents {
+            rows.push([
+                a.agent_id.clone(),
+                a.v1_policy.clone(),
+                a.v1_requests.values().sum::<u64>().to_string(),
+                a.v2_requests.values().sum::<u64>().to_string(),
+                a.last_v1_call.clone().unwrap_or_else(|| "never".into()),
+                if a.safe_to_block { "yes" } else { "no" }.to_owned(),
+            ]);
+        }
+        let widths: Vec<usize> = (0..6)
+            .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
+            .collect();
+        let mut out = String::new();
+        for r in &rows {
+            let cells: Vec<String> = r
+                .iter()
+                .zip(&widths)
+                .map(|(c, w)| format!("{c:<w$}"))
+                .collect();
+            out.push_str(cells.join("  ").trim_end());
+            out.push('\n');
+        }
+        out.push_str(&format!(
+            "\nobserved since {}; safe to block = no v1 call for {} days (and watched that long)\n",
+            self.observed_since, self.quiet_days
+        ));
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot(quiet_days: u32) -> Snapshot {
+        let digest = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b";
+        Snapshot::parse(&format!(
+            r#"
+[listen]
+proxy = "127.0.0.1:8080"
+[v1]
+default_service = "S"
+[upstream]
+addresses = ["127.0.0.1:9000"]
+[retirement]
+quiet_days = {quiet_days}
+[[auth.agents]]
+id = "a"
+token_sha256 = "{digest}"
+[[auth.agents]]
+id = "b"
+token_sha256 = "{digest}"
+v1_policy = "exempt"
+"#
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn counts_and_first_last_v1_calls() {
+        let u = UsageTracker::default();
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        u.record("a", ApiVersion::V1, Operation::VerifyRequest, t0);
+        u.record(
+            "a",
+            ApiVersion::V1,
+            Operation::VerifyRequest,
+            t0 + Duration::from_secs(60),
+        );
+        u.record(
+            "a",
+            ApiVersion::V2,
+            Operation::CredentialOffer,
+            t0 + Duration::from_secs(90),
+        );
+        let r = u.report(&snapshot(14), t0 + Duration::from_secs(120));
+        let a = &r.agents[0];
+        assert_eq!(a.agent_id, "a");
+        assert_eq!(a.v1_requests["verify_request"], 2);
+        assert_eq!(a.v2_requests["credential_offer"], 1);
+        assert_eq!(a.first_v1_call.as_deref(), Some("2027-01-15T08:00:00Z"));
+        assert_eq!(a.last_v1_call.as_deref(), Some("2027-01-15T08:01:00Z"));
+        assert_eq!(r.agents[1].v1_policy, "exempt");
+        assert_eq!(r.agents[1].v1_requests["verify_request"], 0);
+        let table = r.to_table();
+        assert!(table.starts_with("AGENT  POLICY"), "{table}");
+        assert!(
+            table.contains("a      allow   2         1         2027-01-15T08:01:00Z  no"),
+            "{table}"
+        );
+        assert!(
+            table.contains("b      exempt  0         0         never"),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn safe_to_block_needs_a_quiet_period_the_gateway_watched() {
+        let u = UsageTracker::default();
+        let day = Duration::from_secs(86_400);
+        let now = SystemTime::now();
+        // Not watched for 14 days yet: nobody is known to be quiet.
+        assert!(!u.report(&snapshot(14), now).agents[0].safe_to_block);
+        // "b" calls v1 on day 10; on day 15 "a" (never called) is quiet, "b" is not.
+        u.record(
+            "b",
+            ApiVersion::V1,
+            Operation::VerifyResponse,
+            now + 10 * day,
+        );
+        let r = u.report(&snapshot(14), now + 15 * day);
+        assert!(r.agents[0].safe_to_block);
+        assert!(!r.agents[1].safe_to_block);
+        // By day 25, "b" has been quiet for 15 days.
+        assert!(u.report(&snapshot(14), now + 25 * day).agents[1].safe_to_block);
+    }
+}
