@@ -1,92 +1,26 @@
 //! The admin listener: `/metrics`, `/healthz`, `/readyz`, `POST /-/reload`, separate from
 //! proxy traffic.
 //!
-//! Readiness is a cached answer: [`UpstreamProbe`] connects to each upstream address in the
-//! background, and `/readyz` only reads its last result, so a scrape never causes a probe.
+//! `/readyz` reads the last result of [`crate::health`]'s checks: a scrape never causes a probe.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
-use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use http::Response;
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
-use pingora::server::ShutdownWatch;
-use pingora::services::background::BackgroundService;
 use prometheus::{Encoder, Registry, TextEncoder};
 use serde_json::json;
 
-use crate::config::Snapshot;
+use crate::health::UpstreamHealth;
 use crate::reload::{ConfigStore, Trigger};
 use crate::telemetry::Telemetry;
-
-/// How often the readiness probe connects to the upstream addresses.
-const PROBE_INTERVAL: Duration = Duration::from_secs(1);
-
-/// The last result of the upstream probe.
-#[derive(Default)]
-pub struct Readiness {
-    probed: AtomicBool,
-    reachable: AtomicBool,
-}
-
-impl Readiness {
-    /// `Ok` when ready, else the reason.
-    pub fn state(&self) -> Result<(), &'static str> {
-        if !self.probed.load(Ordering::Acquire) {
-            return Err("upstream addresses not probed yet");
-        }
-        if !self.reachable.load(Ordering::Acquire) {
-            return Err("no upstream address is reachable");
-        }
-        Ok(())
-    }
-}
-
-/// Background task that keeps [`Readiness`] current.
-pub struct UpstreamProbe {
-    pub config: Arc<ArcSwap<Snapshot>>,
-    pub readiness: Arc<Readiness>,
-}
-
-impl UpstreamProbe {
-    async fn probe_once(&self) {
-        let snap = self.config.load_full();
-        let mut any = false;
-        for addr in &snap.upstream.addresses {
-            let attempt = tokio::time::timeout(
-                snap.upstream.connect_timeout,
-                tokio::net::TcpStream::connect(addr),
-            );
-            if matches!(attempt.await, Ok(Ok(_))) {
-                any = true;
-                break;
-            }
-        }
-        self.readiness.reachable.store(any, Ordering::Release);
-        self.readiness.probed.store(true, Ordering::Release);
-    }
-}
-
-#[async_trait]
-impl BackgroundService for UpstreamProbe {
-    async fn start(&self, mut shutdown: ShutdownWatch) {
-        loop {
-            self.probe_once().await;
-            tokio::select! {
-                _ = shutdown.changed() => return,
-                _ = tokio::time::sleep(PROBE_INTERVAL) => {}
-            }
-        }
-    }
-}
 
 /// The admin HTTP service.
 pub struct AdminApp {
     pub registry: Registry,
-    pub readiness: Arc<Readiness>,
+    pub health: Arc<UpstreamHealth>,
     pub store: Arc<ConfigStore>,
     pub telemetry: Arc<Telemetry>,
 }
@@ -147,7 +81,7 @@ impl ServeHttp for AdminApp {
                 json_response(200, serde_json::to_value(&report).unwrap_or_default())
             }
             ("GET", "/healthz") => json_response(200, json!({"status": "ok"})),
-            ("GET", "/readyz") => match self.readiness.state() {
+            ("GET", "/readyz") => match self.health.readiness() {
                 Ok(()) => json_response(200, json!({"status": "ready"})),
                 Err(reason) => json_response(503, json!({"status": "not_ready", "reason": reason})),
             },

@@ -83,6 +83,8 @@ mod tests {
             token: TokenDigest::parse_hex(&hash_token(b"secret")).unwrap(),
             default_service: None,
             services: Some(vec![BusinessCode::parse("ALLOWED").unwrap()]),
+            v1_policy: Default::default(),
+            rate_limit: None,
         };
         AuthConfig {
             require_on_status: true,

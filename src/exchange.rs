@@ -6,6 +6,7 @@ use crate::auth::AuthFailure;
 use crate::plan::Identified;
 use crate::retirement::V1Refusal;
 use crate::route::{ApiVersion, Operation};
+use crate::schema::Rule;
 
 /// How talking to the backend went wrong.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -52,6 +53,10 @@ pub struct Exchange {
     pub auth_failure: Option<AuthFailure>,
     /// Set when the retirement policy refused a v1 call.
     pub v1_refusal: Option<V1Refusal>,
+    /// The schema rule the body broke (refused in enforce mode, forwarded in report mode).
+    pub validation_failure: Option<Rule>,
+    /// The agent was over its rate limit.
+    pub rate_limited: bool,
     pub status: u16,
     /// From sending the request to the backend's response header.
     pub upstream_header_time: Option<Duration>,
@@ -78,6 +83,8 @@ impl Exchange {
             agent_id: None,
             auth_failure: None,
             v1_refusal: None,
+            validation_failure: None,
+            rate_limited: false,
             status: 0,
             upstream_header_time: None,
             upstream_duration: None,

@@ -14,6 +14,7 @@
 //! - [`exchange`] and [`telemetry`]: the per-request record, metrics and access log;
 //!   [`usage`]: which agents still call v1 (`/v1-usage`).
 //! - [`reload`]: the live snapshot store and its triggers; [`signals`]: SIGHUP, SIGTERM, SIGQUIT.
+//! - [`health`]: active upstream health checks and readiness; [`rate_limit`]: per-agent buckets.
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz` on their own listener.
 //! - [`mock_backend`]: a stand-in v2 service for the demo and tests.
 //! - [`load`]: `agent-gateway load`, a load generator that speaks the Agent API.
@@ -24,16 +25,18 @@ pub mod admin;
 pub mod auth;
 pub mod config;
 pub mod exchange;
+pub mod health;
 pub mod load;
 pub mod logging;
 pub mod mock_backend;
 pub mod openapi;
 pub mod plan;
 pub mod proxy;
+pub mod rate_limit;
 pub mod reload;
 pub mod reply;
-pub mod retirement;
 pub mod request_id;
+pub mod retirement;
 pub mod route;
 pub mod schema;
 pub mod server;

@@ -29,12 +29,15 @@ use pingora::upstreams::peer::HttpPeer;
 use pingora::{Error, ErrorType};
 
 use crate::auth::{AGENT_ID_HEADER, AUTH_TOKEN_HEADER};
-use crate::config::Snapshot;
+use crate::config::{Limits, Snapshot, ValidationMode};
 use crate::exchange::{Exchange, UpstreamErrorKind};
+use crate::health::UpstreamHealth;
 use crate::plan::{plan, RequestFacts};
+use crate::rate_limit::RateLimiter;
 use crate::reply::Reply;
 use crate::request_id::{self, RequestIds};
-use crate::route::ApiVersion;
+use crate::route::{ApiVersion, Operation};
+use crate::schema;
 use crate::telemetry::Telemetry;
 
 /// Request headers that describe one hop, not the request; never forwarded.
@@ -56,12 +59,15 @@ pub struct ProxyApp {
     next_peer: AtomicUsize,
     ids: RequestIds,
     telemetry: Arc<Telemetry>,
+    health: Arc<UpstreamHealth>,
+    rate_limits: RateLimiter,
 }
 
 impl ProxyApp {
     pub fn new(
         config: Arc<ArcSwap<Snapshot>>,
         telemetry: Arc<Telemetry>,
+        health: Arc<UpstreamHealth>,
         keepalive_pool_size: usize,
     ) -> Self {
         Self {
@@ -70,6 +76,8 @@ impl ProxyApp {
             next_peer: AtomicUsize::new(0),
             ids: RequestIds::default(),
             telemetry,
+            health,
+            rate_limits: RateLimiter::default(),
         }
     }
 
@@ -82,6 +90,9 @@ impl ProxyApp {
             }
             _ => self.ids.next_id(),
         };
+        if let Err(reply) = check_request_size(req, &snap.limits) {
+            return self.reply(session, reply, snap, ex).await;
+        }
         let facts = RequestFacts {
             method: req.method.as_str(),
             path: req.uri.path(),
@@ -106,11 +117,45 @@ impl ProxyApp {
         };
         ex.identified(&forward.who);
 
-        let body = match read_body(session, snap.max_body_bytes).await {
+        // Only authenticated requests reach the bucket, so strangers cannot spend an agent's budget.
+        if let Some(agent) = forward.who.agent {
+            if let Some(limit) = agent.rate_limit {
+                if let Err(wait) = self.rate_limits.check(&agent.id, limit, ex.started) {
+                    ex.rate_limited = true;
+                    let reply = Reply::RateLimited {
+                        retry_after_secs: wait.as_secs_f64().ceil().max(1.0) as u64,
+                    };
+                    return self.reply(session, reply, snap, ex).await;
+                }
+            }
+        }
+        let operation = forward
+            .who
+            .operation
+            .unwrap_or(Operation::TransactionStatus);
+        if operation.method() == "POST" && !is_json(session.req_header()) {
+            return self
+                .reply(session, Reply::UnsupportedMediaType, snap, ex)
+                .await;
+        }
+
+        let body = match read_body(session, &snap.limits).await {
             Ok(b) => b,
             Err(reply) => return self.reply(session, reply, snap, ex).await,
         };
         ex.bytes_in = body.len();
+        if snap.validation != ValidationMode::Off {
+            if let Err(violation) = schema::validate(operation, &body) {
+                let message = violation.message();
+                tracing::info!(request_id = %ex.request_id, %message, "request body breaks the schema");
+                ex.validation_failure = Some(violation.rule);
+                if snap.validation == ValidationMode::Enforce {
+                    return self
+                        .reply_with(session, Reply::InvalidBody, Some(&message), snap, ex)
+                        .await;
+                }
+            }
+        }
         let upstream_req =
             match upstream_request(session, &forward.upstream_path, &ex.request_id, body.len()) {
                 Some(r) => r,
@@ -132,13 +177,19 @@ impl ProxyApp {
     ) -> bool {
         let peers = &snap.upstream.peers;
         let first = self.next_peer.fetch_add(1, Ordering::Relaxed);
+        // Addresses that failed their health check leave the rotation, unless all have.
+        let any_up = snap.upstream.addresses.iter().any(|a| self.health.is_up(a));
         let idempotent = req.method == http::Method::GET;
         let mut last_failure = Reply::UpstreamConnect;
         let mut resent_on_stale = false;
         let mut attempt = 0;
         while attempt < peers.len() {
-            let peer = &peers[(first + attempt) % peers.len()];
+            let index = (first + attempt) % peers.len();
+            let peer = &peers[index];
             attempt += 1;
+            if any_up && !self.health.is_up(&snap.upstream.addresses[index]) {
+                continue;
+            }
             let started = Instant::now();
             let (mut up, reused) = match self.connector.get_http_session(peer).await {
                 Ok(s) => s,
@@ -239,6 +290,32 @@ impl ProxyApp {
         true
     }
 
+    /// Answers a request pingora could not parse (400, or 431 for oversized headers), then
+    /// the connection closes: its framing can no longer be trusted.
+    async fn answer_unreadable(&self, session: &mut ServerSession, e: &pingora::Error) {
+        let text = e.to_string();
+        let reply = if text.contains("larger than") || text.contains("too many headers") {
+            Reply::HeadersTooLarge
+        } else {
+            Reply::Malformed
+        };
+        tracing::debug!(error = %e, status = reply.status(), "unreadable request");
+        let mut ex = Exchange::start(&http::Method::GET, "");
+        ex.request_id = self.ids.next_id();
+        ex.status = reply.status();
+        session.set_keepalive(None);
+        let body = reply.body(None);
+        let header = reply.header(body.len(), &ex.request_id);
+        if session
+            .write_response_header(Box::new(header))
+            .await
+            .is_ok()
+        {
+            let _ = session.write_response_body(body, true).await;
+        }
+        self.telemetry.record(&ex);
+    }
+
     /// Writes one of the gateway's own answers. A request body left unread is drained when it
     /// is within the size limit (so the client reads the answer, not a reset), else the
     /// connection closes.
@@ -269,7 +346,7 @@ impl ProxyApp {
         let mut keep = true;
         if !session.is_body_done() {
             let small = declared_length(session.req_header())
-                .is_some_and(|n| n <= snap.max_body_bytes as u64);
+                .is_some_and(|n| n <= snap.limits.max_body_bytes as u64);
             keep = small
                 && reply != Reply::PayloadTooLarge
                 && session.drain_request_body().await.is_ok();
@@ -297,11 +374,18 @@ impl HttpServerApp for ProxyApp {
         mut session: ServerSession,
         shutdown: &ShutdownWatch,
     ) -> Option<ReusedHttpStream> {
-        match session.read_request().await {
-            Ok(true) => {}
-            Ok(false) => return None,
-            Err(e) => {
-                tracing::debug!(error = %e, "unreadable request; closing");
+        // The whole header must arrive in time: a slowloris client is cut off. (Only the
+        // timeout is read here; the snapshot is taken once the request is in.)
+        let header_timeout = self.config.load().limits.client_header_timeout;
+        match tokio::time::timeout(header_timeout, session.read_request()).await {
+            Ok(Ok(true)) => {}
+            Ok(Ok(false)) => return None,
+            Ok(Err(e)) => {
+                self.answer_unreadable(&mut session, &e).await;
+                return None;
+            }
+            Err(_) => {
+                tracing::debug!("request header not received in time; closing");
                 return None;
             }
         }
@@ -325,6 +409,35 @@ impl HttpServerApp for ProxyApp {
     }
 }
 
+/// Whether a request declares a JSON body (`application/json`, any parameters).
+fn is_json(req: &RequestHeader) -> bool {
+    req.headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// Refuses request lines and headers over the configured limits.
+fn check_request_size(req: &RequestHeader, limits: &Limits) -> Result<(), Reply> {
+    let target = req.uri.path_and_query().map_or(0, |p| p.as_str().len());
+    if target > limits.max_uri_bytes {
+        return Err(Reply::UriTooLong);
+    }
+    if req.headers.len() > limits.max_headers {
+        return Err(Reply::HeadersTooLarge);
+    }
+    let bytes: usize = req
+        .headers
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len())
+        .sum();
+    if bytes > limits.max_header_bytes {
+        return Err(Reply::HeadersTooLarge);
+    }
+    Ok(())
+}
+
 /// Adds the configured `Deprecation`, `Sunset` and `Link` headers to a v1 response.
 fn add_retirement_signals(resp: &mut ResponseHeader, snap: &Snapshot, ex: &Exchange) {
     if ex.version == Some(ApiVersion::V1) {
@@ -342,8 +455,18 @@ fn declared_length(req: &RequestHeader) -> Option<u64> {
         .and_then(|s| s.trim().parse().ok())
 }
 
-/// Reads the whole request body, refusing it as soon as it is known to exceed `max`.
-async fn read_body(session: &mut ServerSession, max: usize) -> Result<Bytes, Reply> {
+/// Reads the whole request body within `client_body_timeout`, refusing it as soon as it is
+/// known to exceed `max_body_bytes` (the excess is never buffered).
+async fn read_body(session: &mut ServerSession, limits: &Limits) -> Result<Bytes, Reply> {
+    tokio::time::timeout(
+        limits.client_body_timeout,
+        read_body_within(session, limits.max_body_bytes),
+    )
+    .await
+    .unwrap_or(Err(Reply::BodyTimeout))
+}
+
+async fn read_body_within(session: &mut ServerSession, max: usize) -> Result<Bytes, Reply> {
     if declared_length(session.req_header()).is_some_and(|n| n > max as u64) {
         return Err(Reply::PayloadTooLarge);
     }

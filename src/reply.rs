@@ -18,6 +18,10 @@ pub enum Reply {
     BadPath,
     /// The request body could not be read as declared (bad chunking, short body).
     BadBody,
+    /// The request body breaks the spec's schema (the hint names the field and rule).
+    InvalidBody,
+    /// The request could not be parsed as HTTP at all.
+    Malformed,
     /// Missing or wrong credentials, or a service outside the agent's allow-list.
     Unauthorized,
     /// No operation has this path.
@@ -30,6 +34,14 @@ pub enum Reply {
     V1Gone(V1Refusal),
     /// The body is larger than `limits.max_body_bytes`.
     PayloadTooLarge,
+    /// The request target is longer than `limits.max_uri_bytes`.
+    UriTooLong,
+    /// A POST whose body is not declared `application/json`.
+    UnsupportedMediaType,
+    /// The agent is over its rate limit.
+    RateLimited { retry_after_secs: u64 },
+    /// Headers over `limits.max_header_bytes` or `limits.max_headers`.
+    HeadersTooLarge,
     /// The backend could not be connected to.
     UpstreamConnect,
     /// The backend closed or broke the connection, or answered something that is not HTTP.
@@ -50,9 +62,11 @@ impl From<RouteError> for Reply {
 
 impl Reply {
     /// One of each kind, for documentation and tests.
-    pub const ALL_CODES: [Reply; 13] = [
+    pub const ALL_CODES: [Reply; 19] = [
         Reply::BadPath,
         Reply::BadBody,
+        Reply::InvalidBody,
+        Reply::Malformed,
         Reply::Unauthorized,
         Reply::NotFound,
         Reply::MethodNotAllowed { allow: "POST" },
@@ -63,6 +77,12 @@ impl Reply {
         }),
         Reply::V1Gone(V1Refusal::Sunset),
         Reply::PayloadTooLarge,
+        Reply::UriTooLong,
+        Reply::UnsupportedMediaType,
+        Reply::RateLimited {
+            retry_after_secs: 1,
+        },
+        Reply::HeadersTooLarge,
         Reply::UpstreamConnect,
         Reply::UpstreamBroken,
         Reply::UpstreamTimeout,
@@ -70,12 +90,16 @@ impl Reply {
 
     pub fn status(self) -> u16 {
         match self {
-            Reply::BadPath | Reply::BadBody => 400,
+            Reply::BadPath | Reply::BadBody | Reply::InvalidBody | Reply::Malformed => 400,
             Reply::Unauthorized => 401,
             Reply::NotFound => 404,
             Reply::MethodNotAllowed { .. } => 405,
             Reply::BodyTimeout => 408,
             Reply::V1Gone(_) => 410,
+            Reply::UriTooLong => 414,
+            Reply::UnsupportedMediaType => 415,
+            Reply::RateLimited { .. } => 429,
+            Reply::HeadersTooLarge => 431,
             Reply::PayloadTooLarge => 413,
             Reply::UpstreamConnect | Reply::UpstreamBroken => 502,
             Reply::UpstreamTimeout => 504,
@@ -86,6 +110,8 @@ impl Reply {
     pub fn message_code(self) -> u32 {
         let cause = match self {
             Reply::BadBody | Reply::UpstreamBroken => 1,
+            Reply::InvalidBody => 2,
+            Reply::Malformed => 3,
             Reply::V1Gone(V1Refusal::Blocked) => 1,
             Reply::V1Gone(V1Refusal::Brownout { .. }) => 2,
             Reply::V1Gone(V1Refusal::Sunset) => 3,
@@ -102,6 +128,14 @@ impl Reply {
             Reply::NotFound => "no such operation",
             Reply::MethodNotAllowed { .. } => "method not allowed for this operation",
             Reply::BodyTimeout => "the request body was not received in time",
+            Reply::InvalidBody => "the request body does not match the operation's schema",
+            Reply::Malformed => "the request is not valid HTTP/1.1",
+            Reply::UriTooLong => "request target exceeds limits.max_uri_bytes",
+            Reply::UnsupportedMediaType => "the request body must be application/json",
+            Reply::RateLimited { .. } => "rate limit exceeded for this agent",
+            Reply::HeadersTooLarge => {
+                "request headers exceed limits.max_header_bytes or limits.max_headers"
+            }
             Reply::V1Gone(V1Refusal::Blocked) => "API v1 is retired for this agent",
             Reply::V1Gone(V1Refusal::Brownout { .. }) => {
                 "API v1 is in a scheduled brownout; retry after it ends"
@@ -142,6 +176,9 @@ impl Reply {
         match self {
             Reply::MethodNotAllowed { allow } => {
                 let _ = h.insert_header(http::header::ALLOW, allow);
+            }
+            Reply::RateLimited { retry_after_secs } => {
+                let _ = h.insert_header(http::header::RETRY_AFTER, retry_after_secs);
             }
             Reply::V1Gone(V1Refusal::Brownout { until }) => {
                 let _ = h.insert_header(http::header::RETRY_AFTER, httpdate::fmt_http_date(until));

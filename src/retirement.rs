@@ -181,6 +181,7 @@ mod tests {
             default_service: None,
             services: None,
             v1_policy: policy,
+            rate_limit: None,
         }
     }
 

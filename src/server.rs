@@ -13,8 +13,9 @@ use pingora::server::{RunArgs, Server};
 use pingora::services::background::background_service;
 use pingora::services::listening::Service;
 
-use crate::admin::{AdminApp, Readiness, UpstreamProbe};
+use crate::admin::AdminApp;
 use crate::config::{BasePath, Snapshot};
+use crate::health::{HealthChecker, UpstreamHealth};
 use crate::mock_backend::MockBackend;
 use crate::proxy::ProxyApp;
 use crate::reload::{ConfigStore, ConfigWatcher};
@@ -82,21 +83,22 @@ pub fn build(
     let config = store.current().clone();
     let telemetry = Arc::new(Telemetry::register(registry)?);
 
+    let health = Arc::new(UpstreamHealth::default());
     let proxy_app = ProxyApp::new(
         config.clone(),
         telemetry.clone(),
+        health.clone(),
         startup.upstream_keepalive_pool_size,
     );
     let mut proxy = Service::new("agent-gateway proxy".into(), proxy_app);
     proxy.add_tcp(&startup.proxy_listen.to_string());
     server.add_service(proxy);
 
-    let readiness = Arc::new(Readiness::default());
     server.add_service(background_service(
-        "upstream probe",
-        UpstreamProbe {
+        "upstream health checks",
+        HealthChecker {
             config: config.clone(),
-            readiness: readiness.clone(),
+            health: health.clone(),
         },
     ));
     if startup.watch_config {
@@ -110,7 +112,7 @@ pub fn build(
     if let Some(addr) = startup.admin_listen {
         let app = HttpServer::new_app(AdminApp {
             registry: registry.clone(),
-            readiness,
+            health: health.clone(),
             store: store.clone(),
             telemetry: telemetry.clone(),
         });

@@ -33,6 +33,8 @@ pub struct Telemetry {
     in_flight: IntGauge,
     v1_refusals: IntCounterVec,
     v1_last_seen: GaugeVec,
+    validation_failures: IntCounterVec,
+    rate_limited: IntCounterVec,
     /// Per-agent counts behind `/v1-usage`.
     pub usage: UsageTracker,
 }
@@ -123,6 +125,21 @@ impl Telemetry {
             &["agent_id"],
         )?;
 
+        let validation_failures = IntCounterVec::new(
+            Opts::new(
+                "agent_gateway_validation_failures_total",
+                "Request bodies that broke the spec's schema, by operation and rule.",
+            ),
+            &["operation", "rule"],
+        )?;
+        let rate_limited = IntCounterVec::new(
+            Opts::new(
+                "agent_gateway_rate_limited_total",
+                "Requests refused with 429 because their agent was over its rate limit.",
+            ),
+            &["agent_id"],
+        )?;
+
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(request_duration.clone()))?;
         registry.register(Box::new(upstream_duration.clone()))?;
@@ -133,6 +150,8 @@ impl Telemetry {
         registry.register(Box::new(build_info))?;
         registry.register(Box::new(v1_refusals.clone()))?;
         registry.register(Box::new(v1_last_seen.clone()))?;
+        registry.register(Box::new(validation_failures.clone()))?;
+        registry.register(Box::new(rate_limited.clone()))?;
 
         Ok(Self {
             requests,
@@ -147,6 +166,8 @@ impl Telemetry {
             v1_refusals,
             v1_last_seen,
             usage: UsageTracker::default(),
+            validation_failures,
+            rate_limited,
         })
     }
 
@@ -184,6 +205,15 @@ impl Telemetry {
         }
         for kind in &ex.upstream_errors {
             self.upstream_errors[*kind as usize].inc();
+        }
+        if let Some(rule) = ex.validation_failure {
+            self.validation_failures
+                .with_label_values(&[operation, rule.as_str()])
+                .inc();
+        }
+        if ex.rate_limited {
+            let agent = ex.agent_id.as_deref().unwrap_or("unknown");
+            self.rate_limited.with_label_values(&[agent]).inc();
         }
         if let Some(v) = ex.version {
             let agent = ex.agent_id.as_deref().unwrap_or("unknown");

@@ -58,7 +58,9 @@ fn every_route_of_both_versions_is_forwarded_as_the_table_says() {
         ),
     ];
     for (i, (method, path, upstream)) in cases.iter().enumerate() {
-        let body = format!(r#"{{"n": {i}, "business_code":"B"}}"#);
+        let body = format!(
+            r#"{{"n": {i}, "business_code":"B","organization_name":"O","credential_def_id":"D"}}"#
+        );
         let body = if *method == "POST" {
             body.as_bytes()
         } else {
@@ -83,7 +85,7 @@ fn every_route_of_both_versions_is_forwarded_as_the_table_says() {
 fn auth_headers_pass_unchanged_and_request_id_and_forwarded_for_are_set() {
     let backend = Backend::start();
     let gw = Gateway::start(&[backend.addr], "");
-    let resp = post(gw.proxy, "/api/v1/verify/request", "{}");
+    let resp = post(gw.proxy, "/api/v1/verify/request", BODY);
     let seen = backend.last();
     assert_eq!(seen.header("x-service-agent-id"), Some("agent-1"));
     assert_eq!(seen.header("x-auth-token"), Some("secret"));
@@ -97,12 +99,24 @@ fn auth_headers_pass_unchanged_and_request_id_and_forwarded_for_are_set() {
     // A sane client id is kept; an insane one is replaced.
     let mut h = AUTH.to_vec();
     h.push(("X-Request-Id", "client-id-1"));
-    let resp = request(gw.proxy, "POST", "/api/v1/verify/request", &h, b"{}");
+    let resp = request(
+        gw.proxy,
+        "POST",
+        "/api/v1/verify/request",
+        &h,
+        BODY.as_bytes(),
+    );
     assert_eq!(backend.last().header("x-request-id"), Some("client-id-1"));
     assert_eq!(resp.header("x-request-id"), Some("client-id-1"));
     h.pop();
     h.push(("X-Request-Id", "bad id with spaces"));
-    request(gw.proxy, "POST", "/api/v1/verify/request", &h, b"{}");
+    request(
+        gw.proxy,
+        "POST",
+        "/api/v1/verify/request",
+        &h,
+        BODY.as_bytes(),
+    );
     assert_ne!(
         backend.last().header("x-request-id"),
         Some("bad id with spaces")
@@ -113,7 +127,7 @@ fn auth_headers_pass_unchanged_and_request_id_and_forwarded_for_are_set() {
 fn query_strings_pass_through_verbatim() {
     let backend = Backend::start();
     let gw = Gateway::start(&[backend.addr], "");
-    post(gw.proxy, "/api/v1/verify/request?x=1&y=a%2Fb&z", "{}");
+    post(gw.proxy, "/api/v1/verify/request?x=1&y=a%2Fb&z", BODY);
     assert_eq!(
         backend.last().target,
         "/api/v2/verify/ORG_DEFAULT/request?x=1&y=a%2Fb&z"
@@ -127,7 +141,9 @@ fn query_strings_pass_through_verbatim() {
 
 /// A body of `len` bytes of valid JSON with varied content.
 fn big_json(len: usize) -> Vec<u8> {
-    let mut s = String::from(r#"{"business_code":"B","pad":""#);
+    let mut s = String::from(
+        r#"{"business_code":"B","organization_name":"O","credential_def_id":"D","pad":""#,
+    );
     let mut i = 0u32;
     while s.len() < len - 2 {
         s.push(char::from(b'a' + (i % 26) as u8));
@@ -152,7 +168,7 @@ fn chunked_request_bodies_arrive_byte_identical() {
     let backend = Backend::start();
     let gw = Gateway::start(&[backend.addr], "");
     let body = big_json(200 * 1024);
-    let mut req = b"POST /api/v2/verify/S/request HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    let mut req = b"POST /api/v2/verify/S/request HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
     for c in body.chunks(7000) {
         req.extend_from_slice(format!("{:x}\r\n", c.len()).as_bytes());
         req.extend_from_slice(c);
@@ -175,7 +191,7 @@ fn large_chunked_responses_come_back_byte_identical() {
     let sent = payload.clone();
     let backend = Backend::with(move |_| Action::Chunked(sent.clone(), 10_000));
     let gw = Gateway::start(&[backend.addr], "");
-    let resp = post(gw.proxy, "/api/v1/verify/request", "{}");
+    let resp = post(gw.proxy, "/api/v1/verify/request", BODY);
     assert_eq!(resp.status, 200);
     assert_eq!(resp.body, payload);
 }
@@ -194,7 +210,7 @@ fn bodies_over_the_limit_get_413_and_are_not_forwarded() {
     assert_eq!(resp.status, 413);
     assert_eq!(resp.json()["status_code"], 413);
     // Chunked, so the size is only found out while reading.
-    let mut req = b"POST /api/v1/verify/request HTTP/1.1\r\nHost: x\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    let mut req = b"POST /api/v1/verify/request HTTP/1.1\r\nHost: x\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
     for _ in 0..3 {
         req.extend_from_slice(b"190\r\n");
         req.extend_from_slice(&[b' '; 400]);
@@ -262,7 +278,7 @@ services = ["ONLY"]
         } else {
             "POST"
         };
-        let resp = request(gw.proxy, method, path, headers, b"{}");
+        let resp = request(gw.proxy, method, path, headers, BODY.as_bytes());
         assert_eq!(resp.status, 401, "{path} {headers:?}");
         assert_eq!(resp.body, b"\"not authorized\"");
         assert_eq!(resp.header("content-type"), Some("application/json"));
@@ -276,8 +292,9 @@ services = ["ONLY"]
         &[
             ("X-Service-Agent-Id", "agent-2"),
             ("X-Auth-Token", "secret"),
+            ("Content-Type", "application/json"),
         ],
-        b"{}",
+        BODY.as_bytes(),
     );
     assert_eq!(ok.status, 200);
 }
@@ -291,7 +308,14 @@ fn status_reads_without_credentials_when_configured() {
     assert_eq!(backend.last().target, "/api/v2/transaction/t1/status");
     // POSTs still need them.
     assert_eq!(
-        request(gw.proxy, "POST", "/api/v1/verify/request", &[], b"{}").status,
+        request(
+            gw.proxy,
+            "POST",
+            "/api/v1/verify/request",
+            &[],
+            BODY.as_bytes()
+        )
+        .status,
         401
     );
 }
@@ -309,8 +333,15 @@ default_service = "AGENT3_SVC"
     let h = [
         ("X-Service-Agent-Id", "agent-3"),
         ("X-Auth-Token", "secret"),
+        ("Content-Type", "application/json"),
     ];
-    request(gw.proxy, "POST", "/api/v1/connection/invitation", &h, b"{}");
+    request(
+        gw.proxy,
+        "POST",
+        "/api/v1/connection/invitation",
+        &h,
+        BODY.as_bytes(),
+    );
     assert_eq!(
         backend.last().target,
         "/api/v2/connection/AGENT3_SVC/invitation"
@@ -329,14 +360,14 @@ fn unknown_paths_wrong_methods_and_bad_segments_are_not_forwarded() {
         "/admin",
         "/api/v3/x",
     ] {
-        let resp = post(gw.proxy, path, "{}");
+        let resp = post(gw.proxy, path, BODY);
         assert_eq!(resp.status, 404, "{path}");
         assert_eq!(resp.json()["status_code"], 404);
         assert_eq!(resp.json()["message_code"], 40400);
     }
     let resp = get(gw.proxy, "/api/v1/verify/request");
     assert_eq!((resp.status, resp.header("allow")), (405, Some("POST")));
-    let resp = post(gw.proxy, "/api/v2/transaction/x/status", "{}");
+    let resp = post(gw.proxy, "/api/v2/transaction/x/status", BODY);
     assert_eq!((resp.status, resp.header("allow")), (405, Some("GET")));
     for path in [
         "/api/v1/transaction/../status",
@@ -359,7 +390,7 @@ fn encoded_bytes_in_segments_are_forwarded_exactly() {
     let gw = Gateway::start(&[backend.addr], "");
     get(gw.proxy, "/api/v1/transaction/a%2Fb/status");
     assert_eq!(backend.last().target, "/api/v2/transaction/a%2Fb/status");
-    post(gw.proxy, "/api/v2/credential/S%2Fx%20y/offer", "{}");
+    post(gw.proxy, "/api/v2/credential/S%2Fx%20y/offer", BODY);
     assert_eq!(backend.last().target, "/api/v2/credential/S%2Fx%20y/offer");
 }
 
@@ -367,7 +398,7 @@ fn encoded_bytes_in_segments_are_forwarded_exactly() {
 fn refused_connection_is_502_and_the_next_address_is_tried() {
     let dead = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
     let gw = Gateway::start(&[dead], "");
-    let resp = post(gw.proxy, "/api/v1/verify/request", "{}");
+    let resp = post(gw.proxy, "/api/v1/verify/request", BODY);
     assert_eq!(resp.status, 502);
     assert_eq!(resp.json()["message_code"], 50200);
 
@@ -375,7 +406,7 @@ fn refused_connection_is_502_and_the_next_address_is_tried() {
     let backend = Backend::start();
     let gw = Gateway::start(&[dead, backend.addr], "");
     for _ in 0..6 {
-        assert_eq!(post(gw.proxy, "/api/v1/verify/request", "{}").status, 200);
+        assert_eq!(post(gw.proxy, "/api/v1/verify/request", BODY).status, 200);
     }
     assert_eq!(backend.count(), 6);
 }
@@ -385,7 +416,7 @@ fn requests_are_spread_round_robin() {
     let (a, b) = (Backend::start(), Backend::start());
     let gw = Gateway::start(&[a.addr, b.addr], "");
     for _ in 0..10 {
-        assert_eq!(post(gw.proxy, "/api/v1/verify/request", "{}").status, 200);
+        assert_eq!(post(gw.proxy, "/api/v1/verify/request", BODY).status, 200);
     }
     assert_eq!((a.count(), b.count()), (5, 5));
 }
@@ -394,7 +425,7 @@ fn requests_are_spread_round_robin() {
 fn slow_backend_is_504() {
     let backend = Backend::with(|_| Action::Delay(Duration::from_millis(3000), "{}".into()));
     let gw = Gateway::start(&[backend.addr], "");
-    let resp = post(gw.proxy, "/api/v1/verify/request", "{}");
+    let resp = post(gw.proxy, "/api/v1/verify/request", BODY);
     assert_eq!(resp.status, 504);
     assert_eq!(resp.json()["message_code"], 50400);
     assert_eq!(backend.count(), 1, "a timed-out POST must not be resent");
@@ -404,7 +435,7 @@ fn slow_backend_is_504() {
 fn a_post_the_backend_dropped_is_502_and_never_resent() {
     let backend = Backend::with(|_| Action::Close);
     let gw = Gateway::start(&[backend.addr], "");
-    let resp = post(gw.proxy, "/api/v1/verify/request", "{}");
+    let resp = post(gw.proxy, "/api/v1/verify/request", BODY);
     assert_eq!(resp.status, 502);
     assert_eq!(resp.json()["message_code"], 50201);
     assert_eq!(backend.count(), 1);
@@ -416,7 +447,7 @@ fn a_response_cut_mid_body_closes_the_client_connection() {
     let gw = Gateway::start(&[backend.addr], "");
     let mut s = std::net::TcpStream::connect(gw.proxy).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(b"POST /api/v1/verify/request HTTP/1.1\r\nHost: x\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\nContent-Length: 2\r\n\r\n{}")
+    s.write_all(b"POST /api/v1/verify/request HTTP/1.1\r\nHost: x\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\nContent-Type: application/json\r\nContent-Length: 21\r\n\r\n{\"business_code\":\"B\"}")
         .unwrap();
     let mut got = Vec::new();
     // read_to_end returns once the gateway closes; a kept-open connection would time out.
@@ -432,7 +463,7 @@ fn a_response_cut_mid_body_closes_the_client_connection() {
     let ok_backend = Backend::start();
     drop(gw);
     let gw = Gateway::start(&[ok_backend.addr], "");
-    assert_eq!(post(gw.proxy, "/api/v1/verify/request", "{}").status, 200);
+    assert_eq!(post(gw.proxy, "/api/v1/verify/request", BODY).status, 200);
 }
 
 #[test]
@@ -444,10 +475,10 @@ fn keep_alive_connections_serve_many_requests() {
     let mut w = s.try_clone().unwrap();
     let mut r = std::io::BufReader::new(s);
     for i in 0..20 {
-        let body = format!("{{\"i\":{i}}}");
+        let body = format!("{{\"result\":true,\"presentation_id\":\"p{i}\"}}");
         write!(
             w,
-            "POST /api/v1/verify/response HTTP/1.1\r\nHost: x\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\nContent-Length: {}\r\n\r\n{body}",
+            "POST /api/v1/verify/response HTTP/1.1\r\nHost: x\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         )
         .unwrap();

@@ -28,7 +28,7 @@ fn seen_within_a_second(gw: &Gateway, backend: &Backend, code: &str) {
     let want = format!("/api/v2/verify/{code}/request");
     let start = Instant::now();
     loop {
-        assert_eq!(post(gw.proxy, "/api/v1/verify/request", "{}").status, 200);
+        assert_eq!(post(gw.proxy, "/api/v1/verify/request", BODY).status, 200);
         if backend.last().target == want {
             return;
         }
@@ -117,7 +117,7 @@ fn sighup_reloads() {
     std::fs::write(&gw.config_path, no_watch("AFTER_HUP", ports)).unwrap();
     // Without the watcher nothing changes until the signal.
     thread::sleep(Duration::from_millis(400));
-    post(gw.proxy, "/api/v1/verify/request", "{}");
+    post(gw.proxy, "/api/v1/verify/request", BODY);
     assert_eq!(backend.last().target, "/api/v2/verify/BEFORE_HUP/request");
     signal(gw.child.id(), "HUP");
     seen_within_a_second(&gw, &backend, "AFTER_HUP");
@@ -180,7 +180,7 @@ fn an_invalid_file_keeps_the_old_config_and_a_later_valid_one_applies() {
     wait_until(2, "the failure to be counted", || {
         gw.metric("agent_gateway_config_reloads_total{result=\"failure\"}") == 1.0
     });
-    post(gw.proxy, "/api/v1/verify/request", "{}");
+    post(gw.proxy, "/api/v1/verify/request", BODY);
     assert_eq!(backend.last().target, "/api/v2/verify/GOOD_ONE/request");
     assert_eq!(gw.metric("agent_gateway_config_generation"), 1.0);
     assert!(gw.log().contains("config reload refused"));
@@ -205,7 +205,7 @@ fn a_revoked_agent_is_refused_on_its_next_request() {
                 ("X-Service-Agent-Id", "agent-2"),
                 ("X-Auth-Token", "secret"),
             ],
-            b"{}",
+            BODY.as_bytes(),
         )
         .status
     };
@@ -213,7 +213,7 @@ fn a_revoked_agent_is_refused_on_its_next_request() {
     std::fs::write(&gw.config_path, text(ports, backend.addr, "C", "")).unwrap();
     wait_until(1, "agent-2 to be revoked", || as_agent2() == 401);
     assert_eq!(
-        post(gw.proxy, "/api/v1/verify/request", "{}").status,
+        post(gw.proxy, "/api/v1/verify/request", BODY).status,
         200,
         "agent-1 is unaffected"
     );
@@ -239,7 +239,7 @@ fn under_load_with_50_reloads_every_request_sees_one_whole_snapshot() {
             thread::spawn(move || {
                 let mut failures = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
-                    let resp = post(proxy, "/api/v1/verify/request", "{}");
+                    let resp = post(proxy, "/api/v1/verify/request", BODY);
                     sent.fetch_add(1, Ordering::Relaxed);
                     if resp.status != 200 {
                         failures.push(resp.status);
@@ -292,7 +292,7 @@ fn sigterm_lets_a_slow_response_finish_then_exits() {
         .replace("grace_period_seconds = 1", "grace_period_seconds = 5");
     let mut gw = Gateway::start_with(&with_grace, ports.0, ports.1, &[]);
     let proxy = gw.proxy;
-    let pending = thread::spawn(move || post(proxy, "/api/v1/verify/request", "{}"));
+    let pending = thread::spawn(move || post(proxy, "/api/v1/verify/request", BODY));
     wait_until(2, "the request to reach the backend", || {
         backend.count() == 1
     });
@@ -330,7 +330,7 @@ fn sigquit_hands_the_listeners_to_a_process_started_with_upgrade() {
         &format!("[server]\nupgrade_sock = \"{}\"", sock.display()),
     );
     let mut old = Gateway::start_with(&cfg, ports.0, ports.1, &[]);
-    assert_eq!(post(old.proxy, "/api/v1/verify/request", "{}").status, 200);
+    assert_eq!(post(old.proxy, "/api/v1/verify/request", BODY).status, 200);
 
     // The new binary waits on the upgrade socket for the old one's listeners.
     let log = std::fs::File::create(sock_dir.path().join("new.log")).unwrap();
@@ -348,14 +348,14 @@ fn sigquit_hands_the_listeners_to_a_process_started_with_upgrade() {
     let mut served = 0;
     while old.child.try_wait().unwrap().is_none() {
         assert!(Instant::now() < deadline, "old process never exited");
-        assert_eq!(post(old.proxy, "/api/v1/verify/request", "{}").status, 200);
+        assert_eq!(post(old.proxy, "/api/v1/verify/request", BODY).status, 200);
         served += 1;
         thread::sleep(Duration::from_millis(50));
     }
     assert!(served > 0);
     // Only the new process is left, on the same port.
     for _ in 0..5 {
-        assert_eq!(post(old.proxy, "/api/v1/verify/request", "{}").status, 200);
+        assert_eq!(post(old.proxy, "/api/v1/verify/request", BODY).status, 200);
     }
     assert!(
         new.try_wait().unwrap().is_none(),

@@ -23,7 +23,11 @@ fn as_agent(
     path: &str,
     request_id: Option<&str>,
 ) -> Response {
-    let mut h = vec![("X-Service-Agent-Id", id), ("X-Auth-Token", "secret")];
+    let mut h = vec![
+        ("X-Service-Agent-Id", id),
+        ("X-Auth-Token", "secret"),
+        ("Content-Type", "application/json"),
+    ];
     if let Some(r) = request_id {
         h.push(("X-Request-Id", r));
     }
@@ -32,7 +36,11 @@ fn as_agent(
         method,
         path,
         &h,
-        if method == "POST" { b"{}" } else { b"" },
+        if method == "POST" {
+            BODY.as_bytes()
+        } else {
+            b""
+        },
     )
 }
 
@@ -47,7 +55,7 @@ link = "https://example.org/agent-api/v2"
 fn v1_responses_carry_the_deprecation_signals_and_v2_ones_do_not() {
     let backend = Backend::start();
     let gw = Gateway::start(&[backend.addr], SIGNALS);
-    let v1 = post(gw.proxy, "/api/v1/verify/request", "{}");
+    let v1 = post(gw.proxy, "/api/v1/verify/request", BODY);
     assert_eq!(v1.status, 200);
     assert_eq!(v1.header("deprecation"), Some("@1780272000"));
     assert_eq!(v1.header("sunset"), Some("Tue, 01 Jun 2027 00:00:00 GMT"));
@@ -56,11 +64,17 @@ fn v1_responses_carry_the_deprecation_signals_and_v2_ones_do_not() {
         Some("<https://example.org/agent-api/v2>; rel=\"deprecation\", <https://example.org/agent-api/v2>; rel=\"sunset\"")
     );
     // The gateway's own answers to v1 calls carry them too.
-    let refused = request(gw.proxy, "POST", "/api/v1/verify/request", &[], b"{}");
+    let refused = request(
+        gw.proxy,
+        "POST",
+        "/api/v1/verify/request",
+        &[],
+        BODY.as_bytes(),
+    );
     assert_eq!(refused.status, 401);
     assert_eq!(refused.header("deprecation"), Some("@1780272000"));
 
-    let v2 = post(gw.proxy, "/api/v2/verify/S/request", "{}");
+    let v2 = post(gw.proxy, "/api/v2/verify/S/request", BODY);
     assert_eq!(v2.status, 200);
     for h in ["deprecation", "sunset", "link"] {
         assert_eq!(v2.header(h), None, "{h} on a v2 response");
@@ -112,7 +126,7 @@ fn blocked_agents_get_410_naming_the_v2_path_and_nothing_is_forwarded() {
         as_agent(&gw, "legacy", "POST", "/api/v2/verify/S/request", None).status,
         200
     );
-    assert_eq!(post(gw.proxy, "/api/v1/verify/request", "{}").status, 200);
+    assert_eq!(post(gw.proxy, "/api/v1/verify/request", BODY).status, 200);
     assert_eq!(
         gw.metric("agent_gateway_v1_refusals_total{agent_id=\"legacy\",reason=\"blocked\"}"),
         5.0
@@ -187,7 +201,7 @@ fn sunset_is_enforced_only_when_configured() {
     let lenient = format!("[retirement]\nsunset_at = \"{past}\"\n");
     let gw = Gateway::start(&[backend.addr], &lenient);
     assert_eq!(
-        post(gw.proxy, "/api/v1/verify/request", "{}").status,
+        post(gw.proxy, "/api/v1/verify/request", BODY).status,
         200,
         "no cut-off by a clock alone"
     );
@@ -198,7 +212,7 @@ fn sunset_is_enforced_only_when_configured() {
         lenient + "enforce_sunset = true\n"
     );
     let gw = Gateway::start(&[backend.addr], &strict);
-    let resp = post(gw.proxy, "/api/v1/verify/request", "{}");
+    let resp = post(gw.proxy, "/api/v1/verify/request", BODY);
     assert_eq!(
         (resp.status, resp.json()["message_code"].as_i64()),
         (410, Some(41003))
@@ -207,7 +221,7 @@ fn sunset_is_enforced_only_when_configured() {
         as_agent(&gw, "vip", "POST", "/api/v1/verify/request", None).status,
         200
     );
-    assert_eq!(post(gw.proxy, "/api/v2/verify/S/request", "{}").status, 200);
+    assert_eq!(post(gw.proxy, "/api/v2/verify/S/request", BODY).status, 200);
 }
 
 #[test]

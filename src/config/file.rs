@@ -23,6 +23,8 @@ pub struct FileConfig {
     pub limits: LimitsFile,
     #[serde(default)]
     pub retirement: RetirementFile,
+    #[serde(default)]
+    pub validation: ValidationFile,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -105,6 +107,16 @@ pub struct UpstreamFile {
     /// How long an idle kept-alive upstream connection stays in the pool.
     #[serde(default = "default_idle_timeout_ms")]
     pub idle_timeout_ms: u64,
+    /// How often each address is health-checked.
+    #[serde(default = "default_health_check_interval_ms")]
+    pub health_check_interval_ms: u64,
+    /// `GET` this path for the check (a 2xx or 3xx answer is healthy); absent: a TCP connect.
+    #[serde(default)]
+    pub health_check_path: Option<String>,
+}
+
+fn default_health_check_interval_ms() -> u64 {
+    1000
 }
 
 fn default_upstream_base() -> String {
@@ -145,20 +157,46 @@ pub struct AgentFile {
     pub services: Option<Vec<String>>,
     #[serde(default)]
     pub v1_policy: crate::retirement::V1Policy,
+    /// Sustained requests per second this agent may make (absent: unlimited).
+    pub rate_limit_per_second: Option<f64>,
+    /// Requests it may make at once above the sustained rate (default: one second's worth).
+    pub burst: Option<u32>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsFile {
     pub max_body_bytes: usize,
+    /// Longest request target (path and query) accepted; longer gets 414.
+    pub max_uri_bytes: usize,
+    /// Largest total of header names and values accepted; larger gets 431.
+    pub max_header_bytes: usize,
+    /// Most header fields accepted; more gets 431.
+    pub max_headers: usize,
+    /// Time allowed to receive a request header (also bounds keep-alive idle time).
+    pub client_header_timeout_ms: u64,
+    /// Time allowed to receive a whole request body.
+    pub client_body_timeout_ms: u64,
 }
 
 impl Default for LimitsFile {
     fn default() -> Self {
         Self {
             max_body_bytes: 1024 * 1024,
+            max_uri_bytes: 8 * 1024,
+            max_header_bytes: 32 * 1024,
+            max_headers: 100,
+            client_header_timeout_ms: 10_000,
+            client_body_timeout_ms: 10_000,
         }
     }
+}
+
+/// `[validation]`: what happens to request bodies that break the spec's schemas.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ValidationFile {
+    pub mode: super::ValidationMode,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -140,6 +140,7 @@ pub struct Agent {
     pub services: Option<Vec<BusinessCode>>,
     /// What happens to this agent's v1 calls.
     pub v1_policy: V1Policy,
+    pub rate_limit: Option<RateLimit>,
 }
 
 impl Agent {
@@ -150,6 +151,37 @@ impl Agent {
             Some(allowed) => allowed.iter().any(|c| c.as_str() == code),
         }
     }
+}
+
+/// A token bucket's settings: `per_second` sustained, up to `burst` at once.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateLimit {
+    pub per_second: f64,
+    pub burst: u32,
+}
+
+/// What happens to request bodies that break the spec's schemas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ValidationMode {
+    /// Answer 400 naming the field and rule; nothing reaches the backend.
+    #[default]
+    Enforce,
+    /// Forward anyway, but count and log the violation.
+    Report,
+    /// Do not validate.
+    Off,
+}
+
+/// Bounds on what a client may send, and how slowly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    pub max_body_bytes: usize,
+    pub max_uri_bytes: usize,
+    pub max_header_bytes: usize,
+    pub max_headers: usize,
+    pub client_header_timeout: Duration,
+    pub client_body_timeout: Duration,
 }
 
 /// Authentication settings and the agent table, keyed by agent id.
@@ -167,6 +199,8 @@ pub struct UpstreamConfig {
     pub connect_timeout: Duration,
     pub read_timeout: Duration,
     pub idle_timeout: Duration,
+    pub health_check_interval: Duration,
+    pub health_check_path: Option<String>,
 }
 
 /// Settings that only take effect at process start (listeners, runtimes).
@@ -190,7 +224,8 @@ pub struct Snapshot {
     pub v1_default_service: BusinessCode,
     pub upstream: UpstreamConfig,
     pub auth: AuthConfig,
-    pub max_body_bytes: usize,
+    pub limits: Limits,
+    pub validation: ValidationMode,
     pub retirement: Retirement,
 }
 
@@ -428,6 +463,24 @@ impl Snapshot {
                 );
                 continue;
             }
+            let rate_limit = match (a.rate_limit_per_second, a.burst) {
+                (None, None) => None,
+                (None, Some(_)) => {
+                    p.push(format!("{key}.burst"), "needs rate_limit_per_second");
+                    None
+                }
+                (Some(rate), burst) if rate.is_finite() && rate > 0.0 => Some(RateLimit {
+                    per_second: rate,
+                    burst: burst.unwrap_or_else(|| rate.ceil().max(1.0) as u32).max(1),
+                }),
+                (Some(_), _) => {
+                    p.push(
+                        format!("{key}.rate_limit_per_second"),
+                        "must be a positive number",
+                    );
+                    None
+                }
+            };
             if let (Some(token), Some(default_service)) = (token, default_service) {
                 agents.insert(
                     a.id.clone(),
@@ -437,14 +490,51 @@ impl Snapshot {
                         default_service,
                         services,
                         v1_policy: a.v1_policy,
+                        rate_limit,
                     },
                 );
             }
         }
 
         let retirement = retirement(&f.retirement, &agents, &mut p);
-        if f.limits.max_body_bytes == 0 {
-            p.push("limits.max_body_bytes", "must be greater than 0");
+        for (key, value) in [
+            ("limits.max_body_bytes", f.limits.max_body_bytes),
+            ("limits.max_uri_bytes", f.limits.max_uri_bytes),
+            ("limits.max_header_bytes", f.limits.max_header_bytes),
+            ("limits.max_headers", f.limits.max_headers),
+        ] {
+            if value == 0 {
+                p.push(key, "must be greater than 0");
+            }
+        }
+        let limits = Limits {
+            max_body_bytes: f.limits.max_body_bytes,
+            max_uri_bytes: f.limits.max_uri_bytes,
+            max_header_bytes: f.limits.max_header_bytes,
+            max_headers: f.limits.max_headers,
+            client_header_timeout: millis(
+                "limits.client_header_timeout_ms",
+                f.limits.client_header_timeout_ms,
+                &mut p,
+            ),
+            client_body_timeout: millis(
+                "limits.client_body_timeout_ms",
+                f.limits.client_body_timeout_ms,
+                &mut p,
+            ),
+        };
+        let health_check_interval = millis(
+            "upstream.health_check_interval_ms",
+            f.upstream.health_check_interval_ms,
+            &mut p,
+        );
+        if let Some(path) = &f.upstream.health_check_path {
+            if !path.starts_with('/') || !path.bytes().all(|b| b.is_ascii_graphic()) {
+                p.push(
+                    "upstream.health_check_path",
+                    "must be an absolute path without spaces",
+                );
+            }
         }
 
         let (Some(proxy_listen), Some(admin_listen), Some(v1), Some(v2), Some(up), Some(code)) = (
@@ -494,12 +584,15 @@ impl Snapshot {
                 connect_timeout,
                 read_timeout,
                 idle_timeout,
+                health_check_interval,
+                health_check_path: f.upstream.health_check_path,
             },
             auth: AuthConfig {
                 require_on_status: f.auth.require_on_status,
                 agents,
             },
-            max_body_bytes: f.limits.max_body_bytes,
+            limits,
+            validation: f.validation.mode,
             retirement,
         })
     }
@@ -542,7 +635,9 @@ token_sha256 = "{DIGEST}"
         assert_eq!(s.bases.upstream.as_str(), "/api/v2");
         assert_eq!(s.upstream.connect_timeout, Duration::from_millis(1000));
         assert_eq!(s.upstream.read_timeout, Duration::from_millis(30_000));
-        assert_eq!(s.max_body_bytes, 1024 * 1024);
+        assert_eq!(s.limits.max_body_bytes, 1024 * 1024);
+        assert_eq!(s.limits.client_header_timeout, Duration::from_secs(10));
+        assert_eq!(s.validation, ValidationMode::Enforce);
         assert!(s.auth.require_on_status);
         assert_eq!(s.startup.grace_period_seconds, 5);
         assert_eq!(s.auth.agents["agent-1"].token.0[0], 0x2b);
@@ -614,6 +709,26 @@ services = ["ok", "bad code"]
         for good in ["ORG_DEFAULT", "a.b", "x~y-z", "..."] {
             assert!(BusinessCode::parse(good).is_ok(), "{good:?} refused");
         }
+    }
+
+    #[test]
+    fn rate_limits() {
+        let s = Snapshot::parse(&(minimal() + "rate_limit_per_second = 2.5\n")).unwrap();
+        assert_eq!(
+            s.auth.agents["agent-1"].rate_limit,
+            Some(RateLimit {
+                per_second: 2.5,
+                burst: 3
+            })
+        );
+        assert_eq!(
+            problems(&(minimal() + "rate_limit_per_second = 0.0\n")),
+            vec!["auth.agents[0].rate_limit_per_second"]
+        );
+        assert_eq!(
+            problems(&(minimal() + "burst = 3\n")),
+            vec!["auth.agents[0].burst"]
+        );
     }
 
     #[test]

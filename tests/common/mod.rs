@@ -295,6 +295,9 @@ pub fn request(
     raw(addr, &bytes).unwrap_or_else(|| panic!("no response to {method} {target}"))
 }
 
+/// A body valid for every POST operation: it has the required fields of all four schemas.
+pub const BODY: &str = r#"{"business_code":"B","organization_name":"O","credential_def_id":"D"}"#;
+
 pub const AUTH: [(&str, &str); 3] = [
     ("X-Service-Agent-Id", "agent-1"),
     ("X-Auth-Token", "secret"),
@@ -673,18 +676,37 @@ pub fn gateway_metric_names(expr: &str) -> Vec<String> {
     out
 }
 
+/// Config lines (for `extra`) adding agent `retired`, token `secret`, whose v1 calls the
+/// retirement policy refuses with 410.
+pub const RETIRED_AGENT: &str = r#"
+[[auth.agents]]
+id = "retired"
+token_sha256 = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"
+v1_policy = "block"
+"#;
+
 /// Sends one request of every kind the dashboard charts, through `proxy` (which must reach a
-/// backend that answers 200, and know `agent-1`/`secret`): v1 and v2 by a configured agent,
-/// a 401, a 404. Returns how many requests it sent.
+/// backend that answers 200, and know `agent-1` and [`RETIRED_AGENT`]): v1 and v2 by a
+/// configured agent, a v1 call refused by the retirement policy, a 401, a 404. Returns how
+/// many requests it sent.
 pub fn send_traffic_mix(proxy: SocketAddr) -> usize {
+    let retired = [
+        ("X-Service-Agent-Id", "retired"),
+        ("X-Auth-Token", "secret"),
+    ];
     let sent = [
         post(proxy, "/api/v1/verify/request", "{}").status,
         get(proxy, "/api/v1/transaction/tx-1/status").status,
         post(proxy, "/api/v2/connection/SVC/invitation", "{}").status,
         get(proxy, "/api/v2/transaction/tx-2/status").status,
+        request(proxy, "POST", "/api/v1/verify/request", &retired, b"{}").status,
         request(proxy, "POST", "/api/v1/credential/offer", &[], b"{}").status,
         post(proxy, "/not-an-operation", "{}").status,
     ];
-    assert_eq!(sent, [200, 200, 200, 200, 401, 404], "traffic mix answers");
+    assert_eq!(
+        sent,
+        [200, 200, 200, 200, 410, 401, 404],
+        "traffic mix answers"
+    );
     sent.len()
 }
