@@ -345,11 +345,19 @@ impl ProxyApp {
         ex.bytes_out = body.len();
         let mut keep = true;
         if !session.is_body_done() {
-            let small = declared_length(session.req_header())
+            // A body that broke its framing, its size or its deadline is not worth waiting for.
+            let drainable = !matches!(
+                reply,
+                Reply::PayloadTooLarge | Reply::BodyTimeout | Reply::BadBody
+            ) && declared_length(session.req_header())
                 .is_some_and(|n| n <= snap.limits.max_body_bytes as u64);
-            keep = small
-                && reply != Reply::PayloadTooLarge
-                && session.drain_request_body().await.is_ok();
+            keep = drainable
+                && tokio::time::timeout(
+                    snap.limits.client_body_timeout,
+                    session.drain_request_body(),
+                )
+                .await
+                .is_ok_and(|r| r.is_ok());
             if !keep {
                 session.set_keepalive(None);
             }

@@ -349,6 +349,8 @@ pub enum Action {
     Close,
     /// Send the header and half the declared body, then close.
     CloseMidBody,
+    /// Send the header and half the declared body, then stall for this long before closing.
+    StallMidBody(Duration),
 }
 
 type Handler = Arc<dyn Fn(&Recorded) -> Action + Send + Sync>;
@@ -372,7 +374,24 @@ impl Backend {
     }
 
     pub fn with(handler: impl Fn(&Recorded) -> Action + Send + Sync + 'static) -> Backend {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        Self::on(TcpListener::bind("127.0.0.1:0").unwrap(), handler)
+    }
+
+    /// A default backend on a given address (e.g. one a dropped backend had).
+    pub fn start_at(addr: SocketAddr) -> Backend {
+        let listener = TcpListener::bind(addr).unwrap();
+        Self::on(listener, |r| {
+            Action::Json(format!(
+                r#"{{"status_code":200,"message_code":0,"message":"OK","seen":"{}"}}"#,
+                r.target
+            ))
+        })
+    }
+
+    fn on(
+        listener: TcpListener,
+        handler: impl Fn(&Recorded) -> Action + Send + Sync + 'static,
+    ) -> Backend {
         let addr = listener.local_addr().unwrap();
         let requests = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
@@ -452,6 +471,12 @@ fn serve_conn(conn: TcpStream, reqs: Arc<Mutex<Vec<Recorded>>>, handler: Handler
             Action::CloseMidBody => {
                 let _ = writer
                     .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"partial\":");
+                return;
+            }
+            Action::StallMidBody(d) => {
+                let _ = writer
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"partial\":");
+                thread::sleep(d);
                 return;
             }
         };
@@ -676,36 +701,81 @@ pub fn gateway_metric_names(expr: &str) -> Vec<String> {
     out
 }
 
-/// Config lines (for `extra`) adding agent `retired`, token `secret`, whose v1 calls the
-/// retirement policy refuses with 410.
-pub const RETIRED_AGENT: &str = r#"
+/// Request bodies that satisfy the spec's schema for each POST operation.
+pub const VERIFY_BODY: &str = r#"{"business_code":"KYC"}"#;
+pub const INVITATION_BODY: &str = r#"{"organization_name":"Org"}"#;
+pub const OFFER_BODY: &str = r#"{"organization_name":"Org","credential_def_id":"cred-def-1"}"#;
+pub const VERIFY_RESPONSE_BODY: &str = r#"{"presentation_id":"p-1"}"#;
+
+/// Config lines (for `extra`) adding two agents with token `secret`: `retired`, whose v1
+/// calls the retirement policy refuses with 410, and `throttled`, allowed one request and
+/// then (for the next 1000 s) refused with 429.
+pub const MIX_AGENTS: &str = r#"
 [[auth.agents]]
 id = "retired"
 token_sha256 = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"
 v1_policy = "block"
+
+[[auth.agents]]
+id = "throttled"
+token_sha256 = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"
+rate_limit_per_second = 0.001
+burst = 1
 "#;
 
-/// Sends one request of every kind the dashboard charts, through `proxy` (which must reach a
-/// backend that answers 200, and know `agent-1` and [`RETIRED_AGENT`]): v1 and v2 by a
-/// configured agent, a v1 call refused by the retirement policy, a 401, a 404. Returns how
-/// many requests it sent.
-pub fn send_traffic_mix(proxy: SocketAddr) -> usize {
-    let retired = [
-        ("X-Service-Agent-Id", "retired"),
+/// Headers of an authenticated JSON request by `agent` (token `secret`).
+pub fn agent_headers(agent: &str) -> [(&str, &str); 3] {
+    [
+        ("X-Service-Agent-Id", agent),
         ("X-Auth-Token", "secret"),
-    ];
+        ("Content-Type", "application/json"),
+    ]
+}
+
+/// Sends one request of every kind the dashboard charts, through `proxy` (which must reach a
+/// backend that answers 200, and know `agent-1` and [`MIX_AGENTS`]): v1 and v2 by a
+/// configured agent, a v1 call refused by the retirement policy, a body that breaks the
+/// schema, a rate-limited call, a 401, a 404. Returns how many requests it sent.
+pub fn send_traffic_mix(proxy: SocketAddr) -> usize {
+    let throttled = agent_headers("throttled");
     let sent = [
-        post(proxy, "/api/v1/verify/request", "{}").status,
+        post(proxy, "/api/v1/verify/request", VERIFY_BODY).status,
         get(proxy, "/api/v1/transaction/tx-1/status").status,
-        post(proxy, "/api/v2/connection/SVC/invitation", "{}").status,
+        post(proxy, "/api/v2/connection/SVC/invitation", INVITATION_BODY).status,
         get(proxy, "/api/v2/transaction/tx-2/status").status,
-        request(proxy, "POST", "/api/v1/verify/request", &retired, b"{}").status,
+        request(
+            proxy,
+            "POST",
+            "/api/v1/verify/request",
+            &agent_headers("retired"),
+            VERIFY_BODY.as_bytes(),
+        )
+        .status,
+        post(proxy, "/api/v2/verify/SVC/request", "{}").status,
+        request(
+            proxy,
+            "GET",
+            "/api/v2/transaction/tx-3/status",
+            &throttled[..2],
+            b"",
+        )
+        .status,
+        request(
+            proxy,
+            "GET",
+            "/api/v2/transaction/tx-4/status",
+            &throttled[..2],
+            b"",
+        )
+        .status,
         request(proxy, "POST", "/api/v1/credential/offer", &[], b"{}").status,
         post(proxy, "/not-an-operation", "{}").status,
     ];
+    // The throttled agent's first call of the test passes; every later one is refused.
+    let first_throttled = if sent[6] == 200 { 200 } else { 429 };
     assert_eq!(
         sent,
-        [200, 200, 200, 200, 410, 401, 404],
+        [200, 200, 200, 200, 410, 400, first_throttled, 429, 401, 404],
         "traffic mix answers"
     );
     sent.len()

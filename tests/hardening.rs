@@ -1,0 +1,447 @@
+//! Bad input, hostile clients and failing backends against real processes. Every row of the
+//! README's bad-input table is backed by a test here or in `tests/gateway.rs`.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use common::*;
+
+fn json_post(gw: &Gateway, path: &str, body: &str) -> Response {
+    request(gw.proxy, "POST", path, &AUTH, body.as_bytes())
+}
+
+#[test]
+fn each_schema_rule_gets_400_naming_field_and_rule_and_nothing_is_forwarded() {
+    let backend = Backend::start();
+    let gw = Gateway::start(&[backend.addr], "");
+    let cases = [
+        ("/api/v1/verify/request", "not json", "rule not_json"),
+        ("/api/v1/verify/request", "[1,2]", "rule not_object"),
+        ("/api/v1/verify/request", "{}", "business_code"),
+        (
+            "/api/v2/verify/S/request",
+            r#"{"business_code":7}"#,
+            "rule type",
+        ),
+        (
+            "/api/v1/verify/request",
+            r#"{"business_code":"B","connection_id":"c","allow_multiple_read":true}"#,
+            "rule allow_multiple_read_with_connection",
+        ),
+        (
+            "/api/v1/connection/invitation",
+            r#"{"allow_multiple_read":true}"#,
+            "organization_name",
+        ),
+        (
+            "/api/v1/credential/offer",
+            r#"{"organization_name":"O"}"#,
+            "credential_def_id",
+        ),
+        (
+            "/api/v1/credential/offer",
+            r#"{"organization_name":"O","credential_def_id":"D","connection_id":"c"}"#,
+            "rule credential_values_required",
+        ),
+        (
+            "/api/v2/credential/S/offer",
+            r#"{"organization_name":"O","credential_def_id":"D","credential_values":[{"name":"n","value":"v"}]}"#,
+            "credential_values[0].mime_type",
+        ),
+        (
+            "/api/v1/verify/response",
+            r#"{"descriptions":[{"lang":"en"}]}"#,
+            "descriptions[0].message",
+        ),
+        ("/api/v1/verify/response", r#"{"result":"yes"}"#, "result"),
+    ];
+    for (path, body, named) in cases {
+        let resp = json_post(&gw, path, body);
+        assert_eq!(resp.status, 400, "{path} {body}");
+        let json = resp.json();
+        assert_eq!(json["message_code"], 40002);
+        let message = json["message"].as_str().unwrap();
+        assert!(
+            message.contains(named),
+            "{body}: {message:?} should name {named}"
+        );
+    }
+    assert_eq!(backend.count(), 0);
+    let failures = gw.metric(
+        "agent_gateway_validation_failures_total{operation=\"credential_offer\",rule=\"credential_values_required\"}",
+    );
+    assert_eq!(failures, 1.0);
+}
+
+#[test]
+fn valid_bodies_are_forwarded_byte_identical_whatever_their_formatting() {
+    let backend = Backend::start();
+    let gw = Gateway::start(&[backend.addr], "");
+    let bodies = [
+        // Whitespace, key order, unicode escapes, unknown fields and nulls all kept as sent.
+        "{\n  \"zeta\": [1, 2, {\"deep\": null}],\n  \"business_code\" : \"caf\\u00e9 \u{1F600}\"\n}",
+        r#"{"business_code":"B","allow_multiple_read":false,"request_uid":"r-1","extra":{"a":1}}"#,
+    ];
+    for body in bodies {
+        let resp = json_post(&gw, "/api/v1/verify/request", body);
+        assert_eq!(resp.status, 200, "{}", resp.text());
+        assert_eq!(backend.last().body, body.as_bytes());
+    }
+    // Well over pingora's 64 KiB retry buffer.
+    let values: Vec<String> = (0..3000)
+        .map(|i| {
+            format!(
+                r#"{{"name":"attr{i}","mime_type":"text/plain","value":"{}"}}"#,
+                "v".repeat(40)
+            )
+        })
+        .collect();
+    let big = format!(
+        r#"{{"organization_name":"O","credential_def_id":"D","connection_id":"c","credential_values":[{}]}}"#,
+        values.join(",")
+    );
+    assert!(big.len() > 200 * 1024);
+    let resp = json_post(&gw, "/api/v1/credential/offer", &big);
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    assert_eq!(backend.last().body, big.as_bytes());
+}
+
+#[test]
+fn report_mode_forwards_and_counts_and_off_mode_skips() {
+    let backend = Backend::start();
+    let gw = Gateway::start(&[backend.addr], "[validation]\nmode = \"report\"");
+    assert_eq!(json_post(&gw, "/api/v1/verify/request", "{}").status, 200);
+    assert_eq!(backend.last().body, b"{}");
+    assert_eq!(
+        gw.metric("agent_gateway_validation_failures_total{operation=\"verify_request\",rule=\"required\"}"),
+        1.0
+    );
+    drop(gw);
+    let gw = Gateway::start(&[backend.addr], "[validation]\nmode = \"off\"");
+    assert_eq!(
+        json_post(&gw, "/api/v1/verify/request", "not json").status,
+        200
+    );
+    assert_eq!(backend.last().body, b"not json");
+    assert_eq!(
+        gw.metric("agent_gateway_validation_failures_total{operation=\"verify_request\",rule=\"not_json\"}"),
+        0.0
+    );
+}
+
+#[test]
+fn a_post_that_is_not_json_gets_415() {
+    let backend = Backend::start();
+    let gw = Gateway::start(&[backend.addr], "");
+    let auth = [
+        ("X-Service-Agent-Id", "agent-1"),
+        ("X-Auth-Token", "secret"),
+    ];
+    let mut with_type = auth.to_vec();
+    with_type.push(("Content-Type", "text/plain"));
+    for headers in [&auth[..], &with_type[..]] {
+        let resp = request(
+            gw.proxy,
+            "POST",
+            "/api/v1/verify/request",
+            headers,
+            BODY.as_bytes(),
+        );
+        assert_eq!(resp.status, 415);
+        assert_eq!(resp.json()["message_code"], 41500);
+    }
+    let mut charset = auth.to_vec();
+    charset.push(("Content-Type", "Application/JSON; charset=utf-8"));
+    let resp = request(
+        gw.proxy,
+        "POST",
+        "/api/v1/verify/request",
+        &charset,
+        BODY.as_bytes(),
+    );
+    assert_eq!(resp.status, 200);
+    assert_eq!(backend.count(), 1);
+}
+
+#[test]
+fn oversized_targets_and_headers_get_414_and_431() {
+    let backend = Backend::start();
+    let gw = Gateway::start(
+        &[backend.addr],
+        "[limits]\nmax_uri_bytes = 200\nmax_header_bytes = 2000\nmax_headers = 20",
+    );
+    let long = format!("/api/v1/transaction/{}/status", "x".repeat(300));
+    assert_eq!(get(gw.proxy, &long).status, 414);
+    let long_query = format!("/api/v1/transaction/t/status?{}", "q".repeat(300));
+    assert_eq!(get(gw.proxy, &long_query).status, 414);
+
+    let big_value = "v".repeat(3000);
+    let mut h = AUTH.to_vec();
+    h.push(("X-Big", &big_value));
+    let resp = request(
+        gw.proxy,
+        "POST",
+        "/api/v1/verify/request",
+        &h,
+        BODY.as_bytes(),
+    );
+    assert_eq!(
+        (resp.status, resp.json()["message_code"].as_i64()),
+        (431, Some(43100))
+    );
+
+    let names: Vec<String> = (0..30).map(|i| format!("X-Many-{i}")).collect();
+    let mut h = AUTH.to_vec();
+    for n in &names {
+        h.push((n, "1"));
+    }
+    assert_eq!(
+        request(
+            gw.proxy,
+            "POST",
+            "/api/v1/verify/request",
+            &h,
+            BODY.as_bytes()
+        )
+        .status,
+        431
+    );
+
+    // Over pingora's own 1 MiB header cap: still a 431, not a silent close.
+    let huge = format!(
+        "GET /api/v1/transaction/t/status HTTP/1.1\r\nHost: x\r\nX-Huge: {}\r\n\r\n",
+        "h".repeat(1100 * 1024)
+    );
+    let resp = raw(gw.proxy, huge.as_bytes()).expect("an answer, not a reset");
+    assert_eq!(resp.status, 431);
+    assert_eq!(backend.count(), 0);
+}
+
+#[test]
+fn control_bytes_and_broken_requests_get_400_and_never_reach_the_backend() {
+    let backend = Backend::start();
+    let gw = Gateway::start(&[backend.addr], "");
+    let cases: [&[u8]; 5] = [
+        b"GET /api/v1/transaction/a\x00b/status HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /api/v1/transaction/a%00b/status HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /api/v1/transaction/a%0d%0aX-Evil:%201/status HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"POST /api/v1/verify/request HTTP/1.1\r\nHost: x\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\nX-Evil: a\rb\r\nContent-Length: 2\r\n\r\n{}",
+        b"NOT HTTP AT ALL\r\n\r\n",
+    ];
+    for req in cases {
+        let resp = raw(gw.proxy, req)
+            .unwrap_or_else(|| panic!("no answer to {:?}", String::from_utf8_lossy(req)));
+        assert_eq!(resp.status, 400, "{:?}", String::from_utf8_lossy(req));
+    }
+    assert_eq!(backend.count(), 0);
+}
+
+/// Opens a connection and sends a few bytes of a header, then one byte at a time: slowloris.
+fn slowloris(addr: SocketAddr, stop: Arc<AtomicBool>) -> thread::JoinHandle<bool> {
+    thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        let _ = s.write_all(b"GET /api/v1/transaction/t/status HTTP/1.1\r\nHost: x\r\n");
+        while !stop.load(Ordering::Relaxed) {
+            if s.write_all(b"X").is_err() {
+                return true;
+            }
+            let mut buf = [0u8; 64];
+            if let Ok(0) = s.read(&mut buf) {
+                return true; // closed by the gateway
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+        false
+    })
+}
+
+#[test]
+fn a_slowloris_client_is_cut_off_while_others_are_served() {
+    let backend = Backend::start();
+    let gw = Gateway::start(
+        &[backend.addr],
+        "[limits]\nclient_header_timeout_ms = 800\nclient_body_timeout_ms = 800",
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let slow_header = slowloris(gw.proxy, stop.clone());
+    // A slow body: full header, then a byte now and then.
+    let proxy = gw.proxy;
+    let stop2 = stop.clone();
+    let slow_body = thread::spawn(move || {
+        let mut s = TcpStream::connect(proxy).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let _ = s.write_all(b"POST /api/v1/verify/request HTTP/1.1\r\nHost: x\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{");
+        let mut answer = Vec::new();
+        while !stop2.load(Ordering::Relaxed) {
+            if s.write_all(b" ").is_err() {
+                break;
+            }
+            s.set_read_timeout(Some(Duration::from_millis(100)))
+                .unwrap();
+            let mut buf = [0u8; 512];
+            match s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => answer.extend_from_slice(&buf[..n]),
+                Err(_) => {}
+            }
+        }
+        String::from_utf8_lossy(&answer).into_owned()
+    });
+    // Meanwhile normal clients are served, many times over.
+    let mut served = 0;
+    while !slow_header.is_finished() || !slow_body.is_finished() {
+        assert_eq!(json_post(&gw, "/api/v1/verify/request", BODY).status, 200);
+        served += 1;
+        assert!(served < 2000, "the slow clients were never cut off");
+    }
+    stop.store(true, Ordering::Relaxed);
+    assert!(
+        slow_header.join().unwrap(),
+        "the slow header was not cut off"
+    );
+    let body_answer = slow_body.join().unwrap();
+    assert!(body_answer.starts_with("HTTP/1.1 408"), "{body_answer}");
+    assert!(
+        served >= 3,
+        "normal clients were not served meanwhile ({served})"
+    );
+    assert_eq!(backend.count(), served);
+}
+
+#[test]
+fn an_agent_over_its_rate_limit_gets_429_and_strangers_cannot_spend_its_budget() {
+    let backend = Backend::start();
+    let extra = "rate_limit_per_second = 0.5\nburst = 3\n";
+    let gw = Gateway::start(&[backend.addr], extra);
+    // Unauthenticated and wrong-token traffic in the agent's name first.
+    for _ in 0..10 {
+        let h = [("X-Service-Agent-Id", "agent-1"), ("X-Auth-Token", "wrong")];
+        assert_eq!(
+            request(
+                gw.proxy,
+                "POST",
+                "/api/v1/verify/request",
+                &h,
+                BODY.as_bytes()
+            )
+            .status,
+            401
+        );
+    }
+    for _ in 0..3 {
+        assert_eq!(json_post(&gw, "/api/v1/verify/request", BODY).status, 200);
+    }
+    let resp = json_post(&gw, "/api/v1/verify/request", BODY);
+    assert_eq!(resp.status, 429);
+    assert_eq!(resp.json()["message_code"], 42900);
+    let retry: u64 = resp.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=2).contains(&retry), "{retry}");
+    assert_eq!(backend.count(), 3);
+    assert_eq!(
+        gw.metric("agent_gateway_rate_limited_total{agent_id=\"agent-1\"}"),
+        1.0
+    );
+}
+
+#[test]
+fn a_dead_address_leaves_the_rotation_and_returns() {
+    let (a, b) = (Backend::start(), Backend::start());
+    let a_addr = a.addr;
+    let (proxy, admin) = (free_port(), free_port());
+    let text = config(proxy, admin, &[a.addr, b.addr], "").replace(
+        "[upstream]\n",
+        "[upstream]\nhealth_check_interval_ms = 100\n",
+    );
+    let gw = Gateway::start_with(&text, proxy, admin, &[]);
+    wait_until(5, "ready", || get(gw.admin, "/readyz").status == 200);
+    drop(a);
+    // Once the check notices, every request goes to b, none fails.
+    wait_until(5, "a to leave the rotation", || {
+        gw.log().contains("out of rotation")
+    });
+    let before = b.count();
+    for _ in 0..10 {
+        assert_eq!(json_post(&gw, "/api/v1/verify/request", BODY).status, 200);
+    }
+    assert_eq!(b.count(), before + 10);
+    assert_eq!(
+        get(gw.admin, "/readyz").status,
+        200,
+        "one address is still up"
+    );
+    let a = Backend::start_at(a_addr);
+    wait_until(5, "a to return", || gw.log().contains("back in rotation"));
+    for _ in 0..10 {
+        json_post(&gw, "/api/v1/verify/request", BODY);
+    }
+    assert!(a.count() >= 4, "a got {} of 10 after returning", a.count());
+}
+
+#[test]
+fn failing_backends_never_get_a_post_twice_and_the_gateway_keeps_serving() {
+    let cases: Vec<(&str, Action, Option<u16>)> = vec![
+        ("closed before answering", Action::Close, Some(502)),
+        (
+            "slow header",
+            Action::Delay(Duration::from_millis(2500), "{}".into()),
+            Some(504),
+        ),
+        ("closed mid-body", Action::CloseMidBody, None),
+        (
+            "stalled mid-body",
+            Action::StallMidBody(Duration::from_millis(3000)),
+            None,
+        ),
+    ];
+    for (name, action, status) in cases {
+        let action = Arc::new(std::sync::Mutex::new(Some(action)));
+        let backend = Backend::with(move |_| match action.lock().unwrap().take() {
+            Some(a) => a,
+            None => Action::Json("{}".into()),
+        });
+        let gw = Gateway::start(&[backend.addr], "");
+        let mut s = TcpStream::connect(gw.proxy).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let body = BODY;
+        write!(
+            s,
+            "POST /api/v1/verify/request HTTP/1.1\r\nHost: x\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut got = Vec::new();
+        let _ = s.read_to_end(&mut got);
+        let text = String::from_utf8_lossy(&got);
+        match status {
+            Some(code) => assert!(
+                text.starts_with(&format!("HTTP/1.1 {code}")),
+                "{name}: {text}"
+            ),
+            // The header was already sent: the connection is closed, the body left short.
+            None => assert!(
+                text.starts_with("HTTP/1.1 200") && text.ends_with("{\"partial\":"),
+                "{name}: {text}"
+            ),
+        }
+        // Give any (wrong) resend time to land before counting.
+        thread::sleep(Duration::from_millis(200));
+        assert_eq!(
+            backend.count(),
+            1,
+            "{name}: the POST reached the backend more than once"
+        );
+        // The gateway keeps serving.
+        assert_eq!(
+            json_post(&gw, "/api/v1/verify/request", BODY).status,
+            200,
+            "{name}"
+        );
+    }
+}
