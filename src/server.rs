@@ -27,6 +27,8 @@ use crate::telemetry::Telemetry;
 pub enum ServerError {
     #[error("cannot register metrics: {0}")]
     Metrics(#[from] prometheus::Error),
+    #[error("cannot set up the TLS listener: {0}")]
+    Tls(#[from] Box<pingora::Error>),
 }
 
 /// What `build` needs besides the config.
@@ -91,7 +93,10 @@ pub fn build(
         startup.upstream_keepalive_pool_size,
     );
     let mut proxy = Service::new("agent-gateway proxy".into(), proxy_app);
-    proxy.add_tcp(&startup.proxy_listen.to_string());
+    match &startup.proxy_tls {
+        None => proxy.add_tcp(&startup.proxy_listen.to_string()),
+        Some((cert, key)) => proxy.add_tls(&startup.proxy_listen.to_string(), cert, key)?,
+    }
     server.add_service(proxy);
 
     server.add_service(background_service(

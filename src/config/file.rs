@@ -32,6 +32,10 @@ pub struct FileConfig {
 pub struct ListenFile {
     pub proxy: String,
     pub admin: Option<String>,
+    /// PEM certificate chain: with `tls_key`, the proxy listener speaks TLS.
+    pub tls_cert: Option<String>,
+    /// PEM private key of `tls_cert`.
+    pub tls_key: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -98,6 +102,18 @@ impl Default for V2File {
 #[serde(deny_unknown_fields)]
 pub struct UpstreamFile {
     pub addresses: Vec<String>,
+    /// Speak TLS to the backend.
+    #[serde(default)]
+    pub tls: bool,
+    /// PEM CA certificates the backend's certificate must chain to (default: the system's).
+    #[serde(default)]
+    pub tls_ca_file: Option<String>,
+    /// Server name sent and verified (default: the host part of each address).
+    #[serde(default)]
+    pub tls_sni: Option<String>,
+    /// Verify the backend's certificate and name. Turning this off is for tests only.
+    #[serde(default = "default_true")]
+    pub tls_verify: bool,
     #[serde(default = "default_upstream_base")]
     pub base_path: String,
     #[serde(default = "default_connect_timeout_ms")]
@@ -119,6 +135,9 @@ fn default_health_check_interval_ms() -> u64 {
     1000
 }
 
+fn default_true() -> bool {
+    true
+}
 fn default_upstream_base() -> String {
     "/api/v2".into()
 }

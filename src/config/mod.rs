@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use pingora::upstreams::peer::HttpPeer;
@@ -207,6 +208,8 @@ pub struct UpstreamConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StartupSettings {
     pub proxy_listen: SocketAddr,
+    /// Certificate and key files of a TLS proxy listener.
+    pub proxy_tls: Option<(String, String)>,
     pub admin_listen: Option<SocketAddr>,
     pub threads: usize,
     pub grace_period_seconds: u64,
@@ -259,6 +262,33 @@ fn resolve_upstream(s: &str) -> Result<SocketAddr, String> {
     addrs
         .next()
         .ok_or_else(|| format!("{s:?} resolves to no address"))
+}
+
+/// The host part of a `host:port` address (without brackets for IPv6).
+fn host_of(address: &str) -> &str {
+    let host = address.rsplit_once(':').map_or(address, |(h, _)| h);
+    host.trim_start_matches('[').trim_end_matches(']')
+}
+
+/// Loads PEM CA certificates, each checked to be a usable trust anchor.
+fn load_ca(path: &str) -> Result<Arc<pingora::protocols::tls::CaType>, String> {
+    let pem = std::fs::read(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    let mut store = pingora::tls::RootCertStore::empty();
+    let mut certs = Vec::new();
+    for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
+        let cert = cert.map_err(|e| format!("{path}: {e}"))?;
+        store
+            .add(cert.clone())
+            .map_err(|e| format!("{path}: not a usable CA certificate: {e}"))?;
+        certs.push(pingora::utils::tls::WrappedX509::new(
+            cert.to_vec(),
+            pingora::utils::tls::parse_x509,
+        ));
+    }
+    if certs.is_empty() {
+        return Err(format!("{path} holds no PEM certificate"));
+    }
+    Ok(Arc::from(certs.into_boxed_slice()))
 }
 
 fn parse_time(s: &str) -> Result<std::time::SystemTime, String> {
@@ -367,6 +397,27 @@ impl Snapshot {
         let admin_listen = match &f.listen.admin {
             None => Some(None),
             Some(a) => p.check("listen.admin", parse_listen(a)).map(Some),
+        };
+        let proxy_tls = match (&f.listen.tls_cert, &f.listen.tls_key) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => {
+                match pingora::tls::load_certs_and_key_files(cert, key) {
+                    Ok(Some(_)) => {}
+                    Ok(None) => p.push(
+                        "listen.tls_cert",
+                        "no certificate or key found in the files",
+                    ),
+                    Err(e) => p.push(
+                        "listen.tls_cert",
+                        format!("cannot load {cert} / {key}: {e}"),
+                    ),
+                }
+                Some((cert.clone(), key.clone()))
+            }
+            _ => {
+                p.push("listen.tls_cert", "tls_cert and tls_key go together");
+                None
+            }
         };
         if f.server.threads == 0 {
             p.push("server.threads", "must be at least 1");
@@ -528,6 +579,12 @@ impl Snapshot {
             f.upstream.health_check_interval_ms,
             &mut p,
         );
+        if f.upstream.tls && f.upstream.health_check_path.is_some() {
+            p.push(
+                "upstream.health_check_path",
+                "HTTP health checks are not supported over upstream.tls; the check is then a TCP connect",
+            );
+        }
         if let Some(path) = &f.upstream.health_check_path {
             if !path.starts_with('/') || !path.bytes().all(|b| b.is_ascii_graphic()) {
                 p.push(
@@ -537,6 +594,13 @@ impl Snapshot {
             }
         }
 
+        let upstream_ca = match &f.upstream.tls_ca_file {
+            None => None,
+            Some(path) => p.check("upstream.tls_ca_file", load_ca(path)),
+        };
+        if !p.0.is_empty() {
+            return Err(ConfigError::Invalid(p.0));
+        }
         let (Some(proxy_listen), Some(admin_listen), Some(v1), Some(v2), Some(up), Some(code)) = (
             proxy_listen,
             admin_listen,
@@ -553,10 +617,18 @@ impl Snapshot {
 
         let peers = addresses
             .iter()
-            .map(|addr| {
-                let mut peer = HttpPeer::new(*addr, false, String::new());
+            .zip(&f.upstream.addresses)
+            .map(|(addr, written)| {
+                let sni = match &f.upstream.tls_sni {
+                    Some(name) => name.clone(),
+                    None => host_of(written).to_owned(),
+                };
+                let mut peer = HttpPeer::new(*addr, f.upstream.tls, sni);
                 peer.options.connection_timeout = Some(connect_timeout);
                 peer.options.idle_timeout = Some(idle_timeout);
+                peer.options.verify_cert = f.upstream.tls_verify;
+                peer.options.verify_hostname = f.upstream.tls_verify;
+                peer.options.ca = upstream_ca.clone();
                 peer
             })
             .collect();
@@ -564,6 +636,7 @@ impl Snapshot {
         Ok(Snapshot {
             startup: StartupSettings {
                 proxy_listen,
+                proxy_tls,
                 admin_listen,
                 threads: f.server.threads,
                 grace_period_seconds: f.server.grace_period_seconds,

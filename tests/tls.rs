@@ -1,0 +1,235 @@
+//! TLS on the proxy listener and to the backend, with a CA generated in the test.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use common::*;
+use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+
+/// A CA and a "localhost" certificate it signed, written as PEM files into `dir`.
+struct TestPki {
+    ca: String,
+    cert: String,
+    key: String,
+}
+
+fn make_pki(dir: &Path, name: &str) -> TestPki {
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_key = KeyPair::generate().unwrap();
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["localhost".to_string()])
+        .unwrap()
+        .signed_by(&key, &ca, &ca_key)
+        .unwrap();
+    let write = |file: &str, pem: String| {
+        let path = dir.join(format!("{name}-{file}"));
+        std::fs::write(&path, pem).unwrap();
+        path.display().to_string()
+    };
+    TestPki {
+        ca: write("ca.pem", ca.pem()),
+        cert: write("cert.pem", cert.pem()),
+        key: write("key.pem", key.serialize_pem()),
+    }
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn client_config(ca_file: &str) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca_file).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    Arc::new(
+        rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    )
+}
+
+/// A TLS backend that answers every request 200 and counts them.
+fn tls_backend(pki: &TestPki) -> (SocketAddr, Arc<AtomicUsize>) {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&pki.cert)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let key = PrivateKeyDer::from_pem_file(&pki.key).unwrap();
+    let config = Arc::new(
+        rustls::ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .unwrap(),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let count = Arc::new(AtomicUsize::new(0));
+    let seen = count.clone();
+    thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let (config, seen) = (config.clone(), seen.clone());
+            thread::spawn(move || {
+                let tls = rustls::ServerConnection::new(config).unwrap();
+                let mut stream = BufReader::new(rustls::StreamOwned::new(tls, conn));
+                loop {
+                    let mut head = String::new();
+                    let mut length = 0;
+                    loop {
+                        let mut line = String::new();
+                        if stream.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                            length = v.trim().parse().unwrap();
+                        }
+                        head.push_str(&line);
+                        if line == "\r\n" {
+                            break;
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    stream.read_exact(&mut body).unwrap();
+                    seen.fetch_add(1, Ordering::SeqCst);
+                    let path = head.split(' ').nth(1).unwrap_or_default().to_string();
+                    let answer = format!(
+                        r#"{{"status_code":200,"message_code":0,"message":"OK","seen":"{path}"}}"#
+                    );
+                    let out = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{answer}",
+                        answer.len()
+                    );
+                    if stream.get_mut().write_all(out.as_bytes()).is_err() {
+                        return;
+                    }
+                    let _ = stream.get_mut().flush();
+                }
+            });
+        }
+    });
+    (addr, count)
+}
+
+#[test]
+fn the_proxy_listener_speaks_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = make_pki(dir.path(), "gw");
+    let backend = Backend::start();
+    let (proxy, admin) = (free_port(), free_port());
+    let text = config(proxy, admin, &[backend.addr], "").replace(
+        "[server]",
+        &format!(
+            "tls_cert = \"{}\"\ntls_key = \"{}\"\n[server]",
+            pki.cert, pki.key
+        ),
+    );
+    let gw = Gateway::start_with(&text, proxy, admin, &[]);
+
+    let tls = rustls::ClientConnection::new(
+        client_config(&pki.ca),
+        ServerName::try_from("localhost").unwrap(),
+    )
+    .unwrap();
+    let tcp = TcpStream::connect(gw.proxy).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut stream = rustls::StreamOwned::new(tls, tcp);
+    write!(
+        stream,
+        "POST /api/v1/verify/request HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{BODY}",
+        BODY.len()
+    )
+    .unwrap();
+    let resp = read_response(&mut BufReader::new(stream)).expect("a response over TLS");
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    assert_eq!(backend.last().target, "/api/v2/verify/ORG_DEFAULT/request");
+
+    // Plain HTTP on the TLS port gets no HTTP answer.
+    let plain = raw(
+        gw.proxy,
+        b"GET /api/v1/transaction/t/status HTTP/1.1\r\nHost: x\r\n\r\n",
+    );
+    assert!(plain.is_none_or(|r| r.status != 200));
+}
+
+fn tls_upstream(dir: &Path, backend: SocketAddr, upstream: &str) -> Gateway {
+    let (proxy, admin) = (free_port(), free_port());
+    let _ = dir;
+    let text = config(proxy, admin, &[backend], "")
+        .replace(
+            &format!("\"{backend}\""),
+            &format!("\"localhost:{}\"", backend.port()),
+        )
+        .replace(
+            "[upstream]\n",
+            &format!("[upstream]\ntls = true\n{upstream}\n"),
+        );
+    Gateway::start_with(&text, proxy, admin, &[])
+}
+
+#[test]
+fn tls_to_the_backend_verifies_its_certificate_against_the_configured_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = make_pki(dir.path(), "backend");
+    let (backend, count) = tls_backend(&pki);
+
+    let gw = tls_upstream(
+        dir.path(),
+        backend,
+        &format!("tls_ca_file = \"{}\"", pki.ca),
+    );
+    let resp = post(gw.proxy, "/api/v1/verify/request", BODY);
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    assert_eq!(resp.json()["seen"], "/api/v2/verify/ORG_DEFAULT/request");
+    assert_eq!(count.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn an_untrusted_or_misnamed_backend_certificate_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = make_pki(dir.path(), "backend");
+    let other = make_pki(dir.path(), "other");
+    let (backend, count) = tls_backend(&pki);
+
+    // Verification is on by default: a CA that did not sign the backend's certificate...
+    let gw = tls_upstream(
+        dir.path(),
+        backend,
+        &format!("tls_ca_file = \"{}\"", other.ca),
+    );
+    assert_eq!(post(gw.proxy, "/api/v1/verify/request", BODY).status, 502);
+    drop(gw);
+    // ...and the system roots, which know nothing of the test CA...
+    let gw = tls_upstream(dir.path(), backend, "");
+    assert_eq!(post(gw.proxy, "/api/v1/verify/request", BODY).status, 502);
+    drop(gw);
+    // ...and the right CA but a name the certificate does not carry.
+    let gw = tls_upstream(
+        dir.path(),
+        backend,
+        &format!(
+            "tls_ca_file = \"{}\"\ntls_sni = \"not-localhost.example\"",
+            pki.ca
+        ),
+    );
+    assert_eq!(post(gw.proxy, "/api/v1/verify/request", BODY).status, 502);
+    assert_eq!(
+        count.load(Ordering::SeqCst),
+        0,
+        "no request may cross an unverified connection"
+    );
+}
