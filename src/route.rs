@@ -445,4 +445,79 @@ mod tests {
         // Three dots is a name, not a dot segment.
         assert!(forward("GET", "/api/v1/transaction/.../status", "D").is_ok());
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// A raw segment: unreserved characters, percent escapes and dots, as clients send.
+        fn segment() -> impl Strategy<Value = String> {
+            proptest::collection::vec(
+                prop_oneof![
+                    "[A-Za-z0-9_~-]",
+                    Just(".".to_string()),
+                    Just("%2F".to_string()),
+                    Just("%2e".to_string()),
+                    Just("%2E".to_string()),
+                    Just("%00".to_string()),
+                    Just("%41".to_string()),
+                ],
+                0..6,
+            )
+            .prop_map(|parts| parts.concat())
+        }
+
+        proptest! {
+            #[test]
+            fn never_panics_on_any_input(method in "[A-Z]{0,7}", path in "\\PC{0,80}") {
+                let _ = match_route(&bases(), &method, &path);
+            }
+
+            #[test]
+            fn a_segment_is_forwarded_exactly_or_refused(seg in segment()) {
+                let path = format!("/api/v1/transaction/{seg}/status");
+                match forward("GET", &path, "D") {
+                    Ok(up) => {
+                        prop_assert_eq!(up, format!("/backend/v2/transaction/{seg}/status"));
+                        prop_assert!(!seg.is_empty() && !is_dot_segment(&seg));
+                    }
+                    Err(e) => {
+                        prop_assert_eq!(e, RouteError::BadPath);
+                        let lower = seg.to_ascii_lowercase();
+                        prop_assert!(seg.is_empty() || is_dot_segment(&seg) || lower.contains("%00"));
+                    }
+                }
+            }
+
+            #[test]
+            fn a_v2_code_is_forwarded_exactly_or_refused(seg in segment()) {
+                let path = format!("/api/v2/credential/{seg}/offer");
+                if let Ok(up) = forward("POST", &path, "D") {
+                    prop_assert_eq!(up, format!("/backend/v2/credential/{seg}/offer"));
+                }
+            }
+
+            #[test]
+            fn no_forwarded_path_has_a_dot_or_empty_segment(
+                version in prop_oneof![Just("v1"), Just("v2")],
+                segs in proptest::collection::vec(
+                    prop_oneof![
+                        3 => prop::sample::select(vec![
+                            "verify", "request", "response", "connection", "invitation",
+                            "credential", "offer", "transaction", "status",
+                        ]).prop_map(str::to_string),
+                        1 => segment(),
+                    ],
+                    1..5,
+                ),
+                method in prop_oneof![Just("GET"), Just("POST")],
+            ) {
+                let path = format!("/api/{version}/{}", segs.join("/"));
+                if let Ok(up) = forward(method, &path, "D") {
+                    let p = up.split('?').next().unwrap();
+                    prop_assert!(p[1..].split('/').all(|s| !s.is_empty() && !is_dot_segment(s)), "{}", up);
+                }
+            }
+        }
+    }
 }
