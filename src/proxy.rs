@@ -9,23 +9,25 @@
 //!
 //! All decisions are made by pure functions ([`plan`], [`Reply`]); this module only performs them.
 
-use std::net::SocketAddr;
+use std::fmt::Write as _;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use tokio::io::AsyncWriteExt;
 
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use http::header;
 use pingora::apps::{HttpPersistentSettings, HttpServerApp, ReusedHttpStream};
-use pingora::connectors::http::v1::Connector;
-use pingora::connectors::ConnectorOptions;
+use pingora::connectors::{ConnectorOptions, TransportConnector};
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::protocols::http::v1::client::HttpSession as UpstreamSession;
 use pingora::protocols::http::ServerSession;
 use pingora::server::ShutdownWatch;
-use pingora::upstreams::peer::HttpPeer;
+use pingora::upstreams::peer::{HttpPeer, Peer};
 use pingora::{Error, ErrorType};
 
 use crate::auth::{AGENT_ID_HEADER, AUTH_TOKEN_HEADER};
@@ -55,7 +57,8 @@ const HOP_BY_HOP: [&str; 8] = [
 /// The proxy service: shared by every connection of the listener.
 pub struct ProxyApp {
     config: Arc<ArcSwap<Snapshot>>,
-    connector: Connector,
+    /// Pooled upstream connections; requests are written on them directly (see [`upstream_head`]).
+    transport: TransportConnector,
     next_peer: AtomicUsize,
     ids: RequestIds,
     telemetry: Arc<Telemetry>,
@@ -72,7 +75,7 @@ impl ProxyApp {
     ) -> Self {
         Self {
             config,
-            connector: Connector::new(Some(ConnectorOptions::new(keepalive_pool_size))),
+            transport: TransportConnector::new(Some(ConnectorOptions::new(keepalive_pool_size))),
             next_peer: AtomicUsize::new(0),
             ids: RequestIds::default(),
             telemetry,
@@ -156,13 +159,19 @@ impl ProxyApp {
                 }
             }
         }
-        let upstream_req =
-            match upstream_request(session, &forward.upstream_path, &ex.request_id, body.len()) {
-                Some(r) => r,
-                None => return self.reply(session, Reply::BadPath, snap, ex).await,
-            };
+        let client = session
+            .client_addr()
+            .and_then(|a| a.as_inet())
+            .map(SocketAddr::ip);
+        let head = upstream_head(
+            session.req_header(),
+            client,
+            &forward.upstream_path,
+            &ex.request_id,
+            body.len(),
+        );
         ex.upstream_path = Some(forward.upstream_path);
-        self.forward(session, snap, upstream_req, body, ex).await
+        self.forward(session, snap, head, body, ex).await
     }
 
     /// Sends the request to one backend (trying the next address only when connecting
@@ -171,7 +180,7 @@ impl ProxyApp {
         &self,
         session: &mut ServerSession,
         snap: &Snapshot,
-        req: RequestHeader,
+        head: BytesMut,
         body: Bytes,
         ex: &mut Exchange,
     ) -> bool {
@@ -179,7 +188,7 @@ impl ProxyApp {
         let first = self.next_peer.fetch_add(1, Ordering::Relaxed);
         // Addresses that failed their health check leave the rotation, unless all have.
         let any_up = snap.upstream.addresses.iter().any(|a| self.health.is_up(a));
-        let idempotent = req.method == http::Method::GET;
+        let idempotent = session.req_header().method == http::Method::GET;
         let mut last_failure = Reply::UpstreamConnect;
         let mut resent_on_stale = false;
         let mut attempt = 0;
@@ -191,7 +200,7 @@ impl ProxyApp {
                 continue;
             }
             let started = Instant::now();
-            let (mut up, reused) = match self.connector.get_http_session(peer).await {
+            let (stream, reused) = match self.transport.get_stream(peer).await {
                 Ok(s) => s,
                 Err(e) => {
                     let kind = classify(&e);
@@ -201,10 +210,9 @@ impl ProxyApp {
                     continue;
                 }
             };
-            up.read_timeout = Some(snap.upstream.read_timeout);
-            up.write_timeout = Some(snap.upstream.read_timeout);
-            match send_and_read_header(&mut up, &req, &body).await {
-                Ok(()) => {
+            match send_and_read_header(stream, peer, &head, &body, snap.upstream.read_timeout).await
+            {
+                Ok(up) => {
                     ex.upstream_header_time = Some(started.elapsed());
                     return self
                         .relay_response(session, up, peer, snap, ex, started)
@@ -284,9 +292,14 @@ impl ProxyApp {
             ex.client_aborted = true;
             return false;
         }
-        self.connector
-            .release_http_session(up, peer, Some(snap.upstream.idle_timeout))
-            .await;
+        up.respect_keepalive();
+        if let Some(stream) = up.reuse().await {
+            self.transport.release_stream(
+                stream,
+                peer.reuse_hash(),
+                Some(snap.upstream.idle_timeout),
+            );
+        }
         true
     }
 
@@ -516,68 +529,105 @@ async fn read_body_within(session: &mut ServerSession, max: usize) -> Result<Byt
     Ok(first.unwrap_or_else(|| rest.freeze()))
 }
 
-/// The request header sent upstream: the client's headers minus hop-by-hop ones, the new path,
-/// an exact Content-Length for the buffered body, the request id and `X-Forwarded-For`.
-fn upstream_request(
-    session: &ServerSession,
+/// The request head sent upstream, serialized once: the new path, the client's headers minus
+/// hop-by-hop ones, an exact Content-Length for the buffered body, the request id and
+/// `X-Forwarded-For`. Writing it straight to the pooled connection together with the body
+/// costs one write where pingora's client session flushes header and body separately.
+fn upstream_head(
+    req: &RequestHeader,
+    client: Option<IpAddr>,
     path: &str,
     request_id: &str,
     body_len: usize,
-) -> Option<RequestHeader> {
-    let mut req = session.req_header().clone();
-    req.set_raw_path(path.as_bytes()).ok()?;
-    req.set_version(http::Version::HTTP_11);
-    for name in HOP_BY_HOP {
-        req.remove_header(name);
-    }
-    req.remove_header(&header::CONTENT_LENGTH);
-    if body_len > 0 || req.method == http::Method::POST {
-        req.insert_header(header::CONTENT_LENGTH, body_len).ok()?;
-    }
-    req.insert_header(request_id::HEADER, request_id).ok()?;
-    if let Some(client) = session
-        .client_addr()
-        .and_then(|a| a.as_inet())
-        .map(SocketAddr::ip)
-    {
-        let xff = match req
-            .headers
-            .get("x-forwarded-for")
-            .and_then(|v| v.to_str().ok())
+) -> BytesMut {
+    let headers_len: usize = req
+        .headers
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len() + 4)
+        .sum();
+    let mut out = BytesMut::with_capacity(path.len() + headers_len + request_id.len() + 128);
+    out.extend_from_slice(req.method.as_str().as_bytes());
+    out.extend_from_slice(b" ");
+    out.extend_from_slice(path.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    let mut has_host = false;
+    for (name, value) in &req.headers {
+        let name = name.as_str();
+        if HOP_BY_HOP.contains(&name)
+            || matches!(name, "content-length" | "x-request-id" | "x-forwarded-for")
         {
-            Some(prior) => format!("{prior}, {client}"),
-            None => client.to_string(),
-        };
-        req.insert_header("x-forwarded-for", xff).ok()?;
+            continue;
+        }
+        has_host |= name == "host";
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
     }
-    if !req.headers.contains_key(header::HOST) {
+    if !has_host {
         // HTTP/2 clients send :authority instead; HTTP/1.1 upstreams need Host.
-        let host = req
-            .uri
-            .authority()
-            .map(|a| a.to_string())
-            .unwrap_or_else(|| "localhost".into());
-        req.insert_header(header::HOST, host).ok()?;
+        out.extend_from_slice(b"host: ");
+        let authority = req.uri.authority().map_or("localhost", |a| a.as_str());
+        out.extend_from_slice(authority.as_bytes());
+        out.extend_from_slice(b"\r\n");
     }
-    Some(req)
+    if body_len > 0 || req.method == http::Method::POST {
+        out.extend_from_slice(b"content-length: ");
+        out.extend_from_slice(itoa::Buffer::new().format(body_len).as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"x-request-id: ");
+    out.extend_from_slice(request_id.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    if let Some(ip) = client {
+        out.extend_from_slice(b"x-forwarded-for: ");
+        for prior in req.headers.get_all("x-forwarded-for") {
+            out.extend_from_slice(prior.as_bytes());
+            out.extend_from_slice(b", ");
+        }
+        // Writing into BytesMut cannot fail.
+        let _ = write!(out, "{ip}");
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out
 }
 
-/// Writes the request and body, then waits for the final (non-1xx) response header.
+/// Writes head and body (one flush, so a small request is one write), then waits for the
+/// final (non-1xx) response header.
 async fn send_and_read_header(
-    up: &mut UpstreamSession,
-    req: &RequestHeader,
+    mut stream: pingora::protocols::Stream,
+    peer: &HttpPeer,
+    head: &[u8],
     body: &[u8],
-) -> pingora::Result<()> {
-    up.write_request_header(Box::new(req.clone())).await?;
-    if !body.is_empty() {
-        up.write_body(body).await?;
+    timeout: Duration,
+) -> pingora::Result<UpstreamSession> {
+    let write = async {
+        stream.write_all(head).await?;
+        stream.write_all(body).await?;
+        stream.flush().await
+    };
+    match tokio::time::timeout(timeout, write).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            return Err(Error::because(
+                ErrorType::WriteError,
+                "writing the request upstream",
+                e,
+            ))
+        }
+        Err(_) => {
+            return Error::e_explain(ErrorType::WriteTimedout, "writing the request upstream")
+        }
     }
-    up.finish_body().await?;
+    let mut up = UpstreamSession::new_with_options(stream, peer);
+    up.read_timeout = Some(timeout);
+    up.write_timeout = Some(timeout);
     loop {
         up.read_response().await?;
         match up.resp_header() {
             Some(h) if h.status.is_informational() => continue,
-            _ => return Ok(()),
+            _ => return Ok(up),
         }
     }
 }

@@ -204,6 +204,7 @@ fn a_revoked_agent_is_refused_on_its_next_request() {
             &[
                 ("X-Service-Agent-Id", "agent-2"),
                 ("X-Auth-Token", "secret"),
+                ("Content-Type", "application/json"),
             ],
             BODY.as_bytes(),
         )
