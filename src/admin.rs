@@ -1,5 +1,5 @@
-//! The admin listener: `/metrics`, `/healthz`, `/readyz`, `POST /-/reload`, separate from
-//! proxy traffic.
+//! The admin listener, separate from proxy traffic: `/metrics`, `/healthz`, `/readyz`,
+//! `POST /-/reload`, `/v1-usage` and `/openapi.json`.
 //!
 //! `/readyz` reads the last result of [`crate::health`]'s checks: a scrape never causes a probe.
 
@@ -79,6 +79,9 @@ impl ServeHttp for AdminApp {
                     .usage
                     .report(&self.store.current().load(), SystemTime::now());
                 json_response(200, serde_json::to_value(&report).unwrap_or_default())
+            }
+            ("GET", "/openapi.json") => {
+                json_response(200, crate::openapi::document(&self.store.current().load()))
             }
             ("GET", "/healthz") => json_response(200, json!({"status": "ok"})),
             ("GET", "/readyz") => match self.health.readiness() {

@@ -14,8 +14,15 @@ pub enum LogFormat {
 /// Installs the global subscriber. `RUST_LOG` wins over `default_level` when set.
 pub fn init(format: LogFormat, default_level: &str) {
     let _ = tracing_log::LogTracer::init();
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(default_level))
+        // pingora traces whole request headers (credentials included) at trace level; never
+        // let those through, whatever RUST_LOG asks for.
+        .add_directive(
+            "pingora_core::protocols::http=debug"
+                .parse()
+                .expect("static directive"),
+        );
     let builder = fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Json => builder

@@ -68,6 +68,11 @@ enum Command {
     },
     /// Read a token on stdin and print the hex SHA-256 to put in `token_sha256`.
     HashToken,
+    /// Print the OpenAPI 3.1 document of the proxy's public interface for a config.
+    Openapi {
+        #[arg(long, short, default_value = "config/gateway.toml")]
+        config: PathBuf,
+    },
     /// Print which agents still call v1, from a running gateway's admin listener.
     V1Usage {
         /// The admin listener's base URL.
@@ -78,7 +83,7 @@ enum Command {
         json: bool,
     },
     /// Generate load against a gateway (or any Agent API endpoint) and report latencies.
-    Load(agent_gateway::load::LoadArgs),
+    Load(Box<agent_gateway::load::LoadArgs>),
     /// Run the mock v2 backend alone.
     MockBackend {
         /// Address to listen on.
@@ -107,6 +112,19 @@ fn load_store(path: &Path) -> anyhow::Result<ConfigStore> {
         text,
         prometheus::default_registry(),
     )?)
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<std::io::Error>()
+        .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+}
+
+/// Writes `text` to stdout, reporting a closed pipe as an error rather than panicking.
+fn print_out(text: &str) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    Ok(())
 }
 
 /// A plain HTTP/1.1 GET of `path` on `base` (`http://host:port`), returning the body of a 200.
@@ -149,6 +167,8 @@ fn pingora_opt(upgrade: bool) -> pingora::server::configuration::Opt {
 fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(code) => code,
+        // `agent-gateway openapi | head` is not a failure.
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("agent-gateway: {e:#}");
             ExitCode::FAILURE
@@ -215,19 +235,26 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             println!("{}", agent_gateway::auth::hash_token(token.as_bytes()));
             Ok(ExitCode::SUCCESS)
         }
+        Command::Openapi { config } => {
+            let snapshot = Snapshot::load(&config)
+                .with_context(|| format!("invalid config {}", config.display()))?;
+            let doc = serde_json::to_string_pretty(&agent_gateway::openapi::document(&snapshot))?;
+            print_out(&(doc + "\n"))?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::V1Usage { admin, json } => {
             let body = http_get(&admin, "/v1-usage")?;
             if json {
-                println!("{body}");
+                print_out(&(body + "\n"))?;
             } else {
                 let report: UsageReport = serde_json::from_str(&body)
                     .context("the admin listener's /v1-usage is not a usage report")?;
-                print!("{}", report.to_table());
+                print_out(&report.to_table())?;
             }
             Ok(ExitCode::SUCCESS)
         }
         Command::Load(args) => {
-            agent_gateway::load::run(args)?;
+            agent_gateway::load::run(*args)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::MockBackend {

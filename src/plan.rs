@@ -9,7 +9,9 @@ use crate::config::{Agent, Snapshot};
 use crate::reply::Reply;
 use std::time::SystemTime;
 
-use crate::route::{match_route, path_template, upstream_path, ApiVersion, Operation, RouteMatch};
+use crate::route::{
+    match_route, path_template, upstream_path, ApiVersion, Operation, RouteError, RouteMatch,
+};
 
 /// What a request is, as far as it was understood (for logs and metrics even when refused).
 #[derive(Debug, Clone, Copy, Default)]
@@ -56,13 +58,22 @@ pub fn plan<'s>(
     req: &RequestFacts<'_>,
 ) -> Result<Forward<'s>, Refusal<'s>> {
     let mut who = Identified::default();
-    let route: RouteMatch<'_> =
-        match_route(&snapshot.bases, req.method, req.path).map_err(|e| Refusal {
-            who,
-            reply: e.into(),
-            auth_failure: None,
-            hint: None,
-        })?;
+    let route: RouteMatch<'_> = match match_route(&snapshot.bases, req.method, req.path) {
+        Ok(r) => r,
+        Err(e) => {
+            // A wrong method on a known path still counts against its version and operation.
+            if let RouteError::MethodNotAllowed { version, operation } = e {
+                who.version = Some(version);
+                who.operation = Some(operation);
+            }
+            return Err(Refusal {
+                who,
+                reply: e.into(),
+                auth_failure: None,
+                hint: None,
+            });
+        }
+    };
     who.version = Some(route.version);
     who.operation = Some(route.operation);
 
@@ -302,5 +313,7 @@ token_sha256 = "{}"
         assert_eq!(r.auth_failure, None);
         let r = plan(&s, &facts("GET", "/api/v1/verify/request", None, None)).unwrap_err();
         assert_eq!(r.reply, Reply::MethodNotAllowed { allow: "POST" });
+        assert_eq!(r.who.version, Some(ApiVersion::V1));
+        assert_eq!(r.who.operation, Some(Operation::VerifyRequest));
     }
 }

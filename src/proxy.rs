@@ -312,7 +312,12 @@ impl ProxyApp {
         } else {
             Reply::Malformed
         };
-        tracing::debug!(error = %e, status = reply.status(), "unreadable request");
+        // Only the kind: pingora's message quotes the raw request, credentials included.
+        tracing::debug!(
+            kind = e.etype().as_str(),
+            status = reply.status(),
+            "unreadable request"
+        );
         let mut ex = Exchange::start(&http::Method::GET, "");
         ex.request_id = self.ids.next_id();
         ex.status = reply.status();

@@ -55,7 +55,9 @@ impl From<RouteError> for Reply {
         match e {
             RouteError::BadPath => Reply::BadPath,
             RouteError::NotFound => Reply::NotFound,
-            RouteError::MethodNotAllowed { allow } => Reply::MethodNotAllowed { allow },
+            RouteError::MethodNotAllowed { operation, .. } => Reply::MethodNotAllowed {
+                allow: operation.method(),
+            },
         }
     }
 }

@@ -74,7 +74,7 @@ impl Brownout {
             && now < self.end
             && match (&self.agents, agent) {
                 (None, _) => true,
-                (Some(list), Some(a)) => list.iter().any(|id| *id == a.id),
+                (Some(list), Some(a)) => list.contains(&a.id),
                 (Some(_), None) => false,
             }
     }

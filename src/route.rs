@@ -97,8 +97,11 @@ pub enum RouteError {
     BadPath,
     /// No operation has this path.
     NotFound,
-    /// The path is an operation's, the method is not; `allow` is the one it accepts.
-    MethodNotAllowed { allow: &'static str },
+    /// The path is an operation's, the method is not; the operation's method is the one to allow.
+    MethodNotAllowed {
+        version: ApiVersion,
+        operation: Operation,
+    },
 }
 
 /// Whether a raw segment means `.` or `..` once percent-decoded (`%2e`, `.%2E`, ...).
@@ -193,9 +196,7 @@ pub fn match_route<'a>(
         _ => return Err(RouteError::NotFound),
     };
     if method != operation.method() {
-        return Err(RouteError::MethodNotAllowed {
-            allow: operation.method(),
-        });
+        return Err(RouteError::MethodNotAllowed { version, operation });
     }
     Ok(RouteMatch {
         version,
@@ -400,11 +401,17 @@ mod tests {
     fn wrong_method_is_405_with_allow() {
         assert_eq!(
             forward("GET", "/api/v1/verify/request", "D"),
-            Err(RouteError::MethodNotAllowed { allow: "POST" })
+            Err(RouteError::MethodNotAllowed {
+                version: ApiVersion::V1,
+                operation: Operation::VerifyRequest
+            })
         );
         assert_eq!(
             forward("POST", "/api/v2/transaction/x/status", "D"),
-            Err(RouteError::MethodNotAllowed { allow: "GET" })
+            Err(RouteError::MethodNotAllowed {
+                version: ApiVersion::V2,
+                operation: Operation::TransactionStatus
+            })
         );
     }
 

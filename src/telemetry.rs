@@ -242,7 +242,11 @@ impl Telemetry {
             request_id = %ex.request_id,
             method = %ex.method,
             path = %ex.client_path,
-            upstream_path = ex.upstream_path.as_deref().unwrap_or(""),
+            // Without the query, like `path`: queries may carry data that must not be logged.
+            upstream_path = ex
+                .upstream_path
+                .as_deref()
+                .map_or("", |p| p.split('?').next().unwrap_or(p)),
             api_version = version,
             operation,
             agent_id = ex.agent_id.as_deref().unwrap_or(""),

@@ -1,0 +1,1096 @@
+//! What ops see, against real processes: exact metric values after a known mix of requests,
+//! readiness following the upstream, tokens kept out of every log line, the access log's
+//! fields, and the shipped Grafana dashboard reading only metrics the gateway exports.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::*;
+
+// ---------------------------------------------------------------------------------------------
+// Prometheus text exposition
+// ---------------------------------------------------------------------------------------------
+
+type Labels = BTreeMap<String, String>;
+
+/// Extra request header lines.
+type Headers<'a> = &'a [(&'a str, &'a str)];
+
+/// One sample line of a text exposition.
+#[derive(Debug, Clone)]
+struct Sample {
+    name: String,
+    labels: Labels,
+    value: f64,
+}
+
+/// Parses `# TYPE` lines and samples; panics on a line it cannot read.
+fn parse_exposition(text: &str) -> (BTreeMap<String, String>, Vec<Sample>) {
+    let mut types = BTreeMap::new();
+    let mut samples = Vec::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').expect("TYPE line");
+            types.insert(name.to_string(), kind.to_string());
+            continue;
+        }
+        if line.starts_with('#') || line.trim().is_empty() {
+            continue;
+        }
+        let (name, rest) = match line.find(['{', ' ']) {
+            Some(i) => line.split_at(i),
+            None => panic!("unreadable sample line {line:?}"),
+        };
+        let mut labels = Labels::new();
+        let mut rest = rest;
+        if let Some(body) = rest.strip_prefix('{') {
+            let mut chars = body.char_indices().peekable();
+            let mut end = None;
+            while let Some((i, c)) = chars.next() {
+                if c == '}' {
+                    end = Some(i);
+                    break;
+                }
+                if c == ',' {
+                    continue;
+                }
+                let key_start = i;
+                let mut key_end = i;
+                for (j, c) in chars.by_ref() {
+                    if c == '=' {
+                        key_end = j;
+                        break;
+                    }
+                }
+                let key = body[key_start..key_end].to_string();
+                assert_eq!(chars.next().map(|(_, c)| c), Some('"'), "{line}");
+                let mut value = String::new();
+                while let Some((_, c)) = chars.next() {
+                    match c {
+                        '"' => break,
+                        '\\' => match chars.next().map(|(_, c)| c) {
+                            Some('n') => value.push('\n'),
+                            Some(other) => value.push(other),
+                            None => panic!("{line}"),
+                        },
+                        c => value.push(c),
+                    }
+                }
+                labels.insert(key, value);
+            }
+            let end = end.unwrap_or_else(|| panic!("unterminated labels in {line:?}"));
+            rest = &body[end + 1..];
+        }
+        let value = rest.trim().split(' ').next().unwrap();
+        let value = match value {
+            "+Inf" => f64::INFINITY,
+            "-Inf" => f64::NEG_INFINITY,
+            v => v
+                .parse()
+                .unwrap_or_else(|_| panic!("bad value in {line:?}")),
+        };
+        samples.push(Sample {
+            name: name.to_string(),
+            labels,
+            value,
+        });
+    }
+    (types, samples)
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn scrape(gw: &Gateway) -> (BTreeMap<String, String>, Vec<Sample>) {
+    let resp = request(gw.admin, "GET", "/metrics", &[], b"");
+    assert_eq!(resp.status, 200);
+    parse_exposition(&resp.text())
+}
+
+/// Every sample of `name`, by label set.
+fn family(samples: &[Sample], name: &str) -> BTreeMap<Labels, f64> {
+    samples
+        .iter()
+        .filter(|s| s.name == name)
+        .map(|s| (s.labels.clone(), s.value))
+        .collect()
+}
+
+/// `family` with the label sets written as `[(k, v), ..]` and integer values, for assertions.
+fn expect_family(samples: &[Sample], name: &str, want: &[(&[(&str, &str)], u64)]) {
+    let got = family(samples, name);
+    let want: BTreeMap<Labels, f64> = want.iter().map(|(l, v)| (labels(l), *v as f64)).collect();
+    assert_eq!(got, want, "{name}");
+}
+
+fn total(samples: &[Sample], name: &str) -> f64 {
+    samples
+        .iter()
+        .filter(|s| s.name == name)
+        .map(|s| s.value)
+        .sum()
+}
+
+/// Metrics (and access-log lines) are recorded just after the response is written, so a
+/// scrape right after the last response can miss it: wait until `n` requests are counted.
+fn wait_counted(gw: &Gateway, n: usize) -> Vec<Sample> {
+    let mut samples = Vec::new();
+    wait_until(10, &format!("{n} requests counted"), || {
+        samples = scrape(gw).1;
+        total(&samples, "agent_gateway_requests_total") as usize == n
+            && total(&samples, "agent_gateway_in_flight_requests") == 0.0
+    });
+    samples
+}
+
+// ---------------------------------------------------------------------------------------------
+// (a) exact metric values
+// ---------------------------------------------------------------------------------------------
+
+const AGENT_2: &str = r#"
+[[auth.agents]]
+id = "agent-2"
+token_sha256 = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"
+services = ["ONLY"]
+"#;
+
+/// Agent `browned` (token `secret`), inside a brownout that refuses all its v1 calls.
+const BROWNED_AGENT: &str = r#"
+[[auth.agents]]
+id = "browned"
+token_sha256 = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"
+[[retirement.brownouts]]
+start = "2000-01-01T00:00:00Z"
+end = "2100-01-01T00:00:00Z"
+agents = ["browned"]
+"#;
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// A backend that answers 200, except that it drops the connection on anything for `RESET`.
+fn backend_with_reset() -> Backend {
+    Backend::with(|r| {
+        if r.target.contains("/RESET/") {
+            Action::Close
+        } else {
+            Action::Json(r#"{"status_code":200,"message_code":0,"message":"OK"}"#.into())
+        }
+    })
+}
+
+#[test]
+fn metrics_count_a_known_mix_exactly() {
+    let backend = backend_with_reset();
+    let started_at = unix_now();
+    let extra = format!("{AGENT_2}{MIX_AGENTS}{BROWNED_AGENT}");
+    let gw = Gateway::start(&[backend.addr], &extra);
+    let p = gw.proxy;
+    let send = |method, path, agent: &str, body: &str| {
+        let headers = agent_headers(agent);
+        request(p, method, path, &headers, body.as_bytes()).status
+    };
+    let statuses = [
+        // v1 and v2, authenticated: 7 x 200
+        post(p, "/api/v1/verify/request", VERIFY_BODY).status,
+        post(p, "/api/v1/verify/request", VERIFY_BODY).status,
+        post(p, "/api/v1/verify/request", VERIFY_BODY).status,
+        get(p, "/api/v1/transaction/t1/status").status,
+        post(p, "/api/v2/connection/S/invitation", INVITATION_BODY).status,
+        post(p, "/api/v2/connection/S/invitation", INVITATION_BODY).status,
+        get(p, "/api/v2/transaction/t2/status").status,
+        // one 401 of each reason
+        request(p, "POST", "/api/v1/credential/offer", &[], b"{}").status,
+        send("POST", "/api/v2/verify/response", "nobody-zz", "{}"),
+        request(
+            p,
+            "POST",
+            "/api/v1/verify/response",
+            &[("X-Service-Agent-Id", "agent-1"), ("X-Auth-Token", "wrong")],
+            b"{}",
+        )
+        .status,
+        send(
+            "POST",
+            "/api/v2/verify/OTHER/request",
+            "agent-2",
+            VERIFY_BODY,
+        ),
+        // 404, 405, and a 502 because the backend dropped the connection. A wrong method on a
+        // v1 path is still a v1 client: it counts under v1 and the path's operation.
+        post(p, "/nope-404-path", "{}").status,
+        get(p, "/api/v1/verify/request").status,
+        post(p, "/api/v2/credential/RESET/offer", OFFER_BODY).status,
+        // The retirement policy: a blocked agent (whose v2 calls still pass), a brownout.
+        send("POST", "/api/v1/verify/request", "retired", VERIFY_BODY),
+        send("POST", "/api/v2/verify/S/request", "retired", VERIFY_BODY),
+        send("GET", "/api/v1/transaction/t3/status", "browned", ""),
+        // A body without the required business_code; an agent over its rate limit.
+        post(p, "/api/v2/verify/S/request", "{}").status,
+        send("GET", "/api/v2/transaction/t4/status", "throttled", ""),
+        send("GET", "/api/v2/transaction/t5/status", "throttled", ""),
+    ];
+    assert_eq!(
+        statuses,
+        [
+            200, 200, 200, 200, 200, 200, 200, 401, 401, 401, 401, 404, 405, 502, 410, 200, 410,
+            400, 200, 429
+        ]
+    );
+    let samples = wait_counted(&gw, statuses.len());
+
+    let v = |version, op, code| -> [(&str, &str); 3] {
+        [("api_version", version), ("code", code), ("operation", op)]
+    };
+    expect_family(
+        &samples,
+        "agent_gateway_requests_total",
+        &[
+            (&v("v1", "verify_request", "200"), 3),
+            (&v("v1", "transaction_status", "200"), 1),
+            (&v("v2", "connection_invitation", "200"), 2),
+            (&v("v2", "transaction_status", "200"), 2),
+            (&v("v1", "credential_offer", "401"), 1),
+            (&v("v2", "verify_response", "401"), 1),
+            (&v("v1", "verify_response", "401"), 1),
+            (&v("v2", "verify_request", "401"), 1),
+            (&v("none", "unmatched", "404"), 1),
+            (&v("v1", "verify_request", "405"), 1),
+            (&v("v2", "credential_offer", "502"), 1),
+            (&v("v1", "verify_request", "410"), 1),
+            (&v("v2", "verify_request", "200"), 1),
+            (&v("v1", "transaction_status", "410"), 1),
+            (&v("v2", "verify_request", "400"), 1),
+            (&v("v2", "transaction_status", "429"), 1),
+        ],
+    );
+    expect_family(
+        &samples,
+        "agent_gateway_auth_failures_total",
+        &[
+            (&[("reason", "missing_headers")], 1),
+            (&[("reason", "unknown_agent")], 1),
+            (&[("reason", "bad_token")], 1),
+            (&[("reason", "service_not_allowed")], 1),
+        ],
+    );
+    // Only an authenticated (or allow-list-refused) agent is named; everything else, the
+    // unconfigured "nobody-zz" and a configured id with a wrong token included, is "unknown".
+    // The 404 names no version and is not counted here.
+    expect_family(
+        &samples,
+        "agent_gateway_agent_requests_total",
+        &[
+            (&[("agent_id", "agent-1"), ("api_version", "v1")], 4),
+            (&[("agent_id", "agent-1"), ("api_version", "v2")], 5),
+            (&[("agent_id", "agent-2"), ("api_version", "v2")], 1),
+            (&[("agent_id", "browned"), ("api_version", "v1")], 1),
+            (&[("agent_id", "retired"), ("api_version", "v1")], 1),
+            (&[("agent_id", "retired"), ("api_version", "v2")], 1),
+            (&[("agent_id", "throttled"), ("api_version", "v2")], 2),
+            (&[("agent_id", "unknown"), ("api_version", "v1")], 3),
+            (&[("agent_id", "unknown"), ("api_version", "v2")], 1),
+        ],
+    );
+    expect_family(
+        &samples,
+        "agent_gateway_v1_refusals_total",
+        &[
+            (&[("agent_id", "browned"), ("reason", "brownout")], 1),
+            (&[("agent_id", "retired"), ("reason", "blocked")], 1),
+        ],
+    );
+    expect_family(
+        &samples,
+        "agent_gateway_validation_failures_total",
+        &[(&[("operation", "verify_request"), ("rule", "required")], 1)],
+    );
+    expect_family(
+        &samples,
+        "agent_gateway_rate_limited_total",
+        &[(&[("agent_id", "throttled")], 1)],
+    );
+    // Every caller of v1, refused or not, has a last-seen time from this test's run.
+    let last_seen = family(&samples, "agent_gateway_v1_last_seen_timestamp_seconds");
+    let seen: Vec<&str> = last_seen.keys().map(|l| l["agent_id"].as_str()).collect();
+    assert_eq!(seen, ["agent-1", "browned", "retired", "unknown"]);
+    let now = unix_now();
+    for (l, t) in &last_seen {
+        assert!(
+            (started_at - 1.0..=now + 1.0).contains(t),
+            "{l:?} last seen at {t}, test ran {started_at}..{now}"
+        );
+    }
+    expect_family(
+        &samples,
+        "agent_gateway_upstream_errors_total",
+        &[
+            (&[("kind", "connect")], 0),
+            (&[("kind", "timeout")], 0),
+            (&[("kind", "reset")], 1),
+            (&[("kind", "other")], 0),
+        ],
+    );
+    expect_family(&samples, "agent_gateway_in_flight_requests", &[(&[], 0)]);
+    expect_family(
+        &samples,
+        "agent_gateway_build_info",
+        &[(&[("version", env!("CARGO_PKG_VERSION"))], 1)],
+    );
+
+    // The request histogram has one series per (version, operation), counting every request.
+    let mut per_op: BTreeMap<Labels, f64> = BTreeMap::new();
+    for (l, n) in family(&samples, "agent_gateway_requests_total") {
+        let key = labels(&[
+            ("api_version", &l["api_version"]),
+            ("operation", &l["operation"]),
+        ]);
+        *per_op.entry(key).or_default() += n;
+    }
+    assert_eq!(
+        family(&samples, "agent_gateway_request_duration_seconds_count"),
+        per_op
+    );
+    // The backend histogram counts every request that waited on the backend: the 200s and
+    // the one the backend dropped; none of the gateway's refusals.
+    expect_family(
+        &samples,
+        "agent_gateway_upstream_duration_seconds_count",
+        &[
+            (&[("operation", "verify_request")], 4),
+            (&[("operation", "transaction_status")], 3),
+            (&[("operation", "connection_invitation")], 2),
+            (&[("operation", "credential_offer")], 1),
+        ],
+    );
+    assert_eq!(backend.count(), 10);
+    check_histograms(&samples);
+
+    // Config reloads: none yet; the first config is generation 1, applied at start-up.
+    expect_family(
+        &samples,
+        "agent_gateway_config_reloads_total",
+        &[(&[("result", "success")], 0), (&[("result", "failure")], 0)],
+    );
+    expect_family(&samples, "agent_gateway_config_generation", &[(&[], 1)]);
+    let loaded = family(
+        &samples,
+        "agent_gateway_config_last_reload_success_timestamp_seconds",
+    );
+    let loaded = loaded.get(&Labels::new()).copied().unwrap_or(0.0);
+    assert!(
+        (started_at - 1.0..=now + 1.0).contains(&loaded),
+        "last successful load at {loaded}, gateway started at {started_at}"
+    );
+
+    check_labels_are_bounded(
+        &samples,
+        &["agent-1", "agent-2", "retired", "browned", "throttled"],
+    );
+}
+
+/// Every histogram: cumulative buckets, `+Inf` equal to `_count`, a sum for each count.
+fn check_histograms(samples: &[Sample]) {
+    let counts: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.name.starts_with("agent_gateway_") && s.name.ends_with("_count"))
+        .collect();
+    assert!(!counts.is_empty());
+    for c in counts {
+        let base = c.name.strip_suffix("_count").unwrap();
+        let mut buckets: Vec<(f64, f64)> = samples
+            .iter()
+            .filter(|s| s.name == format!("{base}_bucket"))
+            .filter(|s| {
+                let mut l = s.labels.clone();
+                l.remove("le");
+                l == c.labels
+            })
+            .map(|s| {
+                let le = &s.labels["le"];
+                let le = if le == "+Inf" {
+                    f64::INFINITY
+                } else {
+                    le.parse().unwrap()
+                };
+                (le, s.value)
+            })
+            .collect();
+        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        assert!(buckets.len() > 2, "{base} {:?} has no buckets", c.labels);
+        assert!(
+            buckets.windows(2).all(|w| w[0].1 <= w[1].1),
+            "{base} {:?}: buckets not cumulative",
+            c.labels
+        );
+        let inf = buckets.last().unwrap();
+        assert_eq!(inf.0, f64::INFINITY);
+        assert_eq!(inf.1, c.value, "{base} {:?}: +Inf != _count", c.labels);
+        let sum = samples
+            .iter()
+            .find(|s| s.name == format!("{base}_sum") && s.labels == c.labels)
+            .unwrap_or_else(|| panic!("{base} {:?} has no _sum", c.labels));
+        assert!(sum.value >= 0.0 && sum.value.is_finite());
+    }
+}
+
+/// Label values come from fixed sets (never a raw path, a client's agent id or a token).
+fn check_labels_are_bounded(samples: &[Sample], agents: &[&str]) {
+    let ops = [
+        "verify_request",
+        "verify_response",
+        "connection_invitation",
+        "credential_offer",
+        "transaction_status",
+        "unmatched",
+    ];
+    for s in samples
+        .iter()
+        .filter(|s| s.name.starts_with("agent_gateway_"))
+    {
+        for (k, v) in &s.labels {
+            let ok = match k.as_str() {
+                "api_version" => ["v1", "v2", "none"].contains(&v.as_str()),
+                "operation" => ops.contains(&v.as_str()),
+                "code" => v.len() == 3 && v.bytes().all(|b| b.is_ascii_digit()),
+                "agent_id" => v == "unknown" || agents.contains(&v.as_str()),
+                "reason" => [
+                    "missing_headers",
+                    "unknown_agent",
+                    "bad_token",
+                    "service_not_allowed",
+                    "blocked",
+                    "brownout",
+                    "sunset",
+                ]
+                .contains(&v.as_str()),
+                "kind" => ["connect", "timeout", "reset", "other"].contains(&v.as_str()),
+                "result" => ["success", "failure"].contains(&v.as_str()),
+                "rule" => [
+                    "not_json",
+                    "not_object",
+                    "required",
+                    "type",
+                    "duplicate",
+                    "item_required",
+                    "item_type",
+                    "allow_multiple_read_with_connection",
+                    "credential_values_required",
+                ]
+                .contains(&v.as_str()),
+                "le" => v == "+Inf" || v.parse::<f64>().is_ok(),
+                "version" => v == env!("CARGO_PKG_VERSION"),
+                _ => false,
+            };
+            assert!(ok, "{} has an unexpected label {k}={v:?}", s.name);
+        }
+    }
+}
+
+#[test]
+fn a_dead_upstream_address_is_a_502_counted_as_a_connect_error() {
+    let dead = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let gw = Gateway::start(&[dead], "");
+    let resp = post(gw.proxy, "/api/v1/verify/request", VERIFY_BODY);
+    assert_eq!(resp.status, 502);
+    let samples = wait_counted(&gw, 1);
+    expect_family(
+        &samples,
+        "agent_gateway_requests_total",
+        &[(
+            &[
+                ("api_version", "v1"),
+                ("code", "502"),
+                ("operation", "verify_request"),
+            ],
+            1,
+        )],
+    );
+    expect_family(
+        &samples,
+        "agent_gateway_upstream_errors_total",
+        &[
+            (&[("kind", "connect")], 1),
+            (&[("kind", "timeout")], 0),
+            (&[("kind", "reset")], 0),
+            (&[("kind", "other")], 0),
+        ],
+    );
+    expect_family(
+        &samples,
+        "agent_gateway_agent_requests_total",
+        &[(&[("agent_id", "agent-1"), ("api_version", "v1")], 1)],
+    );
+    expect_family(
+        &samples,
+        "agent_gateway_request_duration_seconds_count",
+        &[(&[("api_version", "v1"), ("operation", "verify_request")], 1)],
+    );
+    // Nothing was sent, so no backend time was observed.
+    expect_family(
+        &samples,
+        "agent_gateway_upstream_duration_seconds_count",
+        &[],
+    );
+    check_histograms(&samples);
+}
+
+// ---------------------------------------------------------------------------------------------
+// (b) admin endpoints
+// ---------------------------------------------------------------------------------------------
+
+fn admin_get(gw: &Gateway, path: &str) -> Response {
+    request(gw.admin, "GET", path, &[], b"")
+}
+
+#[test]
+fn readiness_follows_the_upstream_and_liveness_does_not() {
+    let backend = Backend::start();
+    let upstream = backend.addr;
+    let gw = Gateway::start(&[upstream], "");
+    wait_until(10, "/readyz 200 with a live backend", || {
+        admin_get(&gw, "/readyz").status == 200
+    });
+    let ready = admin_get(&gw, "/readyz");
+    assert_eq!(ready.header("content-type"), Some("application/json"));
+    assert_eq!(ready.json()["status"], "ready");
+
+    // Dropping the recording backend closes its listener (its accept loop ends).
+    drop(backend);
+    wait_until(5, "the backend's listener to close", || {
+        TcpStream::connect_timeout(&upstream, Duration::from_millis(200)).is_err()
+    });
+    wait_until(10, "/readyz 503 once the only upstream is gone", || {
+        admin_get(&gw, "/readyz").status == 503
+    });
+    let not_ready = admin_get(&gw, "/readyz");
+    assert_eq!(not_ready.header("content-type"), Some("application/json"));
+    let body = not_ready.json();
+    assert_eq!(body["status"], "not_ready");
+    let reason = body["reason"].as_str().expect("a reason string");
+    assert!(reason.contains("reachable"), "{reason}");
+
+    // Liveness is about the process, not the upstream.
+    let health = admin_get(&gw, "/healthz");
+    assert_eq!(health.status, 200);
+    assert_eq!(health.json()["status"], "ok");
+
+    // Anything listening on the address again makes the gateway ready again.
+    let _listener = TcpListener::bind(upstream).expect("rebinding the upstream port");
+    wait_until(10, "/readyz 200 again", || {
+        admin_get(&gw, "/readyz").status == 200
+    });
+}
+
+#[test]
+fn admin_listener_serves_only_its_endpoints() {
+    let backend = Backend::start();
+    let gw = Gateway::start(&[backend.addr], "");
+    let metrics = admin_get(&gw, "/metrics");
+    assert_eq!(metrics.status, 200);
+    assert!(
+        metrics
+            .header("content-type")
+            .is_some_and(|c| c.starts_with("text/plain")),
+        "{:?}",
+        metrics.header("content-type")
+    );
+    assert!(metrics.text().contains("agent_gateway_build_info"));
+    assert_eq!(admin_get(&gw, "/healthz").status, 200);
+    for path in [
+        "/",
+        "/metrics/",
+        "/health",
+        "/api/v1/verify/request",
+        "/readyz/x",
+    ] {
+        let resp = admin_get(&gw, path);
+        assert_eq!(resp.status, 404, "{path}");
+        assert_eq!(resp.json()["status_code"], 404, "{path}");
+    }
+    // Proxy traffic is not served on the admin listener, nor the admin endpoints on the proxy.
+    assert_eq!(backend.count(), 0);
+    assert_eq!(get(gw.proxy, "/metrics").status, 404);
+}
+
+// ---------------------------------------------------------------------------------------------
+// (c) logs
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn the_token_never_appears_in_the_log_even_at_trace_level() {
+    const TOKEN: &str = "tok-Zq81-ZEBRA-7f3c-never-log-me";
+    const WRONG: &str = "tok-Wr0ng-OKAPI-91ad-never-log-me";
+    let backend = Backend::start();
+    let (proxy, admin) = (free_port(), free_port());
+    let extra = format!(
+        "[[auth.agents]]\nid = \"tracer\"\ntoken_sha256 = \"{}\"\n",
+        token_sha256(TOKEN)
+    );
+    let text = config(proxy, admin, &[backend.addr], &extra);
+    let gw = Gateway::start_with_env(&text, proxy, admin, &[("RUST_LOG", "trace")]);
+    let p = gw.proxy;
+    let good = [
+        ("X-Service-Agent-Id", "tracer"),
+        ("X-Auth-Token", TOKEN),
+        ("Content-Type", "application/json"),
+    ];
+    let wrong = [("X-Service-Agent-Id", "tracer"), ("X-Auth-Token", WRONG)];
+    let stranger = [("X-Service-Agent-Id", "stranger"), ("X-Auth-Token", TOKEN)];
+    let anonymous = [("X-Auth-Token", TOKEN)];
+    let cases: [(&str, &str, Headers, u16); 8] = [
+        ("POST", "/api/v1/verify/request", &good, 200),
+        ("GET", "/api/v2/transaction/tx-9/status", &good, 200),
+        ("POST", "/api/v2/credential/SVC/offer", &good, 200),
+        ("POST", "/api/v1/verify/request", &wrong, 401),
+        ("POST", "/api/v1/verify/request", &stranger, 401),
+        ("POST", "/api/v2/verify/response", &anonymous, 401),
+        ("POST", "/not/an/operation", &good, 404),
+        ("GET", "/api/v1/credential/offer", &good, 405),
+    ];
+    for (method, path, headers, want) in cases {
+        let body: &[u8] = match path {
+            "/api/v1/verify/request" => VERIFY_BODY.as_bytes(),
+            "/api/v2/credential/SVC/offer" => OFFER_BODY.as_bytes(),
+            _ if method == "POST" => b"{}",
+            _ => b"",
+        };
+        let resp = request(p, method, path, headers, body);
+        assert_eq!(resp.status, want, "{method} {path}");
+    }
+    assert_eq!(backend.count(), 3);
+    wait_until(10, "every request in the access log", || {
+        gw.access_log().len() == cases.len()
+    });
+    let log = gw.log();
+    assert!(
+        log.lines().any(|l| l.contains("\"level\":\"TRACE\"")),
+        "RUST_LOG=trace did not take effect"
+    );
+    let metrics = request(gw.admin, "GET", "/metrics", &[], b"").text();
+    assert!(!metrics.contains(TOKEN) && !metrics.contains(WRONG));
+    let leaks: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(TOKEN) || l.contains(WRONG))
+        .collect();
+    let sources: BTreeSet<String> = leaks
+        .iter()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .map(|v| format!("{} {}", v["level"], v["target"]))
+        .collect();
+    assert!(
+        leaks.is_empty(),
+        "{} log line(s) carry an X-Auth-Token value, from {sources:?}, e.g.:\n{}",
+        leaks.len(),
+        leaks[0].chars().take(600).collect::<String>()
+    );
+}
+
+/// The fields every access-log line carries (`upstream_ms` only when the backend answered).
+const ACCESS_FIELDS: [&str; 13] = [
+    "timestamp",
+    "request_id",
+    "method",
+    "path",
+    "upstream_path",
+    "api_version",
+    "operation",
+    "agent_id",
+    "status",
+    "duration_ms",
+    "bytes_in",
+    "bytes_out",
+    "auth",
+];
+
+/// One request of the access-log test and the line it must produce.
+struct Logged {
+    method: &'static str,
+    /// The request target, query included.
+    target: &'static str,
+    agent: Option<&'static str>,
+    body: &'static str,
+    status: u16,
+    upstream_path: &'static str,
+    api_version: &'static str,
+    operation: &'static str,
+    /// `agent_id` in the log: configured agents that were identified, else empty.
+    agent_id: &'static str,
+    auth: &'static str,
+    /// Whether the gateway read the body (it counts in `bytes_in`).
+    body_read: bool,
+}
+
+#[test]
+fn every_access_log_line_is_json_with_the_documented_fields() {
+    let backend = backend_with_reset();
+    let gw = Gateway::start(&[backend.addr], &format!("{AGENT_2}{MIX_AGENTS}"));
+    let case = |method, target, agent, body, status| Logged {
+        method,
+        target,
+        agent,
+        body,
+        status,
+        upstream_path: "",
+        api_version: "",
+        operation: "",
+        agent_id: "",
+        auth: "",
+        body_read: false,
+    };
+    let cases = [
+        Logged {
+            upstream_path: "/api/v2/verify/ORG_DEFAULT/request",
+            api_version: "v1",
+            operation: "verify_request",
+            agent_id: "agent-1",
+            auth: "ok",
+            body_read: true,
+            ..case(
+                "POST",
+                "/api/v1/verify/request",
+                Some("agent-1"),
+                VERIFY_BODY,
+                200,
+            )
+        },
+        Logged {
+            upstream_path: "/api/v2/transaction/tx-1/status",
+            api_version: "v2",
+            operation: "transaction_status",
+            agent_id: "agent-1",
+            auth: "ok",
+            ..case(
+                "GET",
+                "/api/v2/transaction/tx-1/status?session=QUERY-MARK-5521",
+                Some("agent-1"),
+                "",
+                200,
+            )
+        },
+        Logged {
+            api_version: "v1",
+            operation: "credential_offer",
+            auth: "missing_headers",
+            ..case("POST", "/api/v1/credential/offer", None, OFFER_BODY, 401)
+        },
+        Logged {
+            api_version: "v2",
+            operation: "verify_response",
+            auth: "unknown_agent",
+            ..case("POST", "/api/v2/verify/response", Some("nobody"), "{}", 401)
+        },
+        Logged {
+            api_version: "v2",
+            operation: "verify_request",
+            agent_id: "agent-2",
+            auth: "service_not_allowed",
+            ..case(
+                "POST",
+                "/api/v2/verify/OTHER/request",
+                Some("agent-2"),
+                VERIFY_BODY,
+                401,
+            )
+        },
+        Logged {
+            api_version: "none",
+            operation: "unmatched",
+            auth: "not_required",
+            ..case("POST", "/nope", Some("agent-1"), "{}", 404)
+        },
+        // A wrong method on a v1 path is still a v1 call of that operation.
+        Logged {
+            api_version: "v1",
+            operation: "verify_request",
+            auth: "not_required",
+            ..case("GET", "/api/v1/verify/request", Some("agent-1"), "", 405)
+        },
+        Logged {
+            upstream_path: "/api/v2/credential/RESET/offer",
+            api_version: "v2",
+            operation: "credential_offer",
+            agent_id: "agent-1",
+            auth: "ok",
+            body_read: true,
+            ..case(
+                "POST",
+                "/api/v2/credential/RESET/offer",
+                Some("agent-1"),
+                OFFER_BODY,
+                502,
+            )
+        },
+        Logged {
+            api_version: "v1",
+            operation: "connection_invitation",
+            agent_id: "retired",
+            auth: "ok",
+            ..case(
+                "POST",
+                "/api/v1/connection/invitation",
+                Some("retired"),
+                INVITATION_BODY,
+                410,
+            )
+        },
+        Logged {
+            api_version: "v2",
+            operation: "verify_request",
+            agent_id: "agent-1",
+            auth: "ok",
+            body_read: true,
+            ..case(
+                "POST",
+                "/api/v2/verify/S/request",
+                Some("agent-1"),
+                "{}",
+                400,
+            )
+        },
+        Logged {
+            upstream_path: "/api/v2/transaction/t1/status",
+            api_version: "v2",
+            operation: "transaction_status",
+            agent_id: "throttled",
+            auth: "ok",
+            ..case(
+                "GET",
+                "/api/v2/transaction/t1/status",
+                Some("throttled"),
+                "",
+                200,
+            )
+        },
+        Logged {
+            api_version: "v2",
+            operation: "transaction_status",
+            agent_id: "throttled",
+            auth: "ok",
+            ..case(
+                "GET",
+                "/api/v2/transaction/t2/status",
+                Some("throttled"),
+                "",
+                429,
+            )
+        },
+    ];
+    let mut answers = Vec::new();
+    for c in &cases {
+        let headers = c.agent.map(agent_headers);
+        let headers: &[(&str, &str)] = headers.as_ref().map_or(&[], |h| &h[..]);
+        let resp = request(gw.proxy, c.method, c.target, headers, c.body.as_bytes());
+        assert_eq!(resp.status, c.status, "{} {}", c.method, c.target);
+        answers.push(resp);
+    }
+    wait_until(10, "every request in the access log", || {
+        gw.access_log().len() == cases.len()
+    });
+
+    // Every line the gateway writes is one JSON object.
+    let log = gw.log();
+    for line in log.lines() {
+        let v: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("log line is not JSON ({e}): {line}"));
+        assert!(v.is_object(), "{line}");
+    }
+
+    let access = gw.access_log();
+    let by_id: BTreeMap<&str, &serde_json::Value> = access
+        .iter()
+        .map(|l| (l["request_id"].as_str().expect("request_id"), l))
+        .collect();
+    assert_eq!(by_id.len(), cases.len(), "request ids are unique");
+    // Every mismatch of every line, so one run shows them all.
+    let mut problems: Vec<String> = Vec::new();
+    // A query string may carry data that must not be logged (see `Exchange::client_path`):
+    // the access log has paths only, the client's and the upstream one.
+    for l in &access {
+        if l.to_string().contains("QUERY-MARK") {
+            problems.push(format!("a query string is logged: {l}"));
+        }
+    }
+    for (c, resp) in cases.iter().zip(&answers) {
+        let id = resp.header("x-request-id").expect("x-request-id");
+        let line = by_id
+            .get(id)
+            .unwrap_or_else(|| panic!("no access line for {} {} ({id})", c.method, c.target));
+        let mut check = |ok: bool, what: String| {
+            if !ok {
+                problems.push(format!(
+                    "{} {} ({}): {what}\n    {line}",
+                    c.method, c.target, c.status
+                ));
+            }
+        };
+        for field in ACCESS_FIELDS {
+            check(!line[field].is_null(), format!("field {field} missing"));
+        }
+        let ts = line["timestamp"].as_str().unwrap_or_default();
+        check(
+            ts.len() > 20 && ts.as_bytes()[10] == b'T' && ts.ends_with('Z'),
+            format!("timestamp {ts:?} is not RFC 3339 UTC"),
+        );
+        let want = serde_json::json!({
+            "method": c.method,
+            "path": c.target.split('?').next().unwrap(),
+            "upstream_path": c.upstream_path,
+            "api_version": c.api_version,
+            "operation": c.operation,
+            "agent_id": c.agent_id,
+            "status": c.status,
+            "auth": c.auth,
+            "level": "INFO",
+            "bytes_in": if c.body_read { c.body.len() } else { 0 },
+            "bytes_out": resp.body.len(),
+        });
+        for (k, v) in want.as_object().unwrap() {
+            check(line[k] == *v, format!("{k} is {}, expected {v}", line[k]));
+        }
+        let duration = line["duration_ms"].as_f64().unwrap_or(-1.0);
+        check(duration >= 0.0, "duration_ms is not a number >= 0".into());
+        // upstream_ms: the backend's time, present exactly when the backend answered.
+        let answered = c.status == 200;
+        match line.get("upstream_ms").filter(|v| !v.is_null()) {
+            Some(ms) => {
+                check(
+                    answered,
+                    "upstream_ms on an answer the backend did not give".into(),
+                );
+                let ms = ms.as_f64().unwrap_or(-1.0);
+                check(
+                    (0.0..=duration).contains(&ms),
+                    format!("upstream_ms {ms} outside 0..=duration_ms"),
+                );
+            }
+            None => check(
+                !answered,
+                "no upstream_ms though the backend answered".into(),
+            ),
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "{} access-log problem(s):\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// (d) the dashboard reads only metrics that exist
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn the_dashboard_is_importable_and_reads_only_exported_metrics() {
+    let dash = dashboard();
+    assert!(dash["schemaVersion"].as_u64().unwrap() >= 36);
+    assert!(dash["uid"].is_string() && dash["title"].is_string());
+    let vars: Vec<&str> = dash["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert!(vars.contains(&"datasource"), "a data source variable");
+
+    // Every panel: a unique id, a place on the grid, the data source variable; every target a
+    // refId unique within its panel.
+    let mut ids = BTreeSet::new();
+    for p in dashboard_panels(&dash) {
+        let title = p["title"].as_str().unwrap_or_default();
+        assert!(
+            ids.insert(p["id"].as_u64().unwrap()),
+            "duplicate id: {title}"
+        );
+        let g = &p["gridPos"];
+        for k in ["h", "w", "x", "y"] {
+            assert!(g[k].is_u64(), "{title}: gridPos.{k}");
+        }
+        assert!(
+            g["x"].as_u64().unwrap() + g["w"].as_u64().unwrap() <= 24,
+            "{title}"
+        );
+        if p["type"] == "row" {
+            continue;
+        }
+        assert_eq!(p["datasource"]["uid"], "${datasource}", "{title}");
+        let targets = p["targets"].as_array().expect("targets");
+        assert!(!targets.is_empty(), "{title} has no query");
+        let refs: BTreeSet<&str> = targets
+            .iter()
+            .map(|t| t["refId"].as_str().unwrap())
+            .collect();
+        assert_eq!(refs.len(), targets.len(), "{title}: refIds");
+    }
+
+    // A gateway that has seen one request of each kind the dashboard charts.
+    let backend = Backend::start();
+    let gw = Gateway::start(&[backend.addr], MIX_AGENTS);
+    let n = send_traffic_mix(gw.proxy);
+    wait_counted(&gw, n);
+    let exposition = request(gw.admin, "GET", "/metrics", &[], b"").text();
+    let (types, samples) = parse_exposition(&exposition);
+    let names: BTreeSet<&str> = samples.iter().map(|s| s.name.as_str()).collect();
+
+    let mut used = BTreeSet::new();
+    let queries = dashboard_queries(&dash);
+    assert!(queries.len() >= 10, "{} queries", queries.len());
+    let variable_queries = dashboard_variable_queries(&dash);
+    let all = queries
+        .iter()
+        .map(|q| (q.panel.clone(), q.expr.clone()))
+        .chain(
+            variable_queries
+                .iter()
+                .map(|q| ("variable".into(), q.clone())),
+        );
+    for (panel, expr) in all {
+        let metrics = gateway_metric_names(&expr);
+        assert!(
+            !metrics.is_empty(),
+            "{panel}: reads no gateway metric: {expr}"
+        );
+        for m in metrics {
+            assert!(
+                names.contains(m.as_str()),
+                "{panel}: {m} is not in /metrics (query: {expr})"
+            );
+            // histogram_quantile needs the buckets of a real histogram.
+            let family = ["_bucket", "_count", "_sum"]
+                .iter()
+                .find_map(|s| m.strip_suffix(s))
+                .filter(|base| types.get(*base).is_some_and(|t| t == "histogram"))
+                .unwrap_or(&m)
+                .to_string();
+            if m.ends_with("_bucket") {
+                assert_eq!(
+                    types.get(&family).map(String::as_str),
+                    Some("histogram"),
+                    "{m}"
+                );
+            }
+            used.insert(family);
+        }
+    }
+    // Every family the gateway exports has a place on the dashboard.
+    let exported: BTreeSet<String> = types
+        .keys()
+        .filter(|n| n.starts_with("agent_gateway_"))
+        .cloned()
+        .collect();
+    let missing: Vec<&String> = exported.difference(&used).collect();
+    assert!(missing.is_empty(), "not on the dashboard: {missing:?}");
+}

@@ -1,0 +1,547 @@
+//! The shipped Prometheus files and Grafana dashboard against the real tools: `promtool` checks
+//! and unit-tests the alert rules, then a real Prometheus scrapes a running gateway and runs
+//! every dashboard query and alert expression.
+//!
+//! Needs `prometheus` and `promtool` on PATH (Debian: `apt-get install prometheus`, which
+//! `.ci/run` does). Without them these tests fail rather than pass silently.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use common::*;
+
+const ALERTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/prometheus/alerts.yml");
+const PROMETHEUS_YML: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/config/prometheus/prometheus.yml"
+);
+
+/// The alert rules alerts.yml must define.
+const ALERT_NAMES: [&str; 5] = [
+    "AgentGatewayDown",
+    "AgentGatewayUpstreamErrorRatioHigh",
+    "AgentGatewayP99LatencyHigh",
+    "AgentGatewayAuthFailureSpike",
+    "AgentGatewayConfigReloadFailed",
+];
+
+/// The full path of `name` on PATH; fails the test when it is missing.
+fn tool(name: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "`{name}` is not on PATH. These tests check the shipped alert rules and dashboard \
+                 queries with a real Prometheus: install it (Debian/Ubuntu: \
+                 `apt-get install prometheus`, which provides both `prometheus` and `promtool`; \
+                 .ci/run does this)."
+            )
+        })
+}
+
+fn show(out: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Runs `promtool` with `args` and requires success.
+fn promtool(args: &[&str]) -> String {
+    let out = Command::new(tool("promtool")).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool {args:?} failed: {}",
+        show(&out)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `text` with `from` replaced by `to`, which must occur exactly once.
+fn replace_once(text: &str, from: &str, to: &str) -> String {
+    assert_eq!(text.matches(from).count(), 1, "{from:?} once in the text");
+    text.replacen(from, to, 1)
+}
+
+/// The shipped prometheus.yml, aimed at `target` with 1 s scrape and evaluation intervals and
+/// the shipped alerts.yml by absolute path.
+fn scrape_config(target: SocketAddr) -> String {
+    let text = std::fs::read_to_string(PROMETHEUS_YML).unwrap();
+    let text = replace_once(&text, "scrape_interval: 15s", "scrape_interval: 1s");
+    let text = replace_once(&text, "evaluation_interval: 15s", "evaluation_interval: 1s");
+    let text = replace_once(&text, "- alerts.yml", &format!("- {ALERTS}"));
+    replace_once(&text, "\"127.0.0.1:9090\"", &format!("\"{target}\""))
+}
+
+// ---------------------------------------------------------------------------------------------
+// promtool
+// ---------------------------------------------------------------------------------------------
+
+/// Unit tests for alerts.yml: each alert fires on the series it is meant for, at the time its
+/// `for` allows, and not on its near misses. `{alerts}` is replaced by the rule file's path.
+const RULE_TESTS: &str = r#"
+rule_files:
+  - {alerts}
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      # gw-a stops answering scrapes at 2m; gw-b never does.
+      - series: 'up{job="agent-gateway", instance="gw-a"}'
+        values: '1 1 0x20'
+      - series: 'up{job="agent-gateway", instance="gw-b"}'
+        values: '1x22'
+      # gw-a: 10 requests/s, 1 backend error/s (10%); gw-b: 10/s with 0.05/s (0.5%).
+      - series: 'agent_gateway_requests_total{job="agent-gateway", instance="gw-a", api_version="v1", operation="verify_request", code="200"}'
+        values: '0+600x22'
+      - series: 'agent_gateway_upstream_errors_total{job="agent-gateway", instance="gw-a", kind="connect"}'
+        values: '0+60x22'
+      - series: 'agent_gateway_requests_total{job="agent-gateway", instance="gw-b", api_version="v2", operation="verify_request", code="200"}'
+        values: '0+600x22'
+      - series: 'agent_gateway_upstream_errors_total{job="agent-gateway", instance="gw-b", kind="timeout"}'
+        values: '0+3x22'
+    alert_rule_test:
+      - eval_time: 1m
+        alertname: AgentGatewayDown
+        exp_alerts: []
+      - eval_time: 4m
+        alertname: AgentGatewayDown
+        exp_alerts:
+          - exp_labels: {severity: critical, job: agent-gateway, instance: gw-a}
+            exp_annotations:
+              summary: "agent-gateway gw-a is down"
+              description: "Prometheus has not been able to scrape the admin listener of gw-a for a minute: the gateway process is down or its admin listener is unreachable."
+      - eval_time: 3m
+        alertname: AgentGatewayUpstreamErrorRatioHigh
+        exp_alerts: []
+      - eval_time: 10m
+        alertname: AgentGatewayUpstreamErrorRatioHigh
+        exp_alerts:
+          - exp_labels: {severity: critical, job: agent-gateway, instance: gw-a}
+            exp_annotations:
+              summary: "agent-gateway gw-a: 10% backend errors per request"
+              description: "More than 5% of requests met a backend failure (connect, timeout, reset) over the last 5 minutes. Clients see 502/504 when no address answers. See the \"Upstream errors/s by kind\" panel."
+
+  - interval: 1m
+    input_series:
+      # gw-a: every request takes between 0.5 s and 4 s; gw-b: all under 0.5 s.
+      - series: 'agent_gateway_request_duration_seconds_bucket{job="agent-gateway", instance="gw-a", api_version="v1", operation="verify_request", le="0.5"}'
+        values: '0x30'
+      - series: 'agent_gateway_request_duration_seconds_bucket{job="agent-gateway", instance="gw-a", api_version="v1", operation="verify_request", le="4"}'
+        values: '0+60x30'
+      - series: 'agent_gateway_request_duration_seconds_bucket{job="agent-gateway", instance="gw-a", api_version="v1", operation="verify_request", le="+Inf"}'
+        values: '0+60x30'
+      - series: 'agent_gateway_request_duration_seconds_bucket{job="agent-gateway", instance="gw-b", api_version="v2", operation="verify_request", le="0.5"}'
+        values: '0+60x30'
+      - series: 'agent_gateway_request_duration_seconds_bucket{job="agent-gateway", instance="gw-b", api_version="v2", operation="verify_request", le="4"}'
+        values: '0+60x30'
+      - series: 'agent_gateway_request_duration_seconds_bucket{job="agent-gateway", instance="gw-b", api_version="v2", operation="verify_request", le="+Inf"}'
+        values: '0+60x30'
+    alert_rule_test:
+      - eval_time: 5m
+        alertname: AgentGatewayP99LatencyHigh
+        exp_alerts: []
+      - eval_time: 15m
+        alertname: AgentGatewayP99LatencyHigh
+        exp_alerts:
+          - exp_labels: {severity: warning, job: agent-gateway, instance: gw-a}
+            exp_annotations:
+              summary: "agent-gateway gw-a: p99 latency 3.965s"
+              description: "The 99th percentile of request duration (start to end of response) has been over 1 s for 10 minutes. Compare \"Backend latency p50 / p99\" to tell a slow backend from a slow gateway."
+
+  - interval: 1m
+    input_series:
+      # gw-a: 2 auth failures/s of 5 requests/s; gw-b: 2/s of 100/s; gw-c: 0.5/s of 1/s.
+      - series: 'agent_gateway_requests_total{job="agent-gateway", instance="gw-a", api_version="v1", operation="verify_request", code="401"}'
+        values: '0+300x20'
+      - series: 'agent_gateway_auth_failures_total{job="agent-gateway", instance="gw-a", reason="bad_token"}'
+        values: '0+120x20'
+      - series: 'agent_gateway_requests_total{job="agent-gateway", instance="gw-b", api_version="v2", operation="verify_request", code="200"}'
+        values: '0+6000x20'
+      - series: 'agent_gateway_auth_failures_total{job="agent-gateway", instance="gw-b", reason="unknown_agent"}'
+        values: '0+120x20'
+      - series: 'agent_gateway_requests_total{job="agent-gateway", instance="gw-c", api_version="v2", operation="verify_request", code="200"}'
+        values: '0+60x20'
+      - series: 'agent_gateway_auth_failures_total{job="agent-gateway", instance="gw-c", reason="unknown_agent"}'
+        values: '0+30x20'
+    alert_rule_test:
+      - eval_time: 3m
+        alertname: AgentGatewayAuthFailureSpike
+        exp_alerts: []
+      - eval_time: 10m
+        alertname: AgentGatewayAuthFailureSpike
+        exp_alerts:
+          - exp_labels: {severity: warning, job: agent-gateway, instance: gw-a}
+            exp_annotations:
+              summary: "agent-gateway gw-a: 2 auth failures/s"
+              description: "More than 1 request/s and more than 20% of requests have been refused with 401 for 5 minutes: a misconfigured client, a rotated token not yet deployed, or credential guessing. The \"Auth failures/s by reason\" panel says which."
+
+  - interval: 1m
+    input_series:
+      # gw-a refuses one reload at 2m; gw-b only ever succeeds.
+      - series: 'agent_gateway_config_reloads_total{job="agent-gateway", instance="gw-a", result="failure"}'
+        values: '0 0 1x30'
+      - series: 'agent_gateway_config_reloads_total{job="agent-gateway", instance="gw-b", result="failure"}'
+        values: '0x32'
+      - series: 'agent_gateway_config_reloads_total{job="agent-gateway", instance="gw-b", result="success"}'
+        values: '0 1 2 3x30'
+    alert_rule_test:
+      - eval_time: 1m
+        alertname: AgentGatewayConfigReloadFailed
+        exp_alerts: []
+      - eval_time: 3m
+        alertname: AgentGatewayConfigReloadFailed
+        exp_alerts:
+          - exp_labels: {severity: warning, job: agent-gateway, instance: gw-a, result: failure}
+            exp_annotations:
+              summary: "agent-gateway gw-a refused a config reload"
+              description: "A reload of the config file (file change, SIGHUP or POST /-/reload) was refused in the last 10 minutes: the file was unreadable or invalid, and the previous config keeps serving. The gateway log and `agent-gateway check-config FILE` give every problem by key path."
+      - eval_time: 20m
+        alertname: AgentGatewayConfigReloadFailed
+        exp_alerts: []
+"#;
+
+#[test]
+fn promtool_accepts_the_shipped_rules_and_config_and_the_alerts_fire_as_designed() {
+    let out = promtool(&["check", "rules", ALERTS]);
+    assert!(
+        out.contains(&format!("{} rules found", ALERT_NAMES.len())),
+        "{out}"
+    );
+    // Checks the config and, through rule_files, alerts.yml beside it.
+    promtool(&["check", "config", PROMETHEUS_YML]);
+
+    let dir = tempfile::tempdir().unwrap();
+    let generated = dir.path().join("prometheus.yml");
+    std::fs::write(&generated, scrape_config("127.0.0.1:9090".parse().unwrap())).unwrap();
+    promtool(&["check", "config", generated.to_str().unwrap()]);
+
+    let tests = dir.path().join("alerts_test.yml");
+    std::fs::write(&tests, RULE_TESTS.replace("{alerts}", ALERTS)).unwrap();
+    promtool(&["test", "rules", tests.to_str().unwrap()]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// A real Prometheus
+// ---------------------------------------------------------------------------------------------
+
+/// A Prometheus server on a free loopback port with its data in a temporary directory.
+/// Killed on drop.
+struct Prometheus {
+    addr: SocketAddr,
+    child: Child,
+    dir: tempfile::TempDir,
+}
+
+impl Prometheus {
+    fn start(config: &str) -> Prometheus {
+        let dir = tempfile::tempdir().unwrap();
+        let config_path = dir.path().join("prometheus.yml");
+        std::fs::write(&config_path, config).unwrap();
+        promtool(&["check", "config", config_path.to_str().unwrap()]);
+        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let log = std::fs::File::create(dir.path().join("prometheus.log")).unwrap();
+        let child = Command::new(tool("prometheus"))
+            .arg(format!("--config.file={}", config_path.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address={addr}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let mut prom = Prometheus { addr, child, dir };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Ok(Some(status)) = prom.child.try_wait() {
+                panic!("Prometheus exited ({status}):\n{}", prom.log());
+            }
+            if std::net::TcpStream::connect(addr).is_ok()
+                && request(addr, "GET", "/-/ready", &[], b"").status == 200
+            {
+                return prom;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "Prometheus not ready after 15 s:\n{}",
+                prom.log()
+            );
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("prometheus.log")).unwrap_or_default()
+    }
+
+    /// GET an API path; the JSON answer (Prometheus answers JSON on errors too).
+    fn api(&self, path: &str) -> Value {
+        let resp = request(self.addr, "GET", path, &[], b"");
+        serde_json::from_slice(&resp.body).unwrap_or_else(|e| {
+            panic!(
+                "{path}: not JSON ({e}), status {}: {}",
+                resp.status,
+                resp.text()
+            )
+        })
+    }
+
+    /// Evaluates `expr` now: `Ok(result list)`, or `Err` with Prometheus' error.
+    fn query(&self, expr: &str) -> Result<Vec<Value>, String> {
+        let v = self.api(&format!("/api/v1/query?query={}", urlencode(expr)));
+        if v["status"] != "success" {
+            return Err(format!("{}: {}", v["errorType"], v["error"]));
+        }
+        let data = &v["data"];
+        match data["resultType"].as_str() {
+            Some("vector") | Some("matrix") => Ok(data["result"].as_array().unwrap().clone()),
+            // A scalar or string result is one value.
+            _ => Ok(vec![data["result"].clone()]),
+        }
+    }
+
+    /// The alerts Prometheus holds now (pending or firing), as (name, state, labels).
+    fn alerts(&self) -> Vec<(String, String, Value)> {
+        let v = self.api("/api/v1/alerts");
+        v["data"]["alerts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| {
+                (
+                    a["labels"]["alertname"].as_str().unwrap().to_string(),
+                    a["state"].as_str().unwrap().to_string(),
+                    a["labels"].clone(),
+                )
+            })
+            .collect()
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn urlencode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() * 3);
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// A dashboard query with Grafana's variables replaced as Grafana would for a 1 s scrape
+/// interval and a short time range; any `$` left over is an unknown variable.
+fn grafana_to_promql(expr: &str) -> String {
+    let mut out = expr.to_string();
+    for (var, value) in [
+        ("__rate_interval", "1m"),
+        ("__interval_ms", "15000"),
+        ("__interval", "15s"),
+        ("__range_ms", "300000"),
+        ("__range_s", "300"),
+        ("__range", "5m"),
+        ("instance", ".+"),
+    ] {
+        out = out
+            .replace(&format!("${{{var}}}"), value)
+            .replace(&format!("${var}"), value);
+    }
+    assert!(!out.contains('$'), "unknown Grafana variable in {expr}");
+    out
+}
+
+/// `label_values(metric, label)` as a PromQL query for the same values.
+fn variable_to_promql(query: &str) -> String {
+    let args = query
+        .trim()
+        .strip_prefix("label_values(")
+        .and_then(|r| r.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("unsupported variable query {query}"));
+    let (metric, label) = args.rsplit_once(',').expect("label_values(metric, label)");
+    format!("group by ({}) ({})", label.trim(), metric.trim())
+}
+
+#[test]
+fn a_real_prometheus_scrapes_the_gateway_and_runs_every_dashboard_and_alert_query() {
+    let began = Instant::now();
+    // Every wait below draws on one budget, so a failing run also ends well inside a minute.
+    let budget = began + Duration::from_secs(45);
+    let left = || {
+        budget
+            .saturating_duration_since(Instant::now())
+            .as_secs()
+            .max(1)
+    };
+    // Fail at once, with the install hint, when either tool is missing.
+    tool("prometheus");
+    tool("promtool");
+
+    // The gateway reloads only when asked, so the reload counter moves only when the test says.
+    let backend = Backend::start();
+    let (proxy, admin) = (free_port(), free_port());
+    let text = replace_once(
+        &config(proxy, admin, &[backend.addr], MIX_AGENTS),
+        "[server]\n",
+        "[server]\nwatch_config = false\n",
+    );
+    let gw = Gateway::start_with(&text, proxy, admin, &[]);
+
+    // Traffic of every kind the dashboard charts, until the queries have been run.
+    let stop = Arc::new(AtomicBool::new(false));
+    let traffic = {
+        let (stop, proxy) = (stop.clone(), gw.proxy);
+        thread::spawn(move || {
+            let mut sent = 0;
+            while !stop.load(Ordering::Relaxed) {
+                sent += send_traffic_mix(proxy);
+                thread::sleep(Duration::from_millis(100));
+            }
+            sent
+        })
+    };
+
+    let prom = Prometheus::start(&scrape_config(gw.admin));
+    wait_until(left().min(20), "Prometheus to scrape the gateway", || {
+        prom.query("up{job=\"agent-gateway\"} == 1")
+            .is_ok_and(|r| !r.is_empty())
+    });
+
+    // Every dashboard query parses, and returns data once a few scrapes are in.
+    let dash = dashboard();
+    let queries = dashboard_queries(&dash);
+    let mut pending: Vec<(String, String)> = queries
+        .iter()
+        .map(|q| {
+            (
+                format!("{} [{}]", q.panel, q.ref_id),
+                grafana_to_promql(&q.expr),
+            )
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(left().min(25));
+    loop {
+        let mut still = Vec::new();
+        for (what, expr) in pending {
+            match prom.query(&expr) {
+                Err(e) => panic!("dashboard panel {what}: Prometheus refused\n{expr}\n{e}"),
+                Ok(r) if r.is_empty() => still.push((what, expr)),
+                Ok(_) => {}
+            }
+        }
+        pending = still;
+        if pending.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "dashboard queries without data after {:?} of scraping:\n{}",
+            began.elapsed(),
+            pending
+                .iter()
+                .map(|(w, e)| format!("  {w}: {e}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        thread::sleep(Duration::from_millis(500));
+    }
+    // The instance variable lists this gateway.
+    for q in dashboard_variable_queries(&dash) {
+        let r = prom.query(&variable_to_promql(&q)).unwrap();
+        assert!(
+            r.iter()
+                .any(|s| s["metric"]["instance"] == gw.admin.to_string().as_str()),
+            "variable {q}: {r:?}"
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    let sent = traffic.join().expect("traffic thread");
+    assert!(sent > 0);
+
+    // Every alert rule is loaded, evaluates without error, and its expression parses.
+    let mut rules: Vec<(String, String)> = Vec::new();
+    wait_until(left().min(10), "every alert rule evaluated", || {
+        let v = prom.api("/api/v1/rules?type=alert");
+        rules.clear();
+        let mut healthy = true;
+        for group in v["data"]["groups"].as_array().into_iter().flatten() {
+            for r in group["rules"].as_array().into_iter().flatten() {
+                let name = r["name"].as_str().unwrap_or_default().to_string();
+                assert_ne!(r["health"], "err", "rule {name}: {}", r["lastError"]);
+                healthy &= r["health"] == "ok";
+                rules.push((name, r["query"].as_str().unwrap_or_default().to_string()));
+            }
+        }
+        healthy && !rules.is_empty()
+    });
+    let mut names: Vec<&str> = rules.iter().map(|(n, _)| n.as_str()).collect();
+    names.sort_unstable();
+    let mut want = ALERT_NAMES.to_vec();
+    want.sort_unstable();
+    assert_eq!(names, want, "alert rules loaded from {ALERTS}");
+    for (name, expr) in &rules {
+        if let Err(e) = prom.query(expr) {
+            panic!("alert {name}: Prometheus refused\n{expr}\n{e}");
+        }
+    }
+    // Healthy traffic raises nothing.
+    assert_eq!(prom.alerts(), vec![], "alerts with a healthy gateway");
+
+    // A refused reload raises AgentGatewayConfigReloadFailed.
+    std::fs::write(&gw.config_path, "[listen]\nproxy = \"nonsense\"\n").unwrap();
+    let resp = request(gw.admin, "POST", "/-/reload", &[], b"");
+    assert_eq!(resp.status, 422, "{}", resp.text());
+    wait_until(
+        left().min(15),
+        "AgentGatewayConfigReloadFailed to fire",
+        || {
+            prom.alerts().iter().any(|(name, state, labels)| {
+                name == "AgentGatewayConfigReloadFailed"
+                    && state == "firing"
+                    && labels["instance"] == gw.admin.to_string().as_str()
+            })
+        },
+    );
+
+    // A gateway that stops answering scrapes makes AgentGatewayDown pending (it fires after
+    // its `for: 1m`).
+    let admin_addr = gw.admin.to_string();
+    drop(gw);
+    wait_until(left().min(15), "AgentGatewayDown to be pending", || {
+        prom.alerts().iter().any(|(name, state, labels)| {
+            name == "AgentGatewayDown"
+                && state == "pending"
+                && labels["instance"] == admin_addr.as_str()
+        })
+    });
+
+    assert!(
+        began.elapsed() < Duration::from_secs(50),
+        "took {:?}; Prometheus log:\n{}",
+        began.elapsed(),
+        prom.log()
+    );
+}
