@@ -8,13 +8,13 @@
 use std::time::UNIX_EPOCH;
 
 use prometheus::{
-    exponential_buckets, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
-    IntGauge, IntGaugeVec, Opts, Registry,
+    exponential_buckets, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter,
+    IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
 
 use crate::auth::AuthFailure;
 use crate::exchange::{Exchange, UpstreamErrorKind};
-use crate::route::ApiVersion;
+use crate::route::{ApiVersion, Operation};
 use crate::usage::UsageTracker;
 
 /// Bucket bounds in seconds: 100 µs doubling up to about 52 s.
@@ -22,11 +22,42 @@ fn latency_buckets() -> Vec<f64> {
     exponential_buckets(0.0001, 2.0, 20).expect("static bucket layout is valid")
 }
 
+/// `api_version` label values in index order; "none" for requests that named no operation.
+const VERSIONS: [&str; 3] = ["v1", "v2", "none"];
+/// `operation` label values in index order ([`Operation::ALL`], then "unmatched").
+const OPERATIONS: [&str; 6] = [
+    "verify_request",
+    "verify_response",
+    "connection_invitation",
+    "credential_offer",
+    "transaction_status",
+    "unmatched",
+];
+
+fn version_index(v: Option<ApiVersion>) -> usize {
+    match v {
+        Some(ApiVersion::V1) => 0,
+        Some(ApiVersion::V2) => 1,
+        None => 2,
+    }
+}
+
+fn operation_index(op: Option<Operation>) -> usize {
+    op.map_or(5, |o| o as usize)
+}
+
+/// The handles every request touches, resolved once per (version, operation) so the hot path
+/// does no label lookup for the common 200.
+struct RouteHandles {
+    ok: IntCounter,
+    duration: Histogram,
+}
+
 /// Every metric the gateway exports, as ready handles.
 pub struct Telemetry {
+    by_route: [[RouteHandles; 6]; 3],
+    upstream_by_operation: [Histogram; 6],
     requests: IntCounterVec,
-    request_duration: HistogramVec,
-    upstream_duration: HistogramVec,
     auth_failures: [IntCounter; 4],
     agent_requests: IntCounterVec,
     upstream_errors: [IntCounter; 4],
@@ -153,10 +184,27 @@ impl Telemetry {
         registry.register(Box::new(validation_failures.clone()))?;
         registry.register(Box::new(rate_limited.clone()))?;
 
+        let by_route = std::array::from_fn(|v| {
+            std::array::from_fn(|o| RouteHandles {
+                ok: requests.with_label_values(&[VERSIONS[v], OPERATIONS[o], "200"]),
+                duration: request_duration.with_label_values(&[VERSIONS[v], OPERATIONS[o]]),
+            })
+        });
+        let upstream_by_operation =
+            std::array::from_fn(|o| upstream_duration.with_label_values(&[OPERATIONS[o]]));
+        // Label sets resolved above print from the start, at zero; drop the ones no request
+        // can have (an operation without a version, a version without an operation).
+        let impossible = (0..5).map(|o| (2, o)).chain([(0, 5), (1, 5)]);
+        for (v, o) in impossible {
+            let _ = requests.remove_label_values(&[VERSIONS[v], OPERATIONS[o], "200"]);
+            let _ = request_duration.remove_label_values(&[VERSIONS[v], OPERATIONS[o]]);
+        }
+        let _ = requests.remove_label_values(&[VERSIONS[2], OPERATIONS[5], "200"]);
+        let _ = upstream_duration.remove_label_values(&[OPERATIONS[5]]);
         Ok(Self {
+            by_route,
+            upstream_by_operation,
             requests,
-            request_duration,
-            upstream_duration,
             auth_failures: AuthFailure::ALL
                 .map(|r| auth_failures_vec.with_label_values(&[r.as_str()])),
             agent_requests,
@@ -185,20 +233,21 @@ impl Telemetry {
     /// Counts a finished request and writes its access log line.
     pub fn record(&self, ex: &Exchange) {
         let elapsed = ex.started.elapsed();
-        let version = ex.version.map_or("none", |v| v.as_str());
-        let operation = ex.operation.map_or("unmatched", |o| o.as_str());
-        let mut code_buf = itoa::Buffer::new();
-        let code = code_buf.format(ex.status);
-        self.requests
-            .with_label_values(&[version, operation, code])
-            .inc();
-        self.request_duration
-            .with_label_values(&[version, operation])
-            .observe(elapsed.as_secs_f64());
+        let (vi, oi) = (version_index(ex.version), operation_index(ex.operation));
+        let (version, operation) = (VERSIONS[vi], OPERATIONS[oi]);
+        let route = &self.by_route[vi][oi];
+        if ex.status == 200 {
+            route.ok.inc();
+        } else {
+            let mut code_buf = itoa::Buffer::new();
+            let code = code_buf.format(ex.status);
+            self.requests
+                .with_label_values(&[version, operation, code])
+                .inc();
+        }
+        route.duration.observe(elapsed.as_secs_f64());
         if let Some(t) = ex.upstream_header_time {
-            self.upstream_duration
-                .with_label_values(&[operation])
-                .observe(t.as_secs_f64());
+            self.upstream_by_operation[oi].observe(t.as_secs_f64());
         }
         if let Some(f) = ex.auth_failure {
             self.auth_failures[f as usize].inc();
