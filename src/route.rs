@@ -123,6 +123,17 @@ fn is_dot_segment(seg: &str) -> bool {
     dots == 1 || dots == 2
 }
 
+/// Whether `path` percent-encodes an ASCII control character (`%00`-`%1F`, `%7F`).
+fn has_encoded_control(path: &str) -> bool {
+    path.as_bytes().windows(3).any(|w| {
+        w[0] == b'%'
+            && matches!(
+                (w[1], w[2].to_ascii_lowercase()),
+                (b'0' | b'1', b'0'..=b'9' | b'a'..=b'f') | (b'7', b'f')
+            )
+    })
+}
+
 /// Checks every segment of a raw path: no empty, dot or dot-dot segment, no control bytes
 /// (raw or percent-encoded NUL/CR/LF), so nothing downstream can reinterpret it.
 pub fn check_path(path: &str) -> Result<(), RouteError> {
@@ -132,12 +143,7 @@ pub fn check_path(path: &str) -> Result<(), RouteError> {
     if path.bytes().any(|b| b.is_ascii_control() || b == b' ') {
         return Err(RouteError::BadPath);
     }
-    let lower_has = |needle: &str| {
-        path.as_bytes()
-            .windows(3)
-            .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
-    };
-    if lower_has("%00") || lower_has("%0a") || lower_has("%0d") {
+    if has_encoded_control(path) {
         return Err(RouteError::BadPath);
     }
     if !rest.is_empty() && rest.split('/').any(|s| s.is_empty() || is_dot_segment(s)) {
@@ -444,6 +450,9 @@ mod tests {
             "/api/v1/transaction/%2E/status",
             "/api/v1/transaction/a%00b/status",
             "/api/v1/transaction/a%0Db/status",
+            "/api/v1/transaction/a%0bb/status",
+            "/api/v1/transaction/a%1Fb/status",
+            "/api/v1/transaction/a%7fb/status",
             "/api/v1/transaction/a\x01b/status",
             "no-slash",
         ] {
