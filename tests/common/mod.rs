@@ -3,6 +3,8 @@
 //! exactly as written (so tests control framing, encodings and bad input).
 #![allow(dead_code)]
 
+pub mod python;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
