@@ -86,6 +86,19 @@ impl Gateway {
         admin: u16,
         args: &[&str],
     ) -> Gateway {
+        Self::spawn(dir, config_path, proxy, admin, args, &[])
+    }
+
+    /// Runs the binary on `config_path` with `args`; `env` wins over the harness's own
+    /// (`RUST_LOG=debug`).
+    fn spawn(
+        dir: tempfile::TempDir,
+        config_path: PathBuf,
+        proxy: u16,
+        admin: u16,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Gateway {
         let log_path = dir.path().join("gateway.log");
         let log = std::fs::File::create(&log_path).unwrap();
         let child = Command::new(BIN)
@@ -94,6 +107,7 @@ impl Gateway {
             .arg(&config_path)
             .args(args)
             .env("RUST_LOG", "debug")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -549,29 +563,7 @@ impl Gateway {
         let dir = tempfile::tempdir().unwrap();
         let config_path = dir.path().join("gateway.toml");
         std::fs::write(&config_path, text).unwrap();
-        let log_path = dir.path().join("gateway.log");
-        let log = std::fs::File::create(&log_path).unwrap();
-        let child = Command::new(BIN)
-            .arg("run")
-            .arg("--config")
-            .arg(&config_path)
-            .env("RUST_LOG", "debug")
-            .envs(env.iter().copied())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let gw = Gateway {
-            proxy: SocketAddr::from(([127, 0, 0, 1], proxy)),
-            admin: SocketAddr::from(([127, 0, 0, 1], admin)),
-            child,
-            dir,
-            config_path,
-            log_path,
-        };
-        wait_listening(gw.proxy);
-        wait_listening(gw.admin);
-        gw
+        Self::spawn(dir, config_path, proxy, admin, &[], env)
     }
 
     /// The access-log lines written so far (target `agent_gateway::access`), parsed.
