@@ -1,8 +1,794 @@
-//! The OpenAPI 3.1 document of the proxy's public interface. (Being written.)
+//! The OpenAPI 3.1 document of the proxy's public interface.
+//!
+//! Generated, never written by hand: the paths come from the routing table
+//! ([`ApiVersion::ALL`] × [`Operation::ALL`] under the snapshot's bases, each with
+//! [`Operation::method`]), the request schemas from the tables in [`crate::schema`] that the
+//! body validator enforces, and the gateway's own error answers from [`Reply`]. A change to
+//! any of them shows up here without an edit, and the tests below check the document against
+//! [`crate::route::match_route`].
+//!
+//! Operation ids follow the spec. v1 and v2 name the same operations, and ids must be unique
+//! in one document, so the v1 ones carry the suffix `_v1` (`create_verify_request_v1`). The
+//! spec gives the status reads no id; they are `get_transaction_status` and
+//! `get_transaction_status_v1`.
+
+use serde_json::{json, Map, Value};
 
 use crate::config::Snapshot;
+use crate::reply::Reply;
+use crate::route::{self, ApiVersion, Bases, Operation};
+use crate::schema::{self, Constraint, FieldType, ObjectSchema, Rule};
+
+/// The OpenAPI version written.
+pub const OPENAPI_VERSION: &str = "3.1.0";
+
+/// The two API-key schemes of spec section 5: (scheme name, header).
+pub const SECURITY_SCHEMES: [(&str, &str); 2] = [
+    ("Auth_token", "X-Auth-Token"),
+    ("Agent_id", "X-Service-Agent-Id"),
+];
+
+/// Statuses the gateway answers by itself, each with a one-line meaning. Any status of
+/// [`Reply::ALL_CODES`] missing here is added too, and every status lists the causes
+/// (message codes) [`Reply`] has for it. 415 and 429 are listed ahead of their `Reply`
+/// variants, which are being added (Content-Type check, rate limits).
+const GATEWAY_STATUSES: [(u16, &str); 10] = [
+    (400, "The request is malformed."),
+    (401, "Authentication failed."),
+    (404, "No operation has this path."),
+    (
+        405,
+        "The path names an operation that takes another method.",
+    ),
+    (410, "A v1 call refused by the retirement policy."),
+    (413, "The request body is too large."),
+    (415, "The request body is not declared as application/json."),
+    (429, "Too many requests."),
+    (502, "The backend could not be reached or answered badly."),
+    (504, "The backend did not answer in time."),
+];
 
 /// The document for the routes and schemas `snapshot` enforces.
-pub fn document(_snapshot: &Snapshot) -> serde_json::Value {
-    serde_json::json!({})
+pub fn document(snapshot: &Snapshot) -> Value {
+    document_with_sunset(snapshot, legacy_sunset(snapshot).as_deref())
+}
+
+/// The v1 sunset date configured in `snapshot` (`retirement.sunset_at`), in RFC 3339.
+fn legacy_sunset(snapshot: &Snapshot) -> Option<String> {
+    snapshot
+        .retirement
+        .sunset_at
+        .map(|t| humantime::format_rfc3339_seconds(t).to_string())
+}
+
+/// The document, with `sunset` as the legacy v1 interface's configured sunset date.
+pub fn document_with_sunset(snapshot: &Snapshot, sunset: Option<&str>) -> Value {
+    let mut paths = Map::new();
+    for version in ApiVersion::ALL {
+        for op in Operation::ALL {
+            let item = paths
+                .entry(public_path(&snapshot.bases, version, op))
+                .or_insert_with(|| json!({}));
+            item[op.method().to_ascii_lowercase()] = operation(snapshot, version, op, sunset);
+        }
+    }
+
+    let mut schemas = Map::new();
+    for s in schema::all_schemas() {
+        schemas.insert(s.name.to_owned(), object_schema(s));
+    }
+    schemas.insert(
+        "ServiceAgentResponse".into(),
+        json!({
+            "type": "object",
+            "description": "The service's answer. The gateway's own answers use this shape too, \
+                            with message_code = status * 100 + a number for the cause.",
+            "required": ["status_code", "message_code", "message"],
+            "properties": {
+                "status_code": {"type": "integer", "format": "int32"},
+                "message_code": {"type": "integer", "format": "int32"},
+                "message": {"type": "string"},
+            },
+        }),
+    );
+    for (name, what) in [
+        ("InvitationResponse", "an invitation"),
+        ("TransactionStatusResponse", "a transaction status"),
+    ] {
+        schemas.insert(
+            name.into(),
+            json!({
+                "description": format!(
+                    "ServiceAgentResponse for {what}. The fields it adds are not given by the \
+                     interface specification; they are passed through from the backend unchanged."
+                ),
+                "allOf": [{"$ref": "#/components/schemas/ServiceAgentResponse"}],
+            }),
+        );
+    }
+    schemas.insert(
+        "NotAuthorized".into(),
+        json!({"type": "string", "description": "not authorized", "examples": ["not authorized"]}),
+    );
+
+    let mut responses = Map::new();
+    for status in gateway_statuses() {
+        responses.insert(response_name(status), gateway_response(status));
+    }
+
+    let mut security_schemes = Map::new();
+    for (name, header) in SECURITY_SCHEMES {
+        security_schemes.insert(
+            name.into(),
+            json!({"type": "apiKey", "in": "header", "name": header}),
+        );
+    }
+
+    json!({
+        "openapi": OPENAPI_VERSION,
+        "info": {
+            "title": "Agent REST Service (through agent-gateway)",
+            "version": "2.0",
+            "description": info_description(snapshot, sunset),
+        },
+        "servers": [{"url": "/"}],
+        "tags": [
+            {"name": "verify", "description": "Proof requests and their responses."},
+            {"name": "connection", "description": "Pairwise connection invitations."},
+            {"name": "credential", "description": "Credential offers."},
+            {"name": "transaction", "description": "Transaction status."},
+        ],
+        "paths": paths,
+        "components": {
+            "schemas": schemas,
+            "responses": responses,
+            "securitySchemes": security_schemes,
+            "parameters": {
+                "XRequestId": {
+                    "name": "X-Request-Id",
+                    "in": "header",
+                    "required": false,
+                    "description": "Kept when it is 1 to 128 of A-Z a-z 0-9 - _ . : +, else \
+                                    replaced by a generated one; sent upstream and returned.",
+                    "schema": {"type": "string"},
+                },
+            },
+            "headers": {
+                "X-Request-Id": {
+                    "description": "The request's id (the client's, or generated).",
+                    "schema": {"type": "string"},
+                },
+            },
+        },
+    })
+}
+
+/// The public path of `op` under `version` and the snapshot's bases, with
+/// `{service_business_code}` and `{transaction_id}` as OpenAPI path parameters.
+pub fn public_path(bases: &Bases, version: ApiVersion, op: Operation) -> String {
+    let base = match version {
+        ApiVersion::V1 => &bases.v1,
+        ApiVersion::V2 => &bases.v2,
+    };
+    route::path_template(base, version, op)
+}
+
+/// The spec's operation id (`create_credentil_offer` spelled as the spec spells it), with
+/// `_v1` appended for the legacy version.
+pub fn operation_id(version: ApiVersion, op: Operation) -> String {
+    let id = spec_operation_id(op);
+    match version {
+        ApiVersion::V2 => id.to_owned(),
+        ApiVersion::V1 => format!("{id}_v1"),
+    }
+}
+
+fn spec_operation_id(op: Operation) -> &'static str {
+    match op {
+        Operation::VerifyRequest => "create_verify_request",
+        Operation::VerifyResponse => "create_verify_response",
+        Operation::ConnectionInvitation => "create_connection_invitation",
+        Operation::CredentialOffer => "create_credentil_offer",
+        Operation::TransactionStatus => "get_transaction_status",
+    }
+}
+
+/// The sentences on every v1 operation about the legacy interface's end; `sunset` is the
+/// configured sunset date.
+pub fn v1_sunset_notice(sunset: Option<&str>) -> String {
+    let refusals = "v1 calls may be refused with 410 for agents whose v1 access is blocked and \
+                    during scheduled brownouts";
+    match sunset {
+        Some(date) => format!(
+            "Its sunset date is {date}. {refusals}, and after the sunset date when it is \
+             enforced."
+        ),
+        None => format!("No sunset date is configured. {refusals}."),
+    }
+}
+
+fn info_description(snapshot: &Snapshot, sunset: Option<&str>) -> String {
+    format!(
+        "Versions 2.0 (under {v2}) and 1.0 (legacy, under {v1}) of the Agent REST Service, as \
+         served by agent-gateway in front of a backend that speaks only 2.0. v1 operations act \
+         on the default configured service and are deprecated. {notice}\n\n\
+         Request bodies are checked against the schemas below before anything is forwarded; \
+         fields they do not declare are passed through, and an explicit null in an optional \
+         field counts as absent. Answers with the statuses listed as the gateway's come from \
+         the gateway itself; every other answer is the backend's, passed through unchanged.",
+        v1 = snapshot.bases.v1.as_str(),
+        v2 = snapshot.bases.v2.as_str(),
+        notice = v1_sunset_notice(sunset),
+    )
+}
+
+fn tag(op: Operation) -> &'static str {
+    match op {
+        Operation::VerifyRequest | Operation::VerifyResponse => "verify",
+        Operation::ConnectionInvitation => "connection",
+        Operation::CredentialOffer => "credential",
+        Operation::TransactionStatus => "transaction",
+    }
+}
+
+fn summary(op: Operation) -> &'static str {
+    match op {
+        Operation::VerifyRequest => "Ask a holder to present a proof",
+        Operation::VerifyResponse => "Send the response to a verify request",
+        Operation::ConnectionInvitation => "Request a pairwise connection through an invitation",
+        Operation::CredentialOffer => "Send a credential offer",
+        Operation::TransactionStatus => "Read the status of a transaction",
+    }
+}
+
+fn rules(op: Operation) -> &'static str {
+    match op {
+        Operation::VerifyRequest => {
+            "When connection_id is present the request goes to that connection; when it is \
+             absent a pairwise connection is performed automatically first, and \
+             allow_multiple_read may be used (only then)."
+        }
+        Operation::VerifyResponse => {
+            "Sends a verify proof response for a previously executed verify request, \
+             identified by presentation_id."
+        }
+        Operation::ConnectionInvitation => "",
+        Operation::CredentialOffer => {
+            "When connection_id is provided, credential_values must be provided."
+        }
+        Operation::TransactionStatus => "transaction_id identifies the transaction.",
+    }
+}
+
+/// The 200 body schema of `op`.
+fn success_schema(op: Operation) -> &'static str {
+    match op {
+        Operation::VerifyRequest | Operation::ConnectionInvitation | Operation::CredentialOffer => {
+            "InvitationResponse"
+        }
+        Operation::VerifyResponse => "ServiceAgentResponse",
+        Operation::TransactionStatus => "TransactionStatusResponse",
+    }
+}
+
+fn needs_auth(snapshot: &Snapshot, op: Operation) -> bool {
+    op != Operation::TransactionStatus || snapshot.auth.require_on_status
+}
+
+/// Whether the gateway can answer `status` to `op` under `version`.
+fn status_applies(status: u16, snapshot: &Snapshot, version: ApiVersion, op: Operation) -> bool {
+    match status {
+        401 => needs_auth(snapshot, op),
+        410 => version == ApiVersion::V1,
+        // Answers about the request body.
+        408 | 413 | 415 => op.method() == "POST",
+        _ => true,
+    }
+}
+
+fn operation(
+    snapshot: &Snapshot,
+    version: ApiVersion,
+    op: Operation,
+    sunset: Option<&str>,
+) -> Value {
+    let mut description = match version {
+        ApiVersion::V2 => String::new(),
+        ApiVersion::V1 => {
+            let scope = if op.is_service_scoped() {
+                format!(
+                    "Acts on the default configured service: the calling agent's own default \
+                     service when it has one, else `{}`; forwarded to the v2 operation \
+                     `{}`. ",
+                    snapshot.v1_default_service.as_str(),
+                    operation_id(ApiVersion::V2, op),
+                )
+            } else {
+                format!(
+                    "Forwarded to the v2 operation `{}`. ",
+                    operation_id(ApiVersion::V2, op)
+                )
+            };
+            format!(
+                "Legacy interface 1.0, deprecated. {scope}{} The spec calls this operation \
+                 `{}`; `_v1` keeps ids unique in this document.",
+                v1_sunset_notice(sunset),
+                spec_operation_id(op),
+            )
+        }
+    };
+    let rules = rules(op);
+    if !rules.is_empty() {
+        if !description.is_empty() {
+            description.push_str("\n\n");
+        }
+        description.push_str(rules);
+    }
+
+    let mut parameters = Vec::new();
+    if version == ApiVersion::V2 && op.is_service_scoped() {
+        parameters.push(json!({
+            "name": "service_business_code",
+            "in": "path",
+            "required": true,
+            "description": "Business code of the service the operation acts on, as configured \
+                            in the service section of the provider's administration console.",
+            "schema": {"type": "string"},
+        }));
+    }
+    if op == Operation::TransactionStatus {
+        parameters.push(json!({
+            "name": "transaction_id",
+            "in": "path",
+            "required": true,
+            "description": "Identifies the transaction.",
+            "schema": {"type": "string"},
+        }));
+    }
+    parameters.push(json!({"$ref": "#/components/parameters/XRequestId"}));
+
+    let mut responses = Map::new();
+    responses.insert(
+        "200".into(),
+        json!({
+            "description": "Success (the backend's answer).",
+            "headers": {"X-Request-Id": {"$ref": "#/components/headers/X-Request-Id"}},
+            "content": {"application/json": {"schema": {
+                "$ref": format!("#/components/schemas/{}", success_schema(op)),
+            }}},
+        }),
+    );
+    for status in gateway_statuses() {
+        if status_applies(status, snapshot, version, op) {
+            responses.insert(
+                status.to_string(),
+                json!({"$ref": format!("#/components/responses/{}", response_name(status))}),
+            );
+        }
+    }
+
+    let mut o = json!({
+        "operationId": operation_id(version, op),
+        "tags": [tag(op)],
+        "summary": summary(op),
+        "parameters": parameters,
+        "responses": responses,
+    });
+    if !description.is_empty() {
+        o["description"] = json!(description);
+    }
+    if let Some(s) = schema::request_schema(op) {
+        o["requestBody"] = json!({
+            "required": true,
+            "content": {"application/json": {"schema": {
+                "$ref": format!("#/components/schemas/{}", s.name),
+            }}},
+        });
+    }
+    o["security"] = if needs_auth(snapshot, op) {
+        let both: Map<String, Value> = SECURITY_SCHEMES
+            .iter()
+            .map(|(name, _)| ((*name).to_owned(), json!([])))
+            .collect();
+        json!([both])
+    } else {
+        json!([])
+    };
+    if version == ApiVersion::V1 {
+        o["deprecated"] = json!(true);
+        if let Some(date) = sunset {
+            o["x-sunset"] = json!(date);
+        }
+    }
+    o
+}
+
+/// Every status the gateway answers by itself, ascending.
+pub fn gateway_statuses() -> Vec<u16> {
+    let mut out: Vec<u16> = GATEWAY_STATUSES.iter().map(|(s, _)| *s).collect();
+    out.extend(Reply::ALL_CODES.iter().map(|r| r.status()));
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+fn response_name(status: u16) -> String {
+    if status == 401 {
+        "NotAuthorized".into()
+    } else {
+        format!("Gateway{status}")
+    }
+}
+
+fn gateway_response(status: u16) -> Value {
+    let request_id = json!({"$ref": "#/components/headers/X-Request-Id"});
+    if status == 401 {
+        return json!({
+            "description": "not authorized: a header is missing, the agent is unknown, the \
+                            token is wrong, or the service is outside the agent's allowed \
+                            services. The body is the JSON string \"not authorized\".",
+            "headers": {"X-Request-Id": request_id},
+            "content": {"application/json": {"schema": {
+                "$ref": "#/components/schemas/NotAuthorized",
+            }}},
+        });
+    }
+    let head = GATEWAY_STATUSES
+        .iter()
+        .find(|(s, _)| *s == status)
+        .map_or("Answered by the gateway.", |(_, d)| *d);
+    let mut description = format!("{head} Answered by the gateway with a ServiceAgentResponse.");
+    let causes: Vec<String> = Reply::ALL_CODES
+        .iter()
+        .filter(|r| r.status() == status)
+        .map(|r| format!("- message_code {}: {}", r.message_code(), r.message()))
+        .collect();
+    if !causes.is_empty() {
+        description.push_str("\n\n");
+        description.push_str(&causes.join("\n"));
+    }
+    if status == 400 {
+        let labels: Vec<&str> = Rule::ALL.iter().map(|r| r.as_str()).collect();
+        description.push_str(&format!(
+            "\n\nFor a request body that breaks its schema, the message also names the field \
+             and the rule, one of: {}.",
+            labels.join(", ")
+        ));
+    }
+    let mut headers = Map::new();
+    headers.insert("X-Request-Id".into(), request_id);
+    if status == 405 {
+        headers.insert(
+            "Allow".into(),
+            json!({"description": "The one method this path takes.", "schema": {"type": "string"}}),
+        );
+    }
+    if status == 410 || status == 429 {
+        headers.insert(
+            "Retry-After".into(),
+            json!({
+                "description": "When a temporary refusal (a brownout, a rate limit) ends.",
+                "schema": {"type": "string"},
+            }),
+        );
+    }
+    json!({
+        "description": description,
+        "headers": headers,
+        "content": {"application/json": {"schema": {
+            "$ref": "#/components/schemas/ServiceAgentResponse",
+        }}},
+    })
+}
+
+/// An object schema as JSON Schema 2020-12, cross-field rules included.
+fn object_schema(s: &ObjectSchema) -> Value {
+    let mut properties = Map::new();
+    for f in s.fields {
+        let mut p = json!({"type": f.ty.json_type(), "description": f.description});
+        if let FieldType::ArrayOf(items) = f.ty {
+            p["items"] = json!({"$ref": format!("#/components/schemas/{}", items.name)});
+        }
+        properties.insert(f.name.to_owned(), p);
+    }
+    let required: Vec<&str> = s
+        .fields
+        .iter()
+        .filter(|f| f.required)
+        .map(|f| f.name)
+        .collect();
+    let mut description = s.description.to_owned();
+    let mut dependent_required = Map::new();
+    let mut dependent_schemas = Map::new();
+    for &c in s.constraints {
+        description.push_str(&format!(" Rule {}: {}.", c.rule().as_str(), c.sentence()));
+        match c {
+            Constraint::Requires { when, then, .. } => {
+                dependent_required.insert(when.to_owned(), json!([then]));
+            }
+            Constraint::Excludes { when, then, .. } => {
+                dependent_schemas.insert(when.to_owned(), json!({"not": {"required": [then]}}));
+            }
+        }
+    }
+    let mut o = json!({"type": "object", "description": description, "properties": properties});
+    if !required.is_empty() {
+        o["required"] = json!(required);
+    }
+    if !dependent_required.is_empty() {
+        o["dependentRequired"] = Value::Object(dependent_required);
+    }
+    if !dependent_schemas.is_empty() {
+        o["dependentSchemas"] = Value::Object(dependent_schemas);
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::route::match_route;
+
+    fn snapshot(extra: &str) -> Snapshot {
+        Snapshot::parse(&format!(
+            r#"
+[listen]
+proxy = "127.0.0.1:8080"
+[v1]
+default_service = "ORG_DEFAULT"
+{extra}
+[upstream]
+addresses = ["127.0.0.1:9000"]
+[[auth.agents]]
+id = "agent-1"
+token_sha256 = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"
+"#
+        ))
+        .unwrap()
+    }
+
+    /// Every (path, method, operation object) of the document.
+    fn operations(doc: &Value) -> Vec<(String, String, Value)> {
+        let mut out = Vec::new();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                out.push((path.clone(), method.to_ascii_uppercase(), op.clone()));
+            }
+        }
+        out
+    }
+
+    /// The response object behind `r`, following a `$ref` into components.
+    fn resolve<'a>(doc: &'a Value, r: &'a Value) -> &'a Value {
+        match r["$ref"].as_str() {
+            Some(target) => doc
+                .pointer(target.trim_start_matches('#'))
+                .unwrap_or_else(|| panic!("dangling {target}")),
+            None => r,
+        }
+    }
+
+    #[test]
+    fn every_route_appears_with_its_method_and_path() {
+        for extra in ["", "base_path = \"/gw/legacy\""] {
+            let s = snapshot(extra);
+            let doc = document(&s);
+            let ops = operations(&doc);
+            assert_eq!(
+                ops.len(),
+                ApiVersion::ALL.len() * Operation::ALL.len(),
+                "one entry per route, no others"
+            );
+            for version in ApiVersion::ALL {
+                for op in Operation::ALL {
+                    let path = public_path(&s.bases, version, op);
+                    let o = &doc["paths"][&path][op.method().to_ascii_lowercase()];
+                    assert_eq!(o["operationId"], operation_id(version, op), "{path}");
+                    assert_eq!(o["deprecated"] == json!(true), version == ApiVersion::V1);
+                    assert_eq!(o["requestBody"].is_object(), op.method() == "POST");
+                }
+            }
+            // Each documented path, its parameters filled in, is the route the gateway takes.
+            for (path, method, o) in ops {
+                let concrete = path
+                    .replace("{service_business_code}", "SVC")
+                    .replace("{transaction_id}", "tx-1");
+                let m = match_route(&s.bases, &method, &concrete)
+                    .unwrap_or_else(|e| panic!("{method} {concrete}: {e:?}"));
+                assert_eq!(o["operationId"], operation_id(m.version, m.operation));
+                assert_eq!(
+                    m.service.is_some(),
+                    path.contains("{service_business_code}")
+                );
+                assert_eq!(
+                    m.transaction_id.is_some(),
+                    path.contains("{transaction_id}")
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn spec_operation_ids_and_unique_ids() {
+        let doc = document(&snapshot(""));
+        let mut ids: Vec<String> = operations(&doc)
+            .iter()
+            .map(|(_, _, o)| o["operationId"].as_str().unwrap().to_owned())
+            .collect();
+        for want in [
+            "create_verify_request",
+            "create_verify_response",
+            "create_connection_invitation",
+            "create_credentil_offer",
+            "get_transaction_status",
+            "create_credentil_offer_v1",
+        ] {
+            assert!(ids.iter().any(|i| i == want), "{want} missing");
+        }
+        let n = ids.len();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), n, "duplicate operation ids");
+    }
+
+    #[test]
+    fn every_gateway_status_appears() {
+        let doc = document(&snapshot(""));
+        let mut seen = std::collections::BTreeSet::new();
+        for (_, _, o) in operations(&doc) {
+            for (status, r) in o["responses"].as_object().unwrap() {
+                let r = resolve(&doc, r);
+                assert!(r["description"].is_string(), "{status}");
+                let schema = &r["content"]["application/json"]["schema"]["$ref"];
+                let want = match status.as_str() {
+                    "200" => schema.as_str().unwrap().to_owned(),
+                    "401" => "#/components/schemas/NotAuthorized".to_owned(),
+                    _ => "#/components/schemas/ServiceAgentResponse".to_owned(),
+                };
+                assert_eq!(schema, &json!(want), "{status}");
+                seen.insert(status.parse::<u16>().unwrap());
+            }
+        }
+        for status in [200, 400, 401, 404, 405, 410, 413, 415, 429, 502, 504] {
+            assert!(seen.contains(&status), "{status} missing");
+        }
+        for r in Reply::ALL_CODES {
+            assert!(seen.contains(&r.status()), "{r:?}");
+            let text = doc["components"]["responses"][response_name(r.status())]["description"]
+                .as_str()
+                .unwrap();
+            if r != Reply::Unauthorized {
+                assert!(text.contains(&r.message_code().to_string()), "{r:?}");
+            }
+        }
+        let not_authorized = &doc["components"]["schemas"]["NotAuthorized"];
+        assert_eq!(not_authorized["type"], "string");
+        assert_eq!(not_authorized["examples"][0], "not authorized");
+    }
+
+    #[test]
+    fn responses_fit_each_operation() {
+        let s = snapshot("");
+        let doc = document(&s);
+        let path = |v, op| public_path(&s.bases, v, op);
+        let status_v2 = &doc["paths"][path(ApiVersion::V2, Operation::TransactionStatus)]["get"];
+        let offer_v1 = &doc["paths"][path(ApiVersion::V1, Operation::CredentialOffer)]["post"];
+        let offer_v2 = &doc["paths"][path(ApiVersion::V2, Operation::CredentialOffer)]["post"];
+        assert!(status_v2["responses"]["413"].is_null());
+        assert!(status_v2["responses"]["410"].is_null());
+        assert!(offer_v2["responses"]["410"].is_null());
+        assert!(offer_v1["responses"]["410"].is_object());
+        assert!(offer_v2["responses"]["413"].is_object());
+        assert_eq!(
+            offer_v2["responses"]["200"]["content"]["application/json"]["schema"]["$ref"],
+            "#/components/schemas/InvitationResponse"
+        );
+        assert_eq!(
+            status_v2["responses"]["200"]["content"]["application/json"]["schema"]["$ref"],
+            "#/components/schemas/TransactionStatusResponse"
+        );
+    }
+
+    #[test]
+    fn security_on_every_post_and_on_status_when_configured() {
+        let both = json!([{"Auth_token": [], "Agent_id": []}]);
+        for (extra, status_auth) in [("", true), ("[auth]\nrequire_on_status = false", false)] {
+            let s = snapshot(extra);
+            let doc = document(&s);
+            for (path, method, o) in operations(&doc) {
+                let want_auth = method == "POST" || status_auth;
+                assert_eq!(o["security"] == both, want_auth, "{method} {path}");
+                assert_eq!(o["responses"]["401"].is_object(), want_auth);
+                if !want_auth {
+                    assert_eq!(o["security"], json!([]));
+                }
+            }
+            let schemes = &doc["components"]["securitySchemes"];
+            assert_eq!(schemes["Auth_token"]["name"], "X-Auth-Token");
+            assert_eq!(schemes["Agent_id"]["name"], "X-Service-Agent-Id");
+            assert_eq!(schemes["Agent_id"]["in"], "header");
+        }
+    }
+
+    #[test]
+    fn request_schemas_come_from_the_validator_tables() {
+        let doc = document(&snapshot(""));
+        for s in schema::all_schemas() {
+            let c = &doc["components"]["schemas"][s.name];
+            let required: Vec<&str> = s
+                .fields
+                .iter()
+                .filter(|f| f.required)
+                .map(|f| f.name)
+                .collect();
+            let got: Vec<&str> = c["required"]
+                .as_array()
+                .map(|a| a.iter().map(|v| v.as_str().unwrap()).collect())
+                .unwrap_or_default();
+            assert_eq!(got, required, "{}", s.name);
+            for f in s.fields {
+                assert_eq!(c["properties"][f.name]["type"], f.ty.json_type());
+            }
+        }
+        let offer = &doc["components"]["schemas"]["CredentialOfferRequest"];
+        assert_eq!(
+            offer["dependentRequired"],
+            json!({"connection_id": ["credential_values"]})
+        );
+        assert_eq!(
+            offer["properties"]["credential_values"]["items"]["$ref"],
+            "#/components/schemas/CredentialAttributePreview"
+        );
+        let verify = &doc["components"]["schemas"]["VerifyRequest"];
+        assert_eq!(
+            verify["dependentSchemas"]["connection_id"],
+            json!({"not": {"required": ["allow_multiple_read"]}})
+        );
+    }
+
+    #[test]
+    fn v1_mentions_the_default_service_and_the_sunset() {
+        let s = snapshot("");
+        let path = public_path(&s.bases, ApiVersion::V1, Operation::VerifyRequest);
+        let doc = document(&s);
+        let text = doc["paths"][&path]["post"]["description"].as_str().unwrap();
+        assert!(text.contains("ORG_DEFAULT"), "{text}");
+        assert!(text.contains("No sunset date"), "{text}");
+        let doc = document_with_sunset(&s, Some("2027-01-31"));
+        let o = &doc["paths"][&path]["post"];
+        assert!(o["description"].as_str().unwrap().contains("2027-01-31"));
+        assert_eq!(o["x-sunset"], "2027-01-31");
+        let v2 = public_path(&s.bases, ApiVersion::V2, Operation::VerifyRequest);
+        assert!(doc["paths"][&v2]["post"]["x-sunset"].is_null());
+        // The configured retirement date is the one documented.
+        let s = snapshot("[retirement]\nsunset_at = \"2027-06-01T00:00:00Z\"");
+        let doc = document(&s);
+        assert_eq!(
+            doc["paths"][&path]["post"]["x-sunset"],
+            "2027-06-01T00:00:00Z"
+        );
+    }
+
+    #[test]
+    fn every_ref_resolves() {
+        fn walk(doc: &Value, v: &Value) {
+            match v {
+                Value::Object(m) => {
+                    if let Some(Value::String(r)) = m.get("$ref") {
+                        assert!(
+                            doc.pointer(r.trim_start_matches('#')).is_some(),
+                            "dangling {r}"
+                        );
+                    }
+                    m.values().for_each(|v| walk(doc, v));
+                }
+                Value::Array(a) => a.iter().for_each(|v| walk(doc, v)),
+                _ => {}
+            }
+        }
+        let doc = document(&snapshot(""));
+        walk(&doc, &doc);
+        assert_eq!(doc["openapi"], OPENAPI_VERSION);
+        assert_eq!(doc["servers"], json!([{"url": "/"}]));
+    }
 }
