@@ -333,7 +333,7 @@ fn operation(
             "required": true,
             "description": "Business code of the service the operation acts on, as configured \
                             in the service section of the provider's administration console.",
-            "schema": {"type": "string"},
+            "schema": path_segment_schema(),
         }));
     }
     if op == Operation::TransactionStatus {
@@ -342,7 +342,7 @@ fn operation(
             "in": "path",
             "required": true,
             "description": "Identifies the transaction.",
-            "schema": {"type": "string"},
+            "schema": path_segment_schema(),
         }));
     }
     parameters.push(json!({"$ref": "#/components/parameters/XRequestId"}));
@@ -481,11 +481,34 @@ fn gateway_response(status: u16) -> Value {
     })
 }
 
-/// An object schema as JSON Schema 2020-12, cross-field rules included.
+/// What a `{service_business_code}` or `{transaction_id}` may be, decoded: one path segment
+/// that is not empty, `.` or `..`, and holds no ASCII control character (the gateway answers
+/// 400 to those, see `route::check_path`). A `/` is fine: it travels encoded as `%2F`.
+fn path_segment_schema() -> Value {
+    json!({
+        "type": "string",
+        "minLength": 1,
+        "pattern": "^(?!\\.\\.?$)[^\\u0000-\\u001F\\u007F]+$",
+    })
+}
+
+/// A schema matching a field that is given and not `null` (the validator's "present").
+fn present(name: &str) -> Value {
+    json!({"required": [name], "properties": {name: {"not": {"type": "null"}}}})
+}
+
+/// An object schema as JSON Schema 2020-12, cross-field rules included. Like the validator,
+/// it reads an explicit `null` in an optional field as absent: optional fields also admit
+/// `null`, and the cross-field rules only look at fields that are present and not `null`.
 fn object_schema(s: &ObjectSchema) -> Value {
     let mut properties = Map::new();
     for f in s.fields {
-        let mut p = json!({"type": f.ty.json_type(), "description": f.description});
+        let ty = if f.required {
+            json!(f.ty.json_type())
+        } else {
+            json!([f.ty.json_type(), "null"])
+        };
+        let mut p = json!({"type": ty, "description": f.description});
         if let FieldType::ArrayOf(items) = f.ty {
             p["items"] = json!({"$ref": format!("#/components/schemas/{}", items.name)});
         }
@@ -498,28 +521,25 @@ fn object_schema(s: &ObjectSchema) -> Value {
         .map(|f| f.name)
         .collect();
     let mut description = s.description.to_owned();
-    let mut dependent_required = Map::new();
-    let mut dependent_schemas = Map::new();
+    let mut rules = Vec::new();
     for &c in s.constraints {
         description.push_str(&format!(" Rule {}: {}.", c.rule().as_str(), c.sentence()));
-        match c {
+        rules.push(match c {
             Constraint::Requires { when, then, .. } => {
-                dependent_required.insert(when.to_owned(), json!([then]));
+                json!({"if": present(when), "then": present(then)})
             }
+            // `then` must be absent or null.
             Constraint::Excludes { when, then, .. } => {
-                dependent_schemas.insert(when.to_owned(), json!({"not": {"required": [then]}}));
+                json!({"if": present(when), "then": {"properties": {then: {"type": "null"}}}})
             }
-        }
+        });
     }
     let mut o = json!({"type": "object", "description": description, "properties": properties});
     if !required.is_empty() {
         o["required"] = json!(required);
     }
-    if !dependent_required.is_empty() {
-        o["dependentRequired"] = Value::Object(dependent_required);
-    }
-    if !dependent_schemas.is_empty() {
-        o["dependentSchemas"] = Value::Object(dependent_schemas);
+    if !rules.is_empty() {
+        o["allOf"] = Value::Array(rules);
     }
     o
 }
@@ -727,13 +747,26 @@ token_sha256 = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b
                 .unwrap_or_default();
             assert_eq!(got, required, "{}", s.name);
             for f in s.fields {
-                assert_eq!(c["properties"][f.name]["type"], f.ty.json_type());
+                let want = if f.required {
+                    json!(f.ty.json_type())
+                } else {
+                    json!([f.ty.json_type(), "null"])
+                };
+                assert_eq!(
+                    c["properties"][f.name]["type"], want,
+                    "{}.{}",
+                    s.name, f.name
+                );
             }
         }
+        let not_null = json!({"not": {"type": "null"}});
         let offer = &doc["components"]["schemas"]["CredentialOfferRequest"];
         assert_eq!(
-            offer["dependentRequired"],
-            json!({"connection_id": ["credential_values"]})
+            offer["allOf"],
+            json!([{
+                "if": {"required": ["connection_id"], "properties": {"connection_id": not_null}},
+                "then": {"required": ["credential_values"], "properties": {"credential_values": not_null}},
+            }])
         );
         assert_eq!(
             offer["properties"]["credential_values"]["items"]["$ref"],
@@ -741,8 +774,11 @@ token_sha256 = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b
         );
         let verify = &doc["components"]["schemas"]["VerifyRequest"];
         assert_eq!(
-            verify["dependentSchemas"]["connection_id"],
-            json!({"not": {"required": ["allow_multiple_read"]}})
+            verify["allOf"],
+            json!([{
+                "if": {"required": ["connection_id"], "properties": {"connection_id": not_null}},
+                "then": {"properties": {"allow_multiple_read": {"type": "null"}}},
+            }])
         );
     }
 
