@@ -25,6 +25,7 @@ pub struct Identified<'s> {
 #[derive(Debug)]
 pub struct Forward<'s> {
     pub who: Identified<'s>,
+    pub operation: Operation,
     pub upstream_path: String,
 }
 
@@ -125,6 +126,7 @@ pub fn plan<'s>(
 
     Ok(Forward {
         who,
+        operation: route.operation,
         upstream_path: upstream_path(&snapshot.bases.upstream, &route, service, req.query),
     })
 }

@@ -38,7 +38,7 @@ use crate::plan::{plan, RequestFacts};
 use crate::rate_limit::RateLimiter;
 use crate::reply::Reply;
 use crate::request_id::{self, RequestIds};
-use crate::route::{ApiVersion, Operation};
+use crate::route::ApiVersion;
 use crate::schema;
 use crate::telemetry::Telemetry;
 
@@ -132,10 +132,7 @@ impl ProxyApp {
                 }
             }
         }
-        let operation = forward
-            .who
-            .operation
-            .unwrap_or(Operation::TransactionStatus);
+        let operation = forward.operation;
         if operation.method() == "POST" && !is_json(session.req_header()) {
             return self
                 .reply(session, Reply::UnsupportedMediaType, snap, ex)
