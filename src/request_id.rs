@@ -43,7 +43,20 @@ impl Default for RequestIds {
 impl RequestIds {
     pub fn next_id(&self) -> String {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        format!("{:016x}-{n:08x}", self.prefix)
+        // Hand-written hex into an exact-size buffer: one allocation, no formatter.
+        let mut id = String::with_capacity(16 + 1 + 16);
+        push_hex(&mut id, self.prefix, 16);
+        id.push('-');
+        push_hex(&mut id, n, if n >> 32 == 0 { 8 } else { 16 });
+        id
+    }
+}
+
+/// Appends the low `digits` hex digits of `v`, zero-padded.
+fn push_hex(out: &mut String, v: u64, digits: u32) {
+    for i in (0..digits).rev() {
+        let nibble = ((v >> (i * 4)) & 0xf) as u8;
+        out.push(char::from(b"0123456789abcdef"[usize::from(nibble)]));
     }
 }
 
@@ -73,5 +86,10 @@ mod tests {
         let b = ids.next_id();
         assert_ne!(a, b);
         assert!(is_sane(a.as_bytes()));
+        assert_eq!(a.len(), 25);
+        assert!(
+            a.ends_with("-00000000") && b.ends_with("-00000001"),
+            "{a} {b}"
+        );
     }
 }

@@ -123,31 +123,37 @@ fn is_dot_segment(seg: &str) -> bool {
     dots == 1 || dots == 2
 }
 
-/// Whether `path` percent-encodes an ASCII control character (`%00`-`%1F`, `%7F`).
-fn has_encoded_control(path: &str) -> bool {
-    path.as_bytes().windows(3).any(|w| {
-        w[0] == b'%'
-            && matches!(
-                (w[1], w[2].to_ascii_lowercase()),
-                (b'0' | b'1', b'0'..=b'9' | b'a'..=b'f') | (b'7', b'f')
-            )
-    })
+/// Whether the hex digits `hi` `lo` of a percent escape encode an ASCII control character
+/// (`%00`-`%1F`, `%7F`).
+fn is_control_escape(hi: u8, lo: u8) -> bool {
+    matches!(
+        (hi, lo.to_ascii_lowercase()),
+        (b'0' | b'1', b'0'..=b'9' | b'a'..=b'f') | (b'7', b'f')
+    )
 }
 
-/// Checks every segment of a raw path: no empty, dot or dot-dot segment, no control bytes
-/// (raw or percent-encoded NUL/CR/LF), so nothing downstream can reinterpret it.
+/// Checks a raw path in one pass per segment: no empty, `.` or `..` segment (also encoded),
+/// no ASCII control character or space (also percent-encoded, `%00`-`%1F`, `%7F`), so nothing
+/// downstream can reinterpret it.
 pub fn check_path(path: &str) -> Result<(), RouteError> {
     let Some(rest) = path.strip_prefix('/') else {
         return Err(RouteError::BadPath);
     };
-    if path.bytes().any(|b| b.is_ascii_control() || b == b' ') {
-        return Err(RouteError::BadPath);
+    if rest.is_empty() {
+        return Ok(());
     }
-    if has_encoded_control(path) {
-        return Err(RouteError::BadPath);
-    }
-    if !rest.is_empty() && rest.split('/').any(|s| s.is_empty() || is_dot_segment(s)) {
-        return Err(RouteError::BadPath);
+    for seg in rest.split('/') {
+        let b = seg.as_bytes();
+        if b.is_empty() || is_dot_segment(seg) {
+            return Err(RouteError::BadPath);
+        }
+        for (i, &c) in b.iter().enumerate() {
+            let encoded_control =
+                c == b'%' && i + 2 < b.len() && is_control_escape(b[i + 1], b[i + 2]);
+            if c.is_ascii_control() || c == b' ' || encoded_control {
+                return Err(RouteError::BadPath);
+            }
+        }
     }
     Ok(())
 }

@@ -1,0 +1,355 @@
+#!/usr/bin/env bash
+# agent-gateway next to nginx and HAProxy doing the same job (the configs in shared/peers),
+# in one command, on this machine.
+#
+# It installs what is missing (nginx, haproxy, wrk), builds the gateway in release, starts the
+# static v2 backend (nginx, 127.0.0.1:9000), agent-gateway (:8083), nginx (:8081) and HAProxy
+# (:8082), each proxy pinned to PROXY_CPU and every load generator (and the backend) to LOAD_CPU.
+# Then, in ROUNDS alternating rounds over TARGETS, it measures for each:
+#   max req/s      wrk -t1 -c$CONNS -d${DURATION}s with post-verify.lua (POST v1 verify, auth)
+#   p50/p99        `agent-gateway load` at a fixed LAT_RATE (open model: latency from each
+#                  request's intended start, so no coordinated omission; wrk2 is not packaged)
+#                  with the default operation mix, LAT_CONNS connections, LAT_DURATION seconds
+#   CPU s/100k     utime+stime of the proxy's processes (/proc/PID/stat) per 100k requests,
+#                  during the max run and during the fixed-rate run
+#   RSS            idle (VmRSS after start-up), peak (VmHWM at the end) and VmRSS while
+#                  IDLE_CONNS client connections are open and idle after one request each
+# and prints medians over the rounds with each one's ratio to nginx. `direct` is wrk straight
+# to the backend: the ceiling any proxy can reach here (the backend shares LOAD_CPU with wrk).
+#
+# Environment (defaults): ROUNDS (3) DURATION (10) LAT_RATE (5000) LAT_DURATION (5)
+#   LAT_CONNS (16) CONNS (64) IDLE_CONNS (1000) PROXY_CPU (0) LOAD_CPU (1)
+#   PEERS (../shared/peers from the repo) TARGETS ("direct agent-gateway nginx haproxy")
+#   GATEWAY_BIN (skip the build and run this binary) GATEWAY_SERVER (extra lines for the
+#   gateway's [server] table, e.g. "work_stealing = false") GATEWAY_LOG_LEVEL (warn: no access
+#   log, like the peers' access_log off; "info" logs every request to a file)
+#   A second gateway variant for A/B runs, agent-gateway-b on :8084, starts when any of
+#   GATEWAY_B_BIN, GATEWAY_B_SERVER, GATEWAY_B_LOG_LEVEL is set, and joins the default TARGETS.
+#   RESULTS (a file to keep the per-round TSV in)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PEERS=${PEERS:-$ROOT/../shared/peers}
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-10}
+LAT_RATE=${LAT_RATE:-5000}
+LAT_DURATION=${LAT_DURATION:-5}
+LAT_CONNS=${LAT_CONNS:-16}
+CONNS=${CONNS:-64}
+IDLE_CONNS=${IDLE_CONNS:-1000}
+PROXY_CPU=${PROXY_CPU:-0}
+LOAD_CPU=${LOAD_CPU:-1}
+GATEWAY_SERVER=${GATEWAY_SERVER:-}
+GATEWAY_LOG_LEVEL=${GATEWAY_LOG_LEVEL:-warn}
+B_ENABLED=0
+if [ -n "${GATEWAY_B_BIN:-}${GATEWAY_B_SERVER:-}${GATEWAY_B_LOG_LEVEL:-}" ]; then
+  B_ENABLED=1
+fi
+GATEWAY_B_SERVER=${GATEWAY_B_SERVER:-}
+GATEWAY_B_LOG_LEVEL=${GATEWAY_B_LOG_LEVEL:-$GATEWAY_LOG_LEVEL}
+if [ -z "${TARGETS:-}" ]; then
+  TARGETS="direct agent-gateway nginx haproxy"
+  [ "$B_ENABLED" = 1 ] && TARGETS="direct agent-gateway agent-gateway-b nginx haproxy"
+fi
+
+log() { printf '%s %s\n' "$(date +%T)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# --- what is missing --------------------------------------------------------------------------
+need=()
+command -v nginx >/dev/null || need+=(nginx-light)
+command -v haproxy >/dev/null || need+=(haproxy)
+command -v wrk >/dev/null || need+=(wrk)
+command -v curl >/dev/null || need+=(curl)
+command -v python3 >/dev/null || need+=(python3)
+command -v taskset >/dev/null || need+=(util-linux)
+if [ ${#need[@]} -gt 0 ]; then
+  log "installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" \
+    || { [[ " ${need[*]} " == *" nginx-light "* ]] && apt-get install -y -qq --no-install-recommends "${need[@]/nginx-light/nginx}"; }
+fi
+[ -d "$PEERS" ] || die "peer configs not found at $PEERS (set PEERS)"
+[ "$(nproc --all)" -gt "$LOAD_CPU" ] || die "CPU $LOAD_CPU does not exist (set PROXY_CPU/LOAD_CPU)"
+
+# --- build ------------------------------------------------------------------------------------
+if [ -z "${GATEWAY_BIN:-}" ]; then
+  log "building agent-gateway (release)"
+  (cd "$ROOT" && cargo build --release --quiet --bin agent-gateway)
+  target_dir=$(cd "$ROOT" && cargo metadata --format-version 1 --no-deps \
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+  GATEWAY_BIN=$target_dir/release/agent-gateway
+fi
+[ -x "$GATEWAY_BIN" ] || die "no gateway binary at $GATEWAY_BIN"
+GATEWAY_B_BIN=${GATEWAY_B_BIN:-$GATEWAY_BIN}
+LOAD_BIN=$GATEWAY_BIN
+
+# --- start everything, stop it on exit --------------------------------------------------------
+WORK=$(mktemp -d /tmp/agent-gateway-compare.XXXXXX)
+PIDS=()
+cleanup() {
+  set +e
+  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+  for _ in $(seq 50); do
+    alive=0
+    for pid in "${PIDS[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break
+    sleep 0.1
+  done
+  for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+declare -A PORT=([direct]=9000 [agent-gateway]=8083 [agent-gateway-b]=8084 [nginx]=8081 [haproxy]=8082)
+declare -A MAINPID=()
+
+for port in 9000 8081 8082 8083 8084; do
+  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+    die "127.0.0.1:$port is already in use (a previous run, or a demo?)"
+  fi
+done
+
+# Peer configs: copied, run in the foreground, pid and log files in $WORK.
+for f in backend-nginx.conf gateway-nginx.conf gateway-haproxy.cfg post-verify.lua; do
+  sed -e "s#/tmp/peer-#$WORK/peer-#g" -e 's/^daemon on;/daemon off;/' "$PEERS/$f" >"$WORK/$f"
+done
+
+gateway_config() { # port, extra [server] lines
+  cat <<EOF
+[listen]
+proxy = "127.0.0.1:$1"
+[server]
+threads = 1
+grace_period_seconds = 0
+$2
+[v1]
+default_service = "DEFAULT"
+[upstream]
+addresses = ["127.0.0.1:9000"]
+[[auth.agents]]
+id = "agent-1"
+token_sha256 = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"
+EOF
+}
+gateway_config 8083 "$GATEWAY_SERVER" >"$WORK/gateway.toml"
+gateway_config 8084 "$GATEWAY_B_SERVER" >"$WORK/gateway-b.toml"
+
+start() { # name, cpu, command...
+  local name=$1 cpu=$2
+  shift 2
+  taskset -c "$cpu" "$@" >"$WORK/$name.out" 2>&1 &
+  PIDS+=($!)
+  MAINPID[$name]=$!
+  disown "$!" # no job notices from bash when cleanup stops it
+}
+
+wait_port() { # name, port
+  for _ in $(seq 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$2") 2>/dev/null && return 0
+    kill -0 "${MAINPID[$1]}" 2>/dev/null || { cat "$WORK/$1.out" >&2; die "$1 exited"; }
+    sleep 0.1
+  done
+  die "$1 did not listen on :$2"
+}
+
+# Each proxy must do the job before it is measured: auth checked, v1 rewritten.
+check_job() { # name, port
+  local ok bad
+  ok=$(curl -s -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:$2/api/v1/verify/request" \
+    -H 'Content-Type: application/json' -H 'X-Service-Agent-Id: agent-1' -H 'X-Auth-Token: secret' \
+    -d '{"business_code":"KYC-BASIC"}' -D "$WORK/$1.headers")
+  [ "$ok" = 200 ] || die "$1: authorized POST answered $ok"
+  if [ "$1" != direct ]; then
+    grep -qi '^x-upstream-path: /api/v2/verify/DEFAULT/request' "$WORK/$1.headers" \
+      || die "$1: v1 path not rewritten: $(cat "$WORK/$1.headers")"
+    bad=$(curl -s -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:$2/api/v1/verify/request" \
+      -H 'X-Service-Agent-Id: agent-1' -H 'X-Auth-Token: wrong' -d '{}')
+    [ "$bad" = 401 ] || die "$1: bad token answered $bad"
+  fi
+}
+
+log "starting backend, proxies (CPU $PROXY_CPU) and load generators (CPU $LOAD_CPU) in $WORK"
+start backend "$LOAD_CPU" nginx -p "$WORK" -c "$WORK/backend-nginx.conf"
+MAINPID[direct]=${MAINPID[backend]}
+wait_port backend 9000
+for t in $TARGETS; do
+  case $t in
+    direct) ;;
+    agent-gateway)
+      start "$t" "$PROXY_CPU" env -u RUST_LOG "$GATEWAY_BIN" run --config "$WORK/gateway.toml" \
+        --log-format json --log-level "$GATEWAY_LOG_LEVEL" ;;
+    agent-gateway-b)
+      start "$t" "$PROXY_CPU" env -u RUST_LOG "$GATEWAY_B_BIN" run --config "$WORK/gateway-b.toml" \
+        --log-format json --log-level "$GATEWAY_B_LOG_LEVEL" ;;
+    nginx) start "$t" "$PROXY_CPU" nginx -p "$WORK" -c "$WORK/gateway-nginx.conf" ;;
+    haproxy) start "$t" "$PROXY_CPU" haproxy -f "$WORK/gateway-haproxy.cfg" ;;
+    *) die "unknown target $t" ;;
+  esac
+done
+for t in $TARGETS; do
+  wait_port "$t" "${PORT[$t]}"
+  check_job "$t" "${PORT[$t]}"
+done
+
+# --- /proc readings (a target's processes: the main pid and its children) --------------------
+pids_of() { echo "${MAINPID[$1]}" $(pgrep -P "${MAINPID[$1]}" || true); }
+cpu_ticks() { # sum of utime+stime
+  local sum=0 p
+  for p in $(pids_of "$1"); do
+    sum=$((sum + $(sed 's/^.*) //' "/proc/$p/stat" | awk '{print $12 + $13}')))
+  done
+  echo "$sum"
+}
+status_kb() { # name, field (VmRSS, VmHWM): summed over the processes
+  local sum=0 p
+  for p in $(pids_of "$1"); do
+    sum=$((sum + $(awk -v f="$2:" '$1 == f {print $2}' "/proc/$p/status")))
+  done
+  echo "$sum"
+}
+HZ=$(getconf CLK_TCK)
+
+RESULTS_TSV=$WORK/results.tsv
+: >"$RESULTS_TSV"
+record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$RESULTS_TSV"; }
+
+for t in $TARGETS; do
+  [ "$t" = direct ] && continue
+  record 0 "$t" idle_rss_mib "$(awk -v k="$(status_kb "$t" VmRSS)" 'BEGIN {printf "%.1f", k / 1024}')"
+done
+
+cat >"$WORK/idle_conns.py" <<'EOF'
+# Opens N connections, sends one request on each, reads each answer, then holds them idle.
+import socket, sys, time
+port, n, ready = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+req = (b"GET /api/v1/transaction/tx-1/status HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+       b"X-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\n\r\n")
+socks = []
+for _ in range(n):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(req)
+    socks.append(s)
+ok = 0
+for s in socks:
+    s.settimeout(5)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    ok += data.startswith(b"HTTP/1.1 200")
+with open(ready, "w") as f:
+    f.write(str(ok))
+time.sleep(60)
+EOF
+
+# --- the rounds -------------------------------------------------------------------------------
+measure() { # round, target
+  local r=$1 t=$2 port=${PORT[$2]} url out c0 c1 reqs rps errs
+  url=http://127.0.0.1:$port
+  # Warm-up: connections, pools, caches.
+  taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d1s -s "$WORK/post-verify.lua" "$url" >/dev/null
+
+  c0=$(cpu_ticks "$t")
+  out=$(taskset -c "$LOAD_CPU" wrk -t1 -c"$CONNS" -d"${DURATION}s" -s "$WORK/post-verify.lua" "$url")
+  c1=$(cpu_ticks "$t")
+  reqs=$(awk '/requests in/ {print $1}' <<<"$out")
+  rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
+  errs=$(awk '/Non-2xx/ {n += $NF} /Socket errors/ {gsub(",", ""); n += $4 + $6 + $8 + $10} END {print n + 0}' <<<"$out")
+  record "$r" "$t" max_rps "$rps"
+  record "$r" "$t" max_errors "$errs"
+  [ "$t" != direct ] && record "$r" "$t" cpu_s_per_100k_max \
+    "$(awk -v d=$((c1 - c0)) -v n="$reqs" -v hz="$HZ" 'BEGIN {printf "%.3f", d / hz / n * 100000}')"
+
+  c0=$(cpu_ticks "$t")
+  out=$(taskset -c "$LOAD_CPU" "$LOAD_BIN" load --target "$url" --rate "$LAT_RATE" \
+    --duration "${LAT_DURATION}s" --connections "$LAT_CONNS" --api v1 \
+    --agent-id agent-1 --token secret --json 2>/dev/null)
+  c1=$(cpu_ticks "$t")
+  python3 - "$r" "$t" "$((c1 - c0))" "$HZ" "$out" "$RESULTS_TSV" "$t" <<'EOF'
+import json, sys
+r, t, ticks, hz, out, path = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
+rep = json.loads(out)
+rows = [("p50_ms", rep["latency_ms"]["p50"]), ("p99_ms", rep["latency_ms"]["p99"]),
+        ("p999_ms", rep["latency_ms"]["p99_9"]), ("rate_errors", rep["errors"]["total"])]
+if t != "direct" and rep["responses"]:
+    rows.append(("cpu_s_per_100k_rate", ticks / hz / rep["responses"] * 100000))
+with open(path, "a") as f:
+    for k, v in rows:
+        f.write(f"{r}\t{t}\t{k}\t{v:.4g}\n" if isinstance(v, float) else f"{r}\t{t}\t{k}\t{v}\n")
+EOF
+
+  if [ "$t" != direct ]; then
+    rm -f "$WORK/ready"
+    taskset -c "$LOAD_CPU" python3 "$WORK/idle_conns.py" "$port" "$IDLE_CONNS" "$WORK/ready" &
+    local held=$!
+    for _ in $(seq 300); do [ -s "$WORK/ready" ] && break; sleep 0.05; done
+    sleep 0.2
+    record "$r" "$t" rss_idle_conns_mib "$(awk -v k="$(status_kb "$t" VmRSS)" 'BEGIN {printf "%.1f", k / 1024}')"
+    record "$r" "$t" idle_conns_ok "$(cat "$WORK/ready" 2>/dev/null || echo 0)"
+    kill "$held" 2>/dev/null
+    wait "$held" 2>/dev/null || true
+    sleep 0.3
+  fi
+  log "round $r $t: $rps req/s"
+}
+
+for r in $(seq "$ROUNDS"); do
+  for t in $TARGETS; do
+    measure "$r" "$t"
+  done
+done
+for t in $TARGETS; do
+  [ "$t" = direct ] && continue
+  record "$ROUNDS" "$t" peak_rss_mib "$(awk -v k="$(status_kb "$t" VmHWM)" 'BEGIN {printf "%.1f", k / 1024}')"
+done
+[ -n "${RESULTS:-}" ] && cp "$RESULTS_TSV" "$RESULTS"
+
+# --- the table --------------------------------------------------------------------------------
+python3 - "$RESULTS_TSV" "$TARGETS" <<EOF
+import statistics, sys
+from collections import defaultdict
+path, targets = sys.argv[1], sys.argv[2].split()
+vals = defaultdict(list)
+for line in open(path):
+    r, t, k, v = line.rstrip("\n").split("\t")
+    vals[(t, k)].append(float(v))
+cols = [("max_rps", "max req/s", "{:.0f}"), ("p50_ms", "p50 ms", "{:.3f}"),
+        ("p99_ms", "p99 ms", "{:.3f}"), ("p999_ms", "p99.9 ms", "{:.3f}"),
+        ("cpu_s_per_100k_max", "CPU s/100k @max", "{:.3f}"),
+        ("cpu_s_per_100k_rate", "CPU s/100k @${LAT_RATE}/s", "{:.3f}"),
+        ("idle_rss_mib", "idle RSS MiB", "{:.1f}"), ("peak_rss_mib", "peak RSS MiB", "{:.1f}"),
+        ("rss_idle_conns_mib", "RSS +${IDLE_CONNS} conns MiB", "{:.1f}")]
+med = {(t, k): statistics.median(vals[(t, k)]) for t in targets for k, _, _ in cols if vals[(t, k)]}
+w = 16
+print()
+print(f"medians of ${ROUNDS} rounds; proxies on CPU ${PROXY_CPU}, wrk/load/backend on CPU ${LOAD_CPU}; "
+      f"max: wrk -t1 -c${CONNS} -d${DURATION}s; latency: agent-gateway load --rate ${LAT_RATE} "
+      f"-c ${LAT_CONNS} ${LAT_DURATION}s (from intended start)")
+print("target".ljust(w) + "".join(h.rjust(w + 4) for _, h, _ in cols))
+for t in targets:
+    print(t.ljust(w) + "".join((f.format(med[(t, k)]) if (t, k) in med else "-").rjust(w + 4) for k, _, f in cols))
+if "nginx" in targets:
+    print("ratio to nginx")
+    for t in targets:
+        if t == "nginx":
+            continue
+        cells = []
+        for k, _, _ in cols:
+            a, b = med.get((t, k)), med.get(("nginx", k))
+            cells.append((f"{a / b:.2f}x" if a is not None and b else "-").rjust(w + 4))
+        print(t.ljust(w) + "".join(cells))
+errs = {t: sum(vals[(t, "max_errors")]) + sum(vals[(t, "rate_errors")]) for t in targets}
+conns = {t: min(vals[(t, "idle_conns_ok")]) for t in targets if vals[(t, "idle_conns_ok")]}
+print("errors (wrk non-2xx + socket errors, load errors), all rounds:",
+      ", ".join(f"{t} {int(n)}" for t, n in errs.items()))
+print("idle connections answered 200 (min over rounds):",
+      ", ".join(f"{t} {int(n)}/${IDLE_CONNS}" for t, n in conns.items()))
+print()
+print("per round max req/s:", "; ".join(f"{t} " + " ".join(f"{v:.0f}" for v in vals[(t, 'max_rps')]) for t in targets))
+print("per round p99 ms:   ", "; ".join(f"{t} " + " ".join(f"{v:.3f}" for v in vals[(t, 'p99_ms')]) for t in targets))
+EOF
