@@ -165,7 +165,7 @@ impl ProxyApp {
             client,
             &forward.upstream_path,
             &ex.request_id,
-            body.len(),
+            &body,
         );
         ex.upstream_path = Some(forward.upstream_path);
         self.forward(session, snap, head, body, ex).await
@@ -533,21 +533,25 @@ async fn read_body_within(session: &mut ServerSession, max: usize) -> Result<Byt
 
 /// The request head sent upstream, serialized once: the new path, the client's headers minus
 /// hop-by-hop ones, an exact Content-Length for the buffered body, the request id and
-/// `X-Forwarded-For`. Writing it straight to the pooled connection together with the body
-/// costs one write where pingora's client session flushes header and body separately.
+/// `X-Forwarded-For`; a body up to [`INLINE_BODY_MAX`] is appended. Written straight to the
+/// pooled connection, a small request costs one `send`, where pingora's client session
+/// sends header and body separately.
 fn upstream_head(
     req: &RequestHeader,
     client: Option<IpAddr>,
     path: &str,
     request_id: &str,
-    body_len: usize,
+    body: &[u8],
 ) -> BytesMut {
+    let body_len = body.len();
     let headers_len: usize = req
         .headers
         .iter()
         .map(|(k, v)| k.as_str().len() + v.len() + 4)
         .sum();
-    let mut out = BytesMut::with_capacity(path.len() + headers_len + request_id.len() + 128);
+    let mut out = BytesMut::with_capacity(
+        path.len() + headers_len + request_id.len() + 128 + inline_body_len(body_len),
+    );
     out.extend_from_slice(req.method.as_str().as_bytes());
     out.extend_from_slice(b" ");
     out.extend_from_slice(path.as_bytes());
@@ -592,11 +596,25 @@ fn upstream_head(
         out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b"\r\n");
+    if inline_body_len(body_len) > 0 {
+        out.extend_from_slice(body);
+    }
     out
 }
 
-/// Writes head and body (one flush, so a small request is one write), then waits for the
-/// final (non-1xx) response header.
+/// Bodies up to this size travel in the same buffer as the head: one `send` per request.
+const INLINE_BODY_MAX: usize = 16 * 1024;
+
+fn inline_body_len(body_len: usize) -> usize {
+    if body_len <= INLINE_BODY_MAX {
+        body_len
+    } else {
+        0
+    }
+}
+
+/// Writes the head (with a small body already appended to it, see [`INLINE_BODY_MAX`]) and
+/// any larger body, then waits for the final (non-1xx) response header.
 async fn send_and_read_header(
     mut stream: pingora::protocols::Stream,
     peer: &HttpPeer,
@@ -606,7 +624,9 @@ async fn send_and_read_header(
 ) -> pingora::Result<UpstreamSession> {
     let write = async {
         stream.write_all(head).await?;
-        stream.write_all(body).await?;
+        if inline_body_len(body.len()) == 0 {
+            stream.write_all(body).await?;
+        }
         stream.flush().await
     };
     match tokio::time::timeout(timeout, write).await {
