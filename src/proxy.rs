@@ -1,13 +1,15 @@
 //! The pingora glue: one HTTP exchange per call, from client request to backend and back.
 //!
 //! This is pingora-core's [`HttpServerApp`] rather than pingora-proxy's `ProxyHttp`, because the
-//! gateway must read (and later validate) a whole request body of up to `limits.max_body_bytes`
+//! gateway must read and validate a whole request body of up to `limits.max_body_bytes`
 //! before a single byte goes upstream; `ProxyHttp` can only replay 64 KiB of a body that was
-//! read early. The sequence is plain: read request → [`plan`] → read body → send upstream on a
-//! pooled connection → stream the response back. A request that may have reached a backend is
-//! never sent twice; only a connect failure (nothing sent) moves on to the next address.
+//! read early. The sequence is plain: read request → size limits → [`plan`] (route, auth,
+//! retirement) → rate limit → read and validate the body → send upstream on a pooled
+//! connection → stream the response back. A request that may have reached a backend is never
+//! sent twice; only a connect failure (nothing sent) moves on to the next address.
 //!
-//! All decisions are made by pure functions ([`plan`], [`Reply`]); this module only performs them.
+//! Decisions are made by pure functions ([`plan`], [`schema::validate`], [`Reply`],
+//! [`RateLimiter::check`]); this module only performs them.
 
 use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
