@@ -19,7 +19,7 @@ use agent_gateway::openapi::{self, document};
 use agent_gateway::reply::Reply;
 use agent_gateway::route::{ApiVersion, Operation};
 use agent_gateway::schema::{self, request_schema};
-use common::python::venv_bin;
+use common::python::{run, venv_bin};
 use common::SECRET_SHA256;
 use serde_json::{json, Value};
 
@@ -39,20 +39,6 @@ token_sha256 = "{SECRET_SHA256}"
 "#
     ))
     .unwrap()
-}
-
-fn run(cmd: &mut Command) -> std::process::Output {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
 }
 
 /// The Python of the shared test virtualenv (`tests/common/python.rs`).

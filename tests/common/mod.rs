@@ -5,7 +5,7 @@
 
 pub mod python;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -213,6 +213,26 @@ impl Response {
 
 /// Reads one response from `reader`; `None` if the connection closed before a status line.
 pub fn read_response(reader: &mut impl BufRead) -> Option<Response> {
+    let head = read_head(reader)?;
+    let mut hs = [httparse::EMPTY_HEADER; 64];
+    let mut parsed = httparse::Response::new(&mut hs);
+    parsed.parse(&head).ok()?;
+    let status = parsed.code?;
+    if status == 100 {
+        return read_response(reader);
+    }
+    let headers = owned_headers(parsed.headers);
+    // A response without length runs to the end of the connection.
+    let (body, _) = read_body(reader, &headers, true)?;
+    Some(Response {
+        status,
+        headers,
+        body,
+    })
+}
+
+/// The header section of a message, up to and including its empty line.
+fn read_head(reader: &mut impl BufRead) -> Option<Vec<u8>> {
     let mut head = Vec::new();
     loop {
         let mut line = Vec::new();
@@ -221,15 +241,13 @@ pub fn read_response(reader: &mut impl BufRead) -> Option<Response> {
         }
         head.extend_from_slice(&line);
         if line == b"\r\n" || line == b"\n" {
-            break;
+            return Some(head);
         }
     }
-    let mut hs = [httparse::EMPTY_HEADER; 64];
-    let mut parsed = httparse::Response::new(&mut hs);
-    parsed.parse(&head).ok()?;
-    let status = parsed.code?;
-    let headers: Vec<(String, String)> = parsed
-        .headers
+}
+
+fn owned_headers(headers: &[httparse::Header<'_>]) -> Vec<(String, String)> {
+    headers
         .iter()
         .map(|h| {
             (
@@ -237,32 +255,33 @@ pub fn read_response(reader: &mut impl BufRead) -> Option<Response> {
                 String::from_utf8_lossy(h.value).into_owned(),
             )
         })
-        .collect();
-    if status == 100 {
-        return read_response(reader);
-    }
+        .collect()
+}
+
+/// A message body framed by `headers`: chunked, Content-Length, or (when `to_close`) the
+/// rest of the connection. Also says whether it was chunked.
+fn read_body(
+    reader: &mut impl BufRead,
+    headers: &[(String, String)],
+    to_close: bool,
+) -> Option<(Vec<u8>, bool)> {
     let find = |n: &str| {
         headers
             .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case(n))
-            .map(|(_, v)| v.clone())
+            .map(|(_, v)| v)
     };
-    let body = if find("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
-        read_chunked(reader)?
-    } else if let Some(len) = find("content-length") {
-        let mut b = vec![0; len.trim().parse().ok()?];
-        reader.read_exact(&mut b).ok()?;
-        b
-    } else {
-        let mut b = Vec::new();
-        let _ = reader.read_to_end(&mut b);
-        b
-    };
-    Some(Response {
-        status,
-        headers,
-        body,
-    })
+    if find("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+        return Some((read_chunked(reader)?, true));
+    }
+    let mut body = Vec::new();
+    if let Some(len) = find("content-length") {
+        body.resize(len.trim().parse().ok()?, 0);
+        reader.read_exact(&mut body).ok()?;
+    } else if to_close {
+        let _ = reader.read_to_end(&mut body);
+    }
+    Some((body, false))
 }
 
 fn read_chunked(reader: &mut impl BufRead) -> Option<Vec<u8>> {
@@ -503,46 +522,12 @@ fn serve_conn(conn: TcpStream, reqs: Arc<Mutex<Vec<Recorded>>>, handler: Handler
 }
 
 fn read_request(reader: &mut BufReader<TcpStream>) -> Option<Recorded> {
-    let mut head = Vec::new();
-    loop {
-        let mut line = Vec::new();
-        if reader.read_until(b'\n', &mut line).ok()? == 0 {
-            return None;
-        }
-        head.extend_from_slice(&line);
-        if line == b"\r\n" {
-            break;
-        }
-    }
+    let head = read_head(reader)?;
     let mut hs = [httparse::EMPTY_HEADER; 100];
     let mut req = httparse::Request::new(&mut hs);
     req.parse(&head).ok()?;
-    let headers: Vec<(String, String)> = req
-        .headers
-        .iter()
-        .map(|h| {
-            (
-                h.name.to_string(),
-                String::from_utf8_lossy(h.value).into_owned(),
-            )
-        })
-        .collect();
-    let find = |n: &str| {
-        headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(n))
-            .map(|(_, v)| v.clone())
-    };
-    let chunked = find("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked"));
-    let body = if chunked {
-        read_chunked(reader)?
-    } else if let Some(len) = find("content-length") {
-        let mut b = vec![0; len.trim().parse().ok()?];
-        reader.read_exact(&mut b).ok()?;
-        b
-    } else {
-        Vec::new()
-    };
+    let headers = owned_headers(req.headers);
+    let (body, chunked) = read_body(reader, &headers, false)?;
     Some(Recorded {
         method: req.method?.to_string(),
         target: req.path?.to_string(),

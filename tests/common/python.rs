@@ -11,7 +11,8 @@ pub const PACKAGES: [&str; 2] = ["openapi-spec-validator==0.9.0", "schemathesis=
 /// The modules that must import for the venv to count as complete.
 const IMPORTS: &str = "import openapi_spec_validator, openapi_schema_validator, schemathesis";
 
-fn run(cmd: &mut Command) {
+/// Runs `cmd`, panicking with its output unless it succeeds.
+pub fn run(cmd: &mut Command) -> std::process::Output {
     let out = cmd
         .output()
         .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
@@ -22,6 +23,7 @@ fn run(cmd: &mut Command) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    out
 }
 
 fn complete(python: &Path) -> bool {
