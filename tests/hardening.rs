@@ -445,3 +445,42 @@ fn failing_backends_never_get_a_post_twice_and_the_gateway_keeps_serving() {
         );
     }
 }
+
+/// The race the notes on pingora warn of: a kept-alive upstream connection the backend closes
+/// after reading the next request, without answering. The POST must not be resent (it may
+/// have been acted on); the idempotent GET status read is resent once, on a fresh connection.
+#[test]
+fn a_kept_alive_connection_closed_after_reading_never_gets_a_post_twice() {
+    let backend = Backend::with(|r| {
+        if r.on_connection == 1 {
+            Action::Close
+        } else {
+            Action::Json("{}".into())
+        }
+    });
+    let gw = Gateway::start(&[backend.addr], "");
+    assert_eq!(json_post(&gw, "/api/v1/verify/request", BODY).status, 200);
+    let resp = json_post(&gw, "/api/v1/verify/request", BODY);
+    assert_eq!(resp.status, 502);
+    assert_eq!(backend.count(), 2, "the POST was resent");
+    let reused = backend.all()[1].on_connection;
+    assert_eq!(
+        reused, 1,
+        "the second POST did not go on the kept-alive connection"
+    );
+
+    drop(gw);
+    let before = backend.count();
+    let gw = Gateway::start(&[backend.addr], "");
+    assert_eq!(get(gw.proxy, "/api/v1/transaction/t/status").status, 200);
+    assert_eq!(get(gw.proxy, "/api/v1/transaction/t/status").status, 200);
+    let seen: Vec<usize> = backend.all()[before..]
+        .iter()
+        .map(|r| r.on_connection)
+        .collect();
+    assert_eq!(
+        seen,
+        vec![0, 1, 0],
+        "the GET is resent once, on a new connection"
+    );
+}

@@ -361,6 +361,8 @@ pub struct Recorded {
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
     pub chunked: bool,
+    /// 0 for the first request on its connection, 1 for the next (kept alive), ...
+    pub on_connection: usize,
 }
 
 impl Recorded {
@@ -477,7 +479,10 @@ impl Drop for Backend {
 fn serve_conn(conn: TcpStream, reqs: Arc<Mutex<Vec<Recorded>>>, handler: Handler) {
     let mut writer = conn.try_clone().unwrap();
     let mut reader = BufReader::new(conn);
-    while let Some(rec) = read_request(&mut reader) {
+    let mut on_connection = 0;
+    while let Some(mut rec) = read_request(&mut reader) {
+        rec.on_connection = on_connection;
+        on_connection += 1;
         reqs.lock().unwrap().push(rec.clone());
         let reply = |body: &str| {
             format!(
@@ -534,6 +539,7 @@ fn read_request(reader: &mut BufReader<TcpStream>) -> Option<Recorded> {
         headers,
         body,
         chunked,
+        on_connection: 0,
     })
 }
 
