@@ -174,19 +174,19 @@ token_sha256 = "{}"
         }
     }
 
+    /// `plan` for a request with agent-1's valid credentials.
+    fn as_agent_1<'s>(
+        s: &'s Snapshot,
+        method: &str,
+        path: &str,
+    ) -> Result<Forward<'s>, Refusal<'s>> {
+        plan(s, &facts(method, path, Some("agent-1"), Some("secret")))
+    }
+
     #[test]
     fn v1_gets_the_global_default_code() {
         let s = snapshot("", true);
-        let f = plan(
-            &s,
-            &facts(
-                "POST",
-                "/api/v1/verify/request",
-                Some("agent-1"),
-                Some("secret"),
-            ),
-        )
-        .unwrap();
+        let f = as_agent_1(&s, "POST", "/api/v1/verify/request").unwrap();
         assert_eq!(f.upstream_path, "/api/v2/verify/ORG_DEFAULT/request");
         assert_eq!(f.who.agent.unwrap().id, "agent-1");
         assert_eq!(f.who.version, Some(ApiVersion::V1));
@@ -195,31 +195,14 @@ token_sha256 = "{}"
     #[test]
     fn v1_uses_the_agents_own_default_code() {
         let s = snapshot("default_service = \"OTHER\"", true);
-        let f = plan(
-            &s,
-            &facts(
-                "POST",
-                "/api/v1/credential/offer",
-                Some("agent-1"),
-                Some("secret"),
-            ),
-        )
-        .unwrap();
+        let f = as_agent_1(&s, "POST", "/api/v1/credential/offer").unwrap();
         assert_eq!(f.upstream_path, "/api/v2/credential/OTHER/offer");
     }
 
     #[test]
     fn services_allow_list_applies_to_v1_and_v2() {
         let s = snapshot("services = [\"A\"]", true);
-        let ok = plan(
-            &s,
-            &facts(
-                "POST",
-                "/api/v2/verify/A/request",
-                Some("agent-1"),
-                Some("secret"),
-            ),
-        );
+        let ok = as_agent_1(&s, "POST", "/api/v2/verify/A/request");
         assert!(ok.is_ok());
         for path in ["/api/v2/verify/B/request", "/api/v1/verify/request"] {
             let r = plan(&s, &facts("POST", path, Some("agent-1"), Some("secret"))).unwrap_err();
@@ -231,16 +214,7 @@ token_sha256 = "{}"
             );
         }
         // Operations without a service code are not limited by the list.
-        assert!(plan(
-            &s,
-            &facts(
-                "POST",
-                "/api/v1/verify/response",
-                Some("agent-1"),
-                Some("secret")
-            )
-        )
-        .is_ok());
+        assert!(as_agent_1(&s, "POST", "/api/v1/verify/response").is_ok());
     }
 
     #[test]
@@ -265,16 +239,7 @@ token_sha256 = "{}"
     #[test]
     fn a_blocked_agent_gets_410_naming_the_v2_path_on_v1_only() {
         let s = snapshot("v1_policy = \"block\"", true);
-        let r = plan(
-            &s,
-            &facts(
-                "POST",
-                "/api/v1/credential/offer",
-                Some("agent-1"),
-                Some("secret"),
-            ),
-        )
-        .unwrap_err();
+        let r = as_agent_1(&s, "POST", "/api/v1/credential/offer").unwrap_err();
         assert_eq!(
             r.reply,
             Reply::V1Gone(crate::retirement::V1Refusal::Blocked)
@@ -283,16 +248,7 @@ token_sha256 = "{}"
             r.hint.as_deref(),
             Some("use POST /api/v2/credential/{service_business_code}/offer instead")
         );
-        assert!(plan(
-            &s,
-            &facts(
-                "POST",
-                "/api/v2/credential/X/offer",
-                Some("agent-1"),
-                Some("secret")
-            )
-        )
-        .is_ok());
+        assert!(as_agent_1(&s, "POST", "/api/v2/credential/X/offer").is_ok());
         // Authentication comes first: a wrong token is still 401.
         let r = plan(
             &s,
