@@ -448,22 +448,14 @@ pub fn request_path(
     op: Operation,
     transaction_id: &str,
 ) -> String {
+    // The gateway's own path templates, with the placeholders filled in.
     let base = format!("{prefix}/api/{}", api.as_str());
-    let scoped = |what: &str, action: &str| match api {
-        ApiVersion::V1 => format!("{base}/{what}/{action}"),
-        ApiVersion::V2 => format!("{base}/{what}/{service}/{action}"),
-    };
+    let template = crate::route::path_template(&base, api, op);
     match op {
-        Operation::VerifyRequest => scoped("verify", "request"),
-        Operation::VerifyResponse => format!("{base}/verify/response"),
-        Operation::ConnectionInvitation => scoped("connection", "invitation"),
-        Operation::CredentialOffer => scoped("credential", "offer"),
         Operation::TransactionStatus => {
-            format!(
-                "{base}/transaction/{}/status",
-                encode_segment(transaction_id)
-            )
+            template.replace("{transaction_id}", &encode_segment(transaction_id))
         }
+        _ => template.replace("{service_business_code}", service),
     }
 }
 

@@ -170,7 +170,7 @@ pub fn public_path(bases: &Bases, version: ApiVersion, op: Operation) -> String 
         ApiVersion::V1 => &bases.v1,
         ApiVersion::V2 => &bases.v2,
     };
-    route::path_template(base, version, op)
+    route::path_template(base.as_str(), version, op)
 }
 
 /// The spec's operation id (`create_credentil_offer` spelled as the spec spells it), with

@@ -114,7 +114,7 @@ pub fn plan<'s>(
             .retirement
             .decide(who.agent, req.now, req.request_id)
         {
-            let v2 = path_template(&snapshot.bases.v2, ApiVersion::V2, route.operation);
+            let v2 = path_template(snapshot.bases.v2.as_str(), ApiVersion::V2, route.operation);
             return Err(Refusal {
                 who,
                 reply: Reply::V1Gone(refusal),
