@@ -4,6 +4,8 @@
 //!   upstream path, for a v1 and a v2 request ([`agent_gateway::plan::plan`]).
 //! - `telemetry/*`: [`Telemetry::record`] for a served request, with no log subscriber (the
 //!   access log filtered out) and with the binary's JSON subscriber writing to a sink.
+//! - `http1/*`: parsing the request head a client sends (wrk's POST) and a backend's response
+//!   head ([`agent_gateway::http1`]), into buffers reused per connection as the proxy does.
 //! - `request/*`: everything the gateway does per request outside I/O: `Exchange::start`, a
 //!   minted request id, `plan`, `identified`, `record`.
 //!
@@ -24,6 +26,7 @@ use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
 
 use agent_gateway::config::Snapshot;
 use agent_gateway::exchange::Exchange;
+use agent_gateway::http1::{RequestHead, ResponseHead};
 use agent_gateway::plan::{plan, RequestFacts};
 use agent_gateway::request_id::RequestIds;
 use agent_gateway::telemetry::Telemetry;
@@ -141,6 +144,12 @@ fn print_allocations() {
     let ids = RequestIds::default();
     let ex = served_exchange(&snap);
     let n = 1000;
+    let (mut request_head, mut response_head) = (RequestHead::default(), ResponseHead::default());
+    // Warm: the first parse sizes the reused header lists.
+    let _ = (
+        request_head.parse(REQUEST_HEAD),
+        response_head.parse(RESPONSE_HEAD),
+    );
     let mut rows: Vec<(&str, (f64, f64))> = vec![
         (
             "plan v1 (route+auth+rewrite)",
@@ -163,6 +172,18 @@ fn print_allocations() {
         (
             "telemetry.record, no log subscriber",
             allocations(n, || telemetry.record(&ex)),
+        ),
+        (
+            "http1 request head (warm buffers)",
+            allocations(n, || {
+                black_box(request_head.parse(REQUEST_HEAD)).ok();
+            }),
+        ),
+        (
+            "http1 response head (warm buffers)",
+            allocations(n, || {
+                black_box(response_head.parse(RESPONSE_HEAD)).ok();
+            }),
         ),
         (
             "whole request, no log subscriber",
@@ -232,7 +253,25 @@ fn bench_telemetry(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_plan, bench_telemetry);
+/// The request wrk sends in `benches/compare.sh` (shared/peers/post-verify.lua).
+const REQUEST_HEAD: &[u8] = b"POST /api/v1/verify/request HTTP/1.1\r\nHost: 127.0.0.1:8083\r\nContent-Type: application/json\r\nX-Auth-Token: secret\r\nX-Service-Agent-Id: agent-1\r\nContent-Length: 55\r\n\r\n";
+/// The answer of the static backend there (shared/peers/backend-nginx.conf).
+const RESPONSE_HEAD: &[u8] = b"HTTP/1.1 200 OK\r\nServer: nginx\r\nDate: Sun, 22 Nov 2026 01:00:00 GMT\r\nContent-Type: application/json\r\nContent-Length: 75\r\nConnection: keep-alive\r\nX-Upstream-Path: /api/v2/verify/DEFAULT/request\r\n\r\n";
+
+fn bench_http1(c: &mut Criterion) {
+    let mut g = c.benchmark_group("http1");
+    let mut request_head = RequestHead::default();
+    g.bench_function("parse_request_head", |b| {
+        b.iter(|| request_head.parse(black_box(REQUEST_HEAD)))
+    });
+    let mut response_head = ResponseHead::default();
+    g.bench_function("parse_response_head", |b| {
+        b.iter(|| response_head.parse(black_box(RESPONSE_HEAD)))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench_plan, bench_http1, bench_telemetry);
 
 fn main() {
     print_allocations();

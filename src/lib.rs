@@ -10,7 +10,9 @@
 //! - [`openapi`]: the OpenAPI document, generated from the routing table and the schemas.
 //! - [`retirement`]: v1 deprecation headers, per-agent policy, sunset and brownouts. Pure.
 //! - [`reply`]: the gateway's own answers, one body shape.
-//! - [`proxy`]: the pingora glue that carries out a plan: body, upstream, response.
+//! - [`http1`]: HTTP/1.1 heads, body framing and chunked decoding over bytes. Pure.
+//! - [`proxy`]: the pingora glue that carries out a plan: body, upstream, response;
+//!   [`upstream_pool`]: kept-alive backend connections.
 //! - [`exchange`] and [`telemetry`]: the per-request record, metrics and access log;
 //!   [`usage`]: which agents still call v1 (`/v1-usage`).
 //! - [`reload`]: the live snapshot store and its triggers; [`signals`]: SIGHUP, SIGTERM, SIGQUIT.
@@ -26,6 +28,7 @@ pub mod auth;
 pub mod config;
 pub mod exchange;
 pub mod health;
+pub mod http1;
 pub mod load;
 pub mod logging;
 pub mod mock_backend;
@@ -42,4 +45,5 @@ pub mod schema;
 pub mod server;
 pub mod signals;
 pub mod telemetry;
+pub mod upstream_pool;
 pub mod usage;

@@ -1,41 +1,40 @@
-//! The pingora glue: one HTTP exchange per call, from client request to backend and back.
+//! The pingora glue: a client connection's requests, from client to backend and back.
 //!
-//! This is pingora-core's [`HttpServerApp`] rather than pingora-proxy's `ProxyHttp`, because the
-//! gateway must read and validate a whole request body of up to `limits.max_body_bytes`
-//! before a single byte goes upstream; `ProxyHttp` can only replay 64 KiB of a body that was
-//! read early. The sequence is plain: read request → size limits → [`plan`] (route, auth,
-//! retirement) → rate limit → read and validate the body → send upstream on a pooled
-//! connection → stream the response back. A request that may have reached a backend is never
-//! sent twice; only a connect failure (nothing sent) moves on to the next address.
+//! pingora accepts the connection (TCP or TLS) and hands over the stream as a [`ServerApp`];
+//! the gateway speaks HTTP/1.1 on it with [`crate::http1`], so it holds and validates a whole
+//! request body of up to `limits.max_body_bytes` before a single byte goes upstream, and a
+//! request costs one parse per head and no header maps or per-request buffers. The sequence
+//! is plain: read the head → size limits → [`plan`] (route, auth, retirement) → rate limit →
+//! read and validate the body → send upstream on a pooled connection → relay the response.
+//! A request that may have reached a backend is never sent twice; only a connect failure
+//! (nothing sent), or a GET on a kept-alive connection the backend had closed, goes again.
 //!
 //! Decisions are made by pure functions ([`plan`], [`schema::validate`], [`Reply`],
 //! [`RateLimiter::check`]); this module only performs them.
 
-use std::fmt::Write as _;
-use std::net::{IpAddr, SocketAddr};
+use std::fmt;
+use std::io::Write as _;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::io::AsyncWriteExt;
-
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
-use bytes::{Bytes, BytesMut};
-use http::header;
-use pingora::apps::{HttpPersistentSettings, HttpServerApp, ReusedHttpStream};
+use bytes::{Buf, BufMut, BytesMut};
+use pingora::apps::ServerApp;
 use pingora::connectors::{ConnectorOptions, TransportConnector};
-use pingora::http::{RequestHeader, ResponseHeader};
-use pingora::protocols::http::v1::client::HttpSession as UpstreamSession;
-use pingora::protocols::http::ServerSession;
+use pingora::protocols::Stream;
 use pingora::server::ShutdownWatch;
-use pingora::upstreams::peer::{HttpPeer, Peer};
 use pingora::{Error, ErrorType};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::timeout;
 
 use crate::auth::{AGENT_ID_HEADER, AUTH_TOKEN_HEADER};
 use crate::config::{Limits, Snapshot, ValidationMode};
 use crate::exchange::{Exchange, UpstreamErrorKind};
 use crate::health::UpstreamHealth;
+use crate::http1::{ChunkedDecoder, Framing, HeadError, HeadWriter, Request, RequestHead};
 use crate::plan::{plan, RequestFacts};
 use crate::rate_limit::RateLimiter;
 use crate::reply::Reply;
@@ -43,9 +42,11 @@ use crate::request_id::{self, RequestIds};
 use crate::route::ApiVersion;
 use crate::schema;
 use crate::telemetry::Telemetry;
+use crate::upstream_pool::{UpstreamConn, UpstreamPool};
 
-/// Request headers that describe one hop, not the request; never forwarded.
-const HOP_BY_HOP: [&str; 8] = [
+/// Request headers that describe one hop, not the request, or that the gateway sets itself;
+/// never forwarded as sent.
+const NOT_FORWARDED: [&str; 11] = [
     "connection",
     "keep-alive",
     "proxy-connection",
@@ -54,13 +55,37 @@ const HOP_BY_HOP: [&str; 8] = [
     "transfer-encoding",
     "upgrade",
     "expect",
+    "content-length",
+    "x-request-id",
+    "x-forwarded-for",
 ];
+
+/// Response headers of the backend's that describe its hop, or that the gateway sets itself.
+const NOT_RELAYED: [&str; 4] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "x-request-id",
+];
+
+/// Bodies up to this size travel in the same buffer as the head: one `send` per request.
+const INLINE_BODY_MAX: usize = 16 * 1024;
+
+/// Longest response head accepted from a backend.
+const MAX_UPSTREAM_HEAD: usize = 64 * 1024;
+
+/// After a refusal that closes the connection with request bytes still unread, the gateway
+/// reads and drops them for this long (at most [`LINGER_BYTES`]) so that the client gets the
+/// answer rather than a reset.
+const LINGER: Duration = Duration::from_secs(2);
+const LINGER_BYTES: usize = 4 * 1024 * 1024;
 
 /// The proxy service: shared by every connection of the listener.
 pub struct ProxyApp {
     config: Arc<ArcSwap<Snapshot>>,
-    /// Pooled upstream connections; requests are written on them directly (see [`upstream_head`]).
-    transport: TransportConnector,
+    /// Makes new backend connections (connect timeout, TLS); reuse is [`UpstreamPool`]'s.
+    connector: TransportConnector,
+    pool: Arc<UpstreamPool>,
     next_peer: AtomicUsize,
     ids: RequestIds,
     telemetry: Arc<Telemetry>,
@@ -68,16 +93,273 @@ pub struct ProxyApp {
     rate_limits: RateLimiter,
 }
 
+/// One client connection: its stream, bytes read but not yet used, and buffers reused from
+/// one request to the next.
+struct Client {
+    stream: Stream,
+    addr: Option<IpAddr>,
+    /// What has been read: the current request's head and body, then any pipelined bytes.
+    buf: BytesMut,
+    head: RequestHead,
+    /// The current request's body as decoded from chunked framing.
+    decoded: BytesMut,
+    /// The upstream request being sent, then the response being written.
+    out: BytesMut,
+    request: RequestState,
+}
+
+/// Where the current request's body stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RequestState {
+    /// The body is unread; `None` when its framing cannot be trusted.
+    Unread(Option<Framing>),
+    /// The body is read: `raw` bytes after the head in `buf` are this request's, and the body
+    /// is in `buf` (after the head) or, when it was chunked, in `decoded`.
+    Read { raw: usize, chunked: bool },
+    /// Unread bytes may be left that cannot be skipped: the connection must close.
+    Broken,
+}
+
+impl Client {
+    fn new(stream: Stream) -> Self {
+        let addr = stream
+            .get_socket_digest()
+            .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).map(|a| a.ip()));
+        Client {
+            stream,
+            addr,
+            buf: BytesMut::with_capacity(4096),
+            head: RequestHead::default(),
+            decoded: BytesMut::new(),
+            out: BytesMut::with_capacity(1024),
+            request: RequestState::Broken,
+        }
+    }
+
+    fn request(&self) -> Request<'_> {
+        self.head.view(&self.buf)
+    }
+
+    /// The body read by [`Self::read_body`].
+    fn body(&self) -> &[u8] {
+        match self.request {
+            RequestState::Read { chunked: true, .. } => &self.decoded,
+            RequestState::Read { raw, .. } => &self.buf[self.head.len..self.head.len + raw],
+            _ => &[],
+        }
+    }
+
+    /// Reads more bytes; `Ok(0)` at the end of the stream.
+    async fn fill(&mut self) -> std::io::Result<usize> {
+        if self.buf.capacity() - self.buf.len() < 1024 {
+            self.buf.reserve(4096);
+        }
+        self.stream.read_buf(&mut self.buf).await
+    }
+
+    /// Reads until a whole request head is in: `Ok(false)` when the client closed (or broke)
+    /// the connection first, which needs no answer.
+    async fn read_head(&mut self, limits: &Limits) -> Result<bool, Reply> {
+        // Room for the largest head the limits admit, with each line's separators.
+        let most = limits.max_uri_bytes + limits.max_header_bytes + 4 * limits.max_headers + 64;
+        loop {
+            if !self.buf.is_empty() {
+                match self.head.parse(&self.buf) {
+                    Ok(true) => return Ok(true),
+                    Ok(false) => {}
+                    Err(HeadError::TooManyHeaders) => return Err(Reply::HeadersTooLarge),
+                    Err(HeadError::Malformed) => return Err(Reply::Malformed),
+                }
+                if self.buf.len() > most {
+                    return Err(if self.buf.contains(&b'\n') {
+                        Reply::HeadersTooLarge
+                    } else {
+                        Reply::UriTooLong
+                    });
+                }
+            }
+            if !matches!(self.fill().await, Ok(n) if n > 0) {
+                return Ok(false);
+            }
+        }
+    }
+
+    /// Reads the whole body, refusing it as soon as it is known to exceed `max` (the excess
+    /// is never buffered).
+    async fn read_body(&mut self, framing: Framing, max: usize) -> Result<(), Reply> {
+        let start = self.head.len;
+        match framing {
+            Framing::Length(n) => {
+                let n = usize::try_from(n).unwrap_or(usize::MAX);
+                if n > max {
+                    return Err(Reply::PayloadTooLarge);
+                }
+                self.send_continue(start + n).await?;
+                while self.buf.len() < start + n {
+                    self.buf.reserve(start + n - self.buf.len());
+                    if !matches!(self.fill().await, Ok(got) if got > 0) {
+                        return Err(Reply::BadBody);
+                    }
+                }
+                self.request = RequestState::Read {
+                    raw: n,
+                    chunked: false,
+                };
+            }
+            Framing::Chunked => {
+                self.send_continue(usize::MAX).await?;
+                let mut decoder = ChunkedDecoder::default();
+                let mut raw = 0;
+                self.decoded.clear();
+                loop {
+                    let (decoded, input) = (&mut self.decoded, &self.buf[start + raw..]);
+                    let (used, done) = decoder
+                        .decode(input, |data| decoded.extend_from_slice(data))
+                        .map_err(|_| Reply::BadBody)?;
+                    raw += used;
+                    if self.decoded.len() > max {
+                        return Err(Reply::PayloadTooLarge);
+                    }
+                    if done {
+                        break;
+                    }
+                    // Decoded bytes are kept apart: drop the raw ones so a large body is not
+                    // held twice.
+                    self.buf.truncate(start);
+                    raw = 0;
+                    if !matches!(self.fill().await, Ok(got) if got > 0) {
+                        return Err(Reply::BadBody);
+                    }
+                }
+                self.request = RequestState::Read { raw, chunked: true };
+            }
+            Framing::UntilClose => return Err(Reply::BadBody),
+        }
+        Ok(())
+    }
+
+    /// Answers `Expect: 100-continue` when the body (ending at `end` in `buf`) is not all in.
+    async fn send_continue(&mut self, end: usize) -> Result<(), Reply> {
+        let req = self.request();
+        if self.buf.len() >= end || req.http10() || !req.has_token("expect", "100-continue") {
+            return Ok(());
+        }
+        self.stream
+            .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+            .await
+            .map_err(|_| Reply::BadBody)?;
+        self.stream.flush().await.map_err(|_| Reply::BadBody)
+    }
+
+    /// Reads and drops an unread body of `n` declared bytes, keeping what follows it.
+    async fn skip_body(&mut self, n: usize) -> bool {
+        let start = self.head.len;
+        let mut left = n;
+        loop {
+            let have = self.buf.len() - start;
+            if have >= left {
+                self.request = RequestState::Read {
+                    raw: left,
+                    chunked: false,
+                };
+                return true;
+            }
+            left -= have;
+            self.buf.truncate(start);
+            if !matches!(self.fill().await, Ok(got) if got > 0) {
+                return false;
+            }
+        }
+    }
+
+    /// Writes `out` to the client.
+    async fn send_out(&mut self) -> std::io::Result<()> {
+        self.stream.write_all(&self.out).await?;
+        self.stream.flush().await
+    }
+
+    /// Drops the finished request from the buffer, keeping any pipelined bytes.
+    fn finish_request(&mut self) {
+        if let RequestState::Read { raw, .. } = self.request {
+            self.buf.advance(self.head.len + raw);
+        }
+        self.request = RequestState::Broken;
+        // One large request must not pin its buffers for the connection's life.
+        if self.buf.capacity() > 64 * 1024 && self.buf.len() < 4096 {
+            self.buf = BytesMut::from(&self.buf[..]);
+        }
+        if self.decoded.capacity() > 64 * 1024 {
+            self.decoded = BytesMut::new();
+        }
+    }
+
+    /// Closes after an answer that left request bytes unread: stops writing, then reads and
+    /// drops what the client is still sending, for a while, so it can read the answer.
+    async fn linger(&mut self) {
+        if self.stream.shutdown().await.is_err() {
+            return;
+        }
+        let mut dropped = 0;
+        let _ = timeout(LINGER, async {
+            while dropped < LINGER_BYTES {
+                self.buf.clear();
+                match self.fill().await {
+                    Ok(n) if n > 0 => dropped += n,
+                    _ => return,
+                }
+            }
+        })
+        .await;
+    }
+}
+
+/// What went wrong talking to a backend.
+#[derive(Debug)]
+struct UpstreamFailure {
+    kind: UpstreamErrorKind,
+    what: &'static str,
+    cause: Option<String>,
+}
+
+impl UpstreamFailure {
+    fn new(kind: UpstreamErrorKind, what: &'static str) -> Self {
+        UpstreamFailure {
+            kind,
+            what,
+            cause: None,
+        }
+    }
+
+    fn io(what: &'static str, e: &std::io::Error) -> Self {
+        UpstreamFailure {
+            kind: UpstreamErrorKind::Reset,
+            what,
+            cause: Some(e.to_string()),
+        }
+    }
+}
+
+impl fmt::Display for UpstreamFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.what)?;
+        if let Some(c) = &self.cause {
+            write!(f, ": {c}")?;
+        }
+        Ok(())
+    }
+}
+
 impl ProxyApp {
     pub fn new(
         config: Arc<ArcSwap<Snapshot>>,
         telemetry: Arc<Telemetry>,
         health: Arc<UpstreamHealth>,
-        keepalive_pool_size: usize,
+        pool: Arc<UpstreamPool>,
     ) -> Self {
         Self {
             config,
-            transport: TransportConnector::new(Some(ConnectorOptions::new(keepalive_pool_size))),
+            connector: TransportConnector::new(Some(ConnectorOptions::new(0))),
+            pool,
             next_peer: AtomicUsize::new(0),
             ids: RequestIds::default(),
             telemetry,
@@ -86,24 +368,74 @@ impl ProxyApp {
         }
     }
 
-    /// Serves one request; returns whether the client connection may be kept.
-    async fn serve(&self, session: &mut ServerSession, snap: &Snapshot, ex: &mut Exchange) -> bool {
-        let req = session.req_header();
-        ex.request_id = match req.headers.get(request_id::HEADER) {
-            Some(v) if request_id::is_sane(v.as_bytes()) => {
-                String::from_utf8_lossy(v.as_bytes()).into_owned()
+    /// Reads and answers one request; returns whether the connection may be kept.
+    async fn serve_next(&self, c: &mut Client, shutdown: &ShutdownWatch) -> bool {
+        // The whole head must arrive in time (a slowloris client is cut off), and an idle
+        // kept-alive connection waits no longer. The snapshot is taken once the head is in.
+        let limits = self.config.load().limits.clone();
+        c.request = RequestState::Broken;
+        let unreadable = match timeout(limits.client_header_timeout, c.read_head(&limits)).await {
+            Ok(Ok(true)) => None,
+            Ok(Err(reply)) => Some(reply),
+            Ok(Ok(false)) => return false,
+            Err(_) => {
+                tracing::debug!("request header not received in time; closing");
+                return false;
             }
+        };
+
+        // One snapshot per request, start to end: a reload never changes a request in flight.
+        let snap = self.config.load_full();
+        let _in_flight = self.telemetry.in_flight();
+        let keep = match unreadable {
+            Some(reply) => {
+                tracing::debug!(status = reply.status(), "unreadable request");
+                let mut ex = Exchange::start(&http::Method::GET, "");
+                ex.request_id = self.ids.next_id();
+                self.reply(c, reply, &snap, &mut ex, false).await;
+                self.telemetry.record(&ex);
+                false
+            }
+            None => {
+                let req = c.request();
+                let method =
+                    http::Method::from_bytes(req.method().as_bytes()).unwrap_or(http::Method::GET);
+                let mut ex = Exchange::start(&method, req.path());
+                let keep_alive = req.wants_keep_alive() && !*shutdown.borrow();
+                c.request = RequestState::Unread(req.framing().ok());
+                let keep = self.serve(c, &snap, &mut ex, keep_alive).await;
+                self.telemetry.record(&ex);
+                keep
+            }
+        };
+        if keep {
+            c.finish_request();
+        } else if c.request == RequestState::Broken || matches!(c.request, RequestState::Unread(_))
+        {
+            c.linger().await;
+        }
+        keep
+    }
+
+    /// Serves the request whose head is in `c`; returns whether the connection may be kept.
+    async fn serve(&self, c: &mut Client, snap: &Snapshot, ex: &mut Exchange, keep: bool) -> bool {
+        let req = c.request();
+        ex.request_id = match req.header(request_id::HEADER) {
+            Some(v) if request_id::is_sane(v) => String::from_utf8_lossy(v).into_owned(),
             _ => self.ids.next_id(),
         };
-        if let Err(reply) = check_request_size(req, &snap.limits) {
-            return self.reply(session, reply, snap, ex).await;
+        if let Err(reply) = check_request_size(&req, &snap.limits) {
+            return self.reply(c, reply, snap, ex, keep).await;
         }
+        let RequestState::Unread(Some(framing)) = c.request else {
+            return self.reply(c, Reply::Malformed, snap, ex, false).await;
+        };
         let facts = RequestFacts {
-            method: req.method.as_str(),
-            path: req.uri.path(),
-            query: req.uri.query(),
-            agent_id: req.headers.get(AGENT_ID_HEADER).map(|v| v.as_bytes()),
-            token: req.headers.get(AUTH_TOKEN_HEADER).map(|v| v.as_bytes()),
+            method: req.method(),
+            path: req.path(),
+            query: req.query(),
+            agent_id: req.header(AGENT_ID_HEADER),
+            token: req.header(AUTH_TOKEN_HEADER),
             request_id: &ex.request_id,
             now: ex.started_at,
         };
@@ -115,8 +447,9 @@ impl ProxyApp {
                 if let Reply::V1Gone(r) = refusal.reply {
                     ex.v1_refusal = Some(r);
                 }
+                let hint = refusal.hint.as_deref();
                 return self
-                    .reply_with(session, refusal.reply, refusal.hint.as_deref(), snap, ex)
+                    .reply_with(c, refusal.reply, hint, snap, ex, keep)
                     .await;
             }
         };
@@ -130,261 +463,280 @@ impl ProxyApp {
                     let reply = Reply::RateLimited {
                         retry_after_secs: wait.as_secs_f64().ceil().max(1.0) as u64,
                     };
-                    return self.reply(session, reply, snap, ex).await;
+                    return self.reply(c, reply, snap, ex, keep).await;
                 }
             }
         }
         let operation = forward.operation;
-        if operation.method() == "POST" && !is_json(session.req_header()) {
+        if operation.method() == "POST" && !is_json(&req) {
             return self
-                .reply(session, Reply::UnsupportedMediaType, snap, ex)
+                .reply(c, Reply::UnsupportedMediaType, snap, ex, keep)
                 .await;
         }
 
-        let body = match read_body(session, &snap.limits).await {
-            Ok(b) => b,
-            Err(reply) => return self.reply(session, reply, snap, ex).await,
-        };
-        ex.bytes_in = body.len();
+        let limits = &snap.limits;
+        let read = timeout(
+            limits.client_body_timeout,
+            c.read_body(framing, limits.max_body_bytes),
+        )
+        .await;
+        if let Err(reply) = read.unwrap_or(Err(Reply::BodyTimeout)) {
+            // Part of the body may be gone from the buffer: the connection cannot be reused.
+            c.request = RequestState::Broken;
+            return self.reply(c, reply, snap, ex, false).await;
+        }
+        ex.bytes_in = c.body().len();
         if snap.validation != ValidationMode::Off {
-            if let Err(violation) = schema::validate(operation, &body) {
+            if let Err(violation) = schema::validate(operation, c.body()) {
                 let message = violation.message();
                 tracing::info!(request_id = %ex.request_id, %message, "request body breaks the schema");
                 ex.validation_failure = Some(violation.rule);
                 if snap.validation == ValidationMode::Enforce {
                     return self
-                        .reply_with(session, Reply::InvalidBody, Some(&message), snap, ex)
+                        .reply_with(c, Reply::InvalidBody, Some(&message), snap, ex, keep)
                         .await;
                 }
             }
         }
-        let client = session
-            .client_addr()
-            .and_then(|a| a.as_inet())
-            .map(SocketAddr::ip);
-        let head = upstream_head(
-            session.req_header(),
-            client,
-            &forward.upstream_path,
-            &ex.request_id,
-            &body,
-        );
+        write_upstream_head(c, &forward.upstream_path, &ex.request_id);
         ex.upstream_path = Some(forward.upstream_path);
-        self.forward(session, snap, head, body, ex).await
+        self.forward(c, snap, ex, keep).await
     }
 
-    /// Sends the request to one backend (trying the next address only when connecting
-    /// failed, so nothing was sent) and streams the answer back.
+    /// Sends the request (its head already in `c.out`) to one backend, trying the next address
+    /// only when connecting failed, so nothing was sent, and relays the answer.
     async fn forward(
         &self,
-        session: &mut ServerSession,
+        c: &mut Client,
         snap: &Snapshot,
-        head: BytesMut,
-        body: Bytes,
         ex: &mut Exchange,
+        keep: bool,
     ) -> bool {
-        let peers = &snap.upstream.peers;
+        let upstream = &snap.upstream;
+        let peers = &upstream.peers;
         let first = self.next_peer.fetch_add(1, Ordering::Relaxed);
         // Addresses that failed their health check leave the rotation, unless all have.
-        let any_up = snap.upstream.addresses.iter().any(|a| self.health.is_up(a));
-        let idempotent = session.req_header().method == http::Method::GET;
+        let any_up = upstream.addresses.iter().any(|a| self.health.is_up(a));
+        let idempotent = ex.method == http::Method::GET;
         let mut last_failure = Reply::UpstreamConnect;
         let mut resent_on_stale = false;
         let mut attempt = 0;
         while attempt < peers.len() {
             let index = (first + attempt) % peers.len();
-            let peer = &peers[index];
+            let (peer, key) = (&peers[index], upstream.pool_keys[index]);
             attempt += 1;
-            if any_up && !self.health.is_up(&snap.upstream.addresses[index]) {
+            if any_up && !self.health.is_up(&upstream.addresses[index]) {
                 continue;
             }
             let started = Instant::now();
-            let (stream, reused) = match self.transport.get_stream(peer).await {
-                Ok(s) => s,
-                Err(e) => {
-                    let kind = classify(&e);
-                    ex.upstream_errors.push(kind);
-                    tracing::warn!(request_id = %ex.request_id, peer = %peer, error = %e, "upstream connect failed");
-                    last_failure = reply_for(kind);
-                    continue;
-                }
+            let (mut up, reused) = match self.pool.take(key, upstream.idle_timeout) {
+                Some(conn) => (conn, true),
+                None => match self.connector.new_stream(peer).await {
+                    Ok(stream) => (UpstreamConn::new(stream), false),
+                    Err(e) => {
+                        let kind = classify(&e);
+                        ex.upstream_errors.push(kind);
+                        tracing::warn!(request_id = %ex.request_id, peer = %peer, error = %e, "upstream connect failed");
+                        last_failure = reply_for(kind);
+                        continue;
+                    }
+                },
             };
-            match send_and_read_header(stream, peer, &head, &body, snap.upstream.read_timeout).await
-            {
-                Ok(up) => {
+            match send_and_read_head(&mut up, &c.out, c.body(), upstream.read_timeout).await {
+                Ok(()) => {
                     ex.upstream_header_time = Some(started.elapsed());
                     return self
-                        .relay_response(session, up, peer, snap, ex, started)
+                        .relay_response(c, up, key, snap, ex, keep, started)
                         .await;
                 }
-                Err(e) => {
-                    let kind = classify(&e);
-                    ex.upstream_errors.push(kind);
-                    tracing::warn!(request_id = %ex.request_id, peer = %peer, reused, error = %e, "upstream exchange failed");
+                Err(failure) => {
+                    ex.upstream_errors.push(failure.kind);
+                    tracing::warn!(request_id = %ex.request_id, peer = %peer, reused, error = %failure, "upstream exchange failed");
                     // A kept-alive connection the backend had already closed: an idempotent
                     // GET may go once more on a fresh connection. A POST never does.
-                    if reused && idempotent && !resent_on_stale && kind == UpstreamErrorKind::Reset
+                    if reused
+                        && idempotent
+                        && !resent_on_stale
+                        && failure.kind == UpstreamErrorKind::Reset
                     {
                         resent_on_stale = true;
                         attempt -= 1;
                         continue;
                     }
                     ex.upstream_header_time = Some(started.elapsed());
-                    return self.reply(session, reply_for(kind), snap, ex).await;
+                    return self.reply(c, reply_for(failure.kind), snap, ex, keep).await;
                 }
             }
         }
-        self.reply(session, last_failure, snap, ex).await
+        self.reply(c, last_failure, snap, ex, keep).await
     }
 
-    /// Streams the backend's response to the client and returns the connection to the pool.
+    /// Relays the backend's response (its head parsed in `up`) to the client, then returns the
+    /// connection to the pool if the backend keeps it and all of the response was read.
+    #[allow(clippy::too_many_arguments)]
     async fn relay_response(
         &self,
-        session: &mut ServerSession,
-        mut up: UpstreamSession,
-        peer: &HttpPeer,
+        c: &mut Client,
+        mut up: UpstreamConn,
+        key: u64,
         snap: &Snapshot,
         ex: &mut Exchange,
+        keep: bool,
         started: Instant,
     ) -> bool {
-        let Some(resp) = up.resp_header() else {
-            return self.reply(session, Reply::UpstreamBroken, snap, ex).await;
+        let framing = up.head.framing;
+        // An HTTP/1.0 client cannot read chunked framing: it gets the data, then a close.
+        let http10 = c.request().http10();
+        let dechunk = framing == Framing::Chunked && http10;
+        let keep = keep && framing != Framing::UntilClose && !dechunk;
+        ex.status = up.head.status;
+
+        c.out.clear();
+        let mut w = HeadWriter::new(&mut c.out, up.head.status, up.head.reason(&up.buf));
+        for (name, value) in up.head.headers(&up.buf) {
+            let skip = NOT_RELAYED
+                .iter()
+                .any(|n| name.eq_ignore_ascii_case(n.as_bytes()))
+                || (dechunk && name.eq_ignore_ascii_case(b"transfer-encoding"));
+            if !skip {
+                w.header(name, value);
+            }
+        }
+        w.header(request_id::HEADER, &ex.request_id);
+        add_retirement_signals(&mut w, snap, ex);
+        connection_header(&mut w, keep, http10);
+        w.end();
+        up.buf.advance(up.head.len);
+        // Only body bytes count as sent; the head goes out with the first of them.
+        let mut head_bytes = c.out.len();
+
+        let read_timeout = snap.upstream.read_timeout;
+        let mut decoder = ChunkedDecoder::default();
+        let mut left = match framing {
+            Framing::Length(n) => n,
+            _ => u64::MAX,
         };
-        let mut resp: Box<ResponseHeader> = Box::new(resp.clone());
-        for name in ["connection", "keep-alive", "proxy-connection"] {
-            resp.remove_header(name);
-        }
-        let _ = resp.insert_header(request_id::HEADER, ex.request_id.as_str());
-        add_retirement_signals(&mut resp, snap, ex);
-        ex.status = resp.status.as_u16();
-        if let Err(e) = session.write_response_header(resp).await {
-            tracing::debug!(request_id = %ex.request_id, error = %e, "client went away before the response header");
-            ex.client_aborted = true;
-            return false;
-        }
         loop {
-            match up.read_body_bytes().await {
-                Ok(Some(chunk)) => {
-                    ex.bytes_out += chunk.len();
-                    if let Err(e) = session.write_response_body(chunk, false).await {
-                        tracing::debug!(request_id = %ex.request_id, error = %e, "client went away mid-response");
-                        ex.client_aborted = true;
-                        return false;
-                    }
+            // Move what has arrived of the body into `out`, and note whether it is complete.
+            let done = match framing {
+                Framing::Length(_) => {
+                    let n = up
+                        .buf
+                        .len()
+                        .min(usize::try_from(left).unwrap_or(usize::MAX));
+                    c.out.extend_from_slice(&up.buf[..n]);
+                    up.buf.advance(n);
+                    left -= n as u64;
+                    left == 0
                 }
-                Ok(None) => break,
-                Err(e) => {
-                    // The header is already out: the only honest signal left is to close.
-                    let kind = classify(&e);
+                Framing::Chunked => {
+                    let out = &mut c.out;
+                    let decoded = if dechunk {
+                        decoder.decode(&up.buf, |data| out.extend_from_slice(data))
+                    } else {
+                        decoder.decode(&up.buf, |_| {})
+                    };
+                    let Ok((used, done)) = decoded else {
+                        ex.upstream_errors.push(UpstreamErrorKind::Other);
+                        tracing::warn!(request_id = %ex.request_id, "upstream sent broken chunked framing; closing client connection");
+                        return false;
+                    };
+                    if !dechunk {
+                        c.out.extend_from_slice(&up.buf[..used]);
+                    }
+                    up.buf.advance(used);
+                    done
+                }
+                Framing::UntilClose => {
+                    c.out.extend_from_slice(&up.buf);
+                    up.buf.clear();
+                    false
+                }
+            };
+            ex.bytes_out += c.out.len() - head_bytes;
+            head_bytes = 0;
+            if let Err(e) = c.send_out().await {
+                tracing::debug!(request_id = %ex.request_id, error = %e, "client went away mid-response");
+                ex.client_aborted = true;
+                return false;
+            }
+            c.out.clear();
+            if done {
+                break;
+            }
+            match timeout(read_timeout, up.stream.read_buf(&mut up.buf)).await {
+                Ok(Ok(n)) if n > 0 => {}
+                Ok(Ok(_)) if framing == Framing::UntilClose => break,
+                result => {
+                    // The head is already out: the only honest signal left is to close.
+                    let kind = match result {
+                        Err(_) => UpstreamErrorKind::Timeout,
+                        _ => UpstreamErrorKind::Reset,
+                    };
                     ex.upstream_errors.push(kind);
-                    tracing::warn!(request_id = %ex.request_id, error = %e, "upstream broke mid-response; closing client connection");
+                    tracing::warn!(request_id = %ex.request_id, kind = kind.as_str(), "upstream broke mid-response; closing client connection");
                     return false;
                 }
             }
         }
         ex.upstream_duration = Some(started.elapsed());
-        if session
-            .write_response_body(Bytes::new(), true)
-            .await
-            .is_err()
-        {
-            ex.client_aborted = true;
-            return false;
+        if up.head.keep_alive && up.buf.is_empty() {
+            self.pool.put(key, up);
         }
-        up.respect_keepalive();
-        if let Some(stream) = up.reuse().await {
-            self.transport.release_stream(
-                stream,
-                peer.reuse_hash(),
-                Some(snap.upstream.idle_timeout),
-            );
-        }
-        true
+        keep
     }
 
-    /// Answers a request pingora could not parse (400, or 431 for oversized headers), then
-    /// the connection closes: its framing can no longer be trusted.
-    async fn answer_unreadable(&self, session: &mut ServerSession, e: &pingora::Error) {
-        let text = e.to_string();
-        let reply = if text.contains("larger than") || text.contains("too many headers") {
-            Reply::HeadersTooLarge
-        } else {
-            Reply::Malformed
-        };
-        // Only the kind: pingora's message quotes the raw request, credentials included.
-        tracing::debug!(
-            kind = e.etype().as_str(),
-            status = reply.status(),
-            "unreadable request"
-        );
-        let mut ex = Exchange::start(&http::Method::GET, "");
-        ex.request_id = self.ids.next_id();
-        ex.status = reply.status();
-        session.set_keepalive(None);
-        let body = reply.body(None);
-        let header = reply.header(body.len(), &ex.request_id);
-        if session
-            .write_response_header(Box::new(header))
-            .await
-            .is_ok()
-        {
-            let _ = session.write_response_body(body, true).await;
-        }
-        self.telemetry.record(&ex);
-    }
-
-    /// Writes one of the gateway's own answers. A request body left unread is drained when it
+    /// Writes one of the gateway's own answers. A request body left unread is skipped when it
     /// is within the size limit (so the client reads the answer, not a reset), else the
     /// connection closes.
     async fn reply(
         &self,
-        session: &mut ServerSession,
+        c: &mut Client,
         reply: Reply,
         snap: &Snapshot,
         ex: &mut Exchange,
+        keep: bool,
     ) -> bool {
-        self.reply_with(session, reply, None, snap, ex).await
+        self.reply_with(c, reply, None, snap, ex, keep).await
     }
 
     /// [`Self::reply`] with a hint appended to the message.
     async fn reply_with(
         &self,
-        session: &mut ServerSession,
+        c: &mut Client,
         reply: Reply,
         hint: Option<&str>,
         snap: &Snapshot,
         ex: &mut Exchange,
+        keep: bool,
     ) -> bool {
+        let mut keep = keep;
+        if let RequestState::Unread(framing) = c.request {
+            // A body that broke its framing, its size or its deadline is not worth waiting for.
+            let skippable = match framing {
+                Some(Framing::Length(n)) => usize::try_from(n)
+                    .ok()
+                    .filter(|n| *n <= snap.limits.max_body_bytes),
+                _ => None,
+            };
+            keep &= match skippable {
+                Some(n) => timeout(snap.limits.client_body_timeout, c.skip_body(n))
+                    .await
+                    .unwrap_or(false),
+                None => false,
+            };
+        }
         let body = reply.body(hint);
-        let mut header = reply.header(body.len(), &ex.request_id);
-        add_retirement_signals(&mut header, snap, ex);
         ex.status = reply.status();
         ex.bytes_out = body.len();
-        let mut keep = true;
-        if !session.is_body_done() {
-            // A body that broke its framing, its size or its deadline is not worth waiting for.
-            let drainable = !matches!(
-                reply,
-                Reply::PayloadTooLarge | Reply::BodyTimeout | Reply::BadBody
-            ) && declared_length(session.req_header())
-                .is_some_and(|n| n <= snap.limits.max_body_bytes as u64);
-            keep = drainable
-                && tokio::time::timeout(
-                    snap.limits.client_body_timeout,
-                    session.drain_request_body(),
-                )
-                .await
-                .is_ok_and(|r| r.is_ok());
-            if !keep {
-                session.set_keepalive(None);
-            }
-        }
-        if session
-            .write_response_header(Box::new(header))
-            .await
-            .is_err()
-            || session.write_response_body(body, true).await.is_err()
-        {
+        c.out.clear();
+        let http10 = c.head.http10;
+        let mut w = reply.head(&mut c.out, body.len(), &ex.request_id);
+        add_retirement_signals(&mut w, snap, ex);
+        connection_header(&mut w, keep, http10);
+        w.end();
+        c.out.put_slice(&body);
+        if c.send_out().await.is_err() {
             ex.client_aborted = true;
             return false;
         }
@@ -393,70 +745,35 @@ impl ProxyApp {
 }
 
 #[async_trait]
-impl HttpServerApp for ProxyApp {
-    async fn process_new_http(
+impl ServerApp for ProxyApp {
+    async fn process_new(
         self: &Arc<Self>,
-        mut session: ServerSession,
+        stream: Stream,
         shutdown: &ShutdownWatch,
-    ) -> Option<ReusedHttpStream> {
-        // The whole header must arrive in time: a slowloris client is cut off. (Only the
-        // timeout is read here; the snapshot is taken once the request is in.)
-        let header_timeout = self.config.load().limits.client_header_timeout;
-        match tokio::time::timeout(header_timeout, session.read_request()).await {
-            Ok(Ok(true)) => {}
-            Ok(Ok(false)) => return None,
-            Ok(Err(e)) => {
-                self.answer_unreadable(&mut session, &e).await;
-                return None;
-            }
-            Err(_) => {
-                tracing::debug!("request header not received in time; closing");
-                return None;
-            }
-        }
-        session.set_keepalive(if *shutdown.borrow() { None } else { Some(60) });
-
-        // One snapshot per request, start to end: a reload never changes a request in flight.
-        let snap = self.config.load_full();
-        let req = session.req_header();
-        let mut ex = Exchange::start(&req.method, req.uri.path());
-        let _in_flight = self.telemetry.in_flight();
-        let keep = self.serve(&mut session, &snap, &mut ex).await;
-        self.telemetry.record(&ex);
-        if !keep {
-            return None;
-        }
-        let settings = HttpPersistentSettings::for_session(&session);
-        match session.finish().await {
-            Ok(stream) => stream.map(|s| ReusedHttpStream::from_reusable_stream(s, settings)),
-            Err(_) => None,
-        }
+    ) -> Option<Stream> {
+        let mut client = Client::new(stream);
+        while self.serve_next(&mut client, shutdown).await {}
+        None
     }
 }
 
 /// Whether a request declares a JSON body (`application/json`, any parameters).
-fn is_json(req: &RequestHeader) -> bool {
-    req.headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
+fn is_json(req: &Request<'_>) -> bool {
+    req.header("content-type")
+        .and_then(|v| std::str::from_utf8(v).ok())
         .and_then(|v| v.split(';').next())
         .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
 }
 
 /// Refuses request lines and headers over the configured limits.
-fn check_request_size(req: &RequestHeader, limits: &Limits) -> Result<(), Reply> {
-    let target = req.uri.path_and_query().map_or(0, |p| p.as_str().len());
-    if target > limits.max_uri_bytes {
+fn check_request_size(req: &Request<'_>, limits: &Limits) -> Result<(), Reply> {
+    if req.target().len() > limits.max_uri_bytes {
         return Err(Reply::UriTooLong);
     }
-    if req.headers.len() > limits.max_headers {
+    if req.header_count() > limits.max_headers {
         return Err(Reply::HeadersTooLarge);
     }
-    let bytes: usize = req
-        .headers
-        .iter()
-        .map(|(k, v)| k.as_str().len() + v.len())
-        .sum();
+    let bytes: usize = req.headers().map(|(k, v)| k.len() + v.len()).sum();
     if bytes > limits.max_header_bytes {
         return Err(Reply::HeadersTooLarge);
     }
@@ -464,194 +781,147 @@ fn check_request_size(req: &RequestHeader, limits: &Limits) -> Result<(), Reply>
 }
 
 /// Adds the configured `Deprecation`, `Sunset` and `Link` headers to a v1 response.
-fn add_retirement_signals(resp: &mut ResponseHeader, snap: &Snapshot, ex: &Exchange) {
+fn add_retirement_signals(w: &mut HeadWriter<'_>, snap: &Snapshot, ex: &Exchange) {
     if ex.version == Some(ApiVersion::V1) {
         for (name, value) in &snap.retirement.headers {
-            let _ = resp.append_header(*name, value.clone());
+            w.header(name, value.as_bytes());
         }
     }
 }
 
-/// The declared Content-Length, if any.
-fn declared_length(req: &RequestHeader) -> Option<u64> {
-    req.headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| std::str::from_utf8(v.as_bytes()).ok())
-        .and_then(|s| s.trim().parse().ok())
+/// Says whether the connection stays open, where the client would not assume it.
+fn connection_header(w: &mut HeadWriter<'_>, keep: bool, http10: bool) {
+    if !keep {
+        w.header("connection", "close");
+    } else if http10 {
+        w.header("connection", "keep-alive");
+    }
 }
 
-/// Reads the whole request body within `client_body_timeout`, refusing it as soon as it is
-/// known to exceed `max_body_bytes` (the excess is never buffered).
-async fn read_body(session: &mut ServerSession, limits: &Limits) -> Result<Bytes, Reply> {
-    tokio::time::timeout(
-        limits.client_body_timeout,
-        read_body_within(session, limits.max_body_bytes),
-    )
-    .await
-    .unwrap_or(Err(Reply::BodyTimeout))
-}
-
-async fn read_body_within(session: &mut ServerSession, max: usize) -> Result<Bytes, Reply> {
-    if declared_length(session.req_header()).is_some_and(|n| n > max as u64) {
-        return Err(Reply::PayloadTooLarge);
-    }
-    if session.is_body_done() {
-        return Ok(Bytes::new());
-    }
-    if session.req_header().headers.contains_key(header::EXPECT) {
-        session
-            .write_continue_response()
-            .await
-            .map_err(|_| Reply::BadBody)?;
-    }
-    let mut first: Option<Bytes> = None;
-    let mut rest = BytesMut::new();
-    loop {
-        let chunk = match session.read_request_body().await {
-            Ok(Some(c)) => c,
-            Ok(None) => break,
-            Err(e) if matches!(e.etype(), ErrorType::ReadTimedout) => {
-                return Err(Reply::BodyTimeout)
-            }
-            Err(_) => return Err(Reply::BadBody),
-        };
-        let so_far = first.as_ref().map_or(0, |f| f.len()) + rest.len();
-        if so_far + chunk.len() > max {
-            return Err(Reply::PayloadTooLarge);
-        }
-        // The common case, a body in one read, is passed on without a copy.
-        match &first {
-            None if rest.is_empty() => first = Some(chunk),
-            _ => {
-                if let Some(f) = first.take() {
-                    rest.extend_from_slice(&f);
-                }
-                rest.extend_from_slice(&chunk);
-            }
-        }
-    }
-    Ok(first.unwrap_or_else(|| rest.freeze()))
-}
-
-/// The request head sent upstream, serialized once: the new path, the client's headers minus
-/// hop-by-hop ones, an exact Content-Length for the buffered body, the request id and
-/// `X-Forwarded-For`; a body up to [`INLINE_BODY_MAX`] is appended. Written straight to the
-/// pooled connection, a small request costs one `send`, where pingora's client session
-/// sends header and body separately.
-fn upstream_head(
-    req: &RequestHeader,
-    client: Option<IpAddr>,
-    path: &str,
-    request_id: &str,
-    body: &[u8],
-) -> BytesMut {
-    let body_len = body.len();
-    let headers_len: usize = req
-        .headers
-        .iter()
-        .map(|(k, v)| k.as_str().len() + v.len() + 4)
-        .sum();
-    let mut out = BytesMut::with_capacity(
-        path.len() + headers_len + request_id.len() + 128 + inline_body_len(body_len),
-    );
-    out.extend_from_slice(req.method.as_str().as_bytes());
-    out.extend_from_slice(b" ");
-    out.extend_from_slice(path.as_bytes());
-    out.extend_from_slice(b" HTTP/1.1\r\n");
+/// Writes the request head sent upstream into `c.out`: the new path, the client's headers
+/// minus hop-by-hop ones, an exact Content-Length for the buffered body, the request id and
+/// `X-Forwarded-For`; a body up to [`INLINE_BODY_MAX`] is appended, so a small request costs
+/// one `send`.
+fn write_upstream_head(c: &mut Client, path: &str, request_id: &str) {
+    let req = c.head.view(&c.buf);
+    let body = match c.request {
+        RequestState::Read { chunked: true, .. } => &c.decoded[..],
+        RequestState::Read { raw, .. } => &c.buf[c.head.len..c.head.len + raw],
+        _ => &[],
+    };
+    let out = &mut c.out;
+    out.clear();
+    out.put_slice(req.method().as_bytes());
+    out.put_u8(b' ');
+    out.put_slice(path.as_bytes());
+    out.put_slice(b" HTTP/1.1\r\n");
     let mut has_host = false;
-    for (name, value) in &req.headers {
-        let name = name.as_str();
-        if HOP_BY_HOP.contains(&name)
-            || matches!(name, "content-length" | "x-request-id" | "x-forwarded-for")
-        {
+    for (name, value) in req.headers() {
+        if NOT_FORWARDED.iter().any(|n| name.eq_ignore_ascii_case(n)) {
             continue;
         }
-        has_host |= name == "host";
-        out.extend_from_slice(name.as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
+        has_host |= name.eq_ignore_ascii_case("host");
+        put_header(out, name.as_bytes(), value);
     }
     if !has_host {
-        // HTTP/2 clients send :authority instead; HTTP/1.1 upstreams need Host.
-        out.extend_from_slice(b"host: ");
-        let authority = req.uri.authority().map_or("localhost", |a| a.as_str());
-        out.extend_from_slice(authority.as_bytes());
-        out.extend_from_slice(b"\r\n");
+        // HTTP/1.1 upstreams need Host; an HTTP/1.0 client may not have sent one.
+        put_header(
+            out,
+            b"host",
+            req.authority().unwrap_or("localhost").as_bytes(),
+        );
     }
-    if body_len > 0 || req.method == http::Method::POST {
-        out.extend_from_slice(b"content-length: ");
-        out.extend_from_slice(itoa::Buffer::new().format(body_len).as_bytes());
-        out.extend_from_slice(b"\r\n");
+    if !body.is_empty() || req.method() == "POST" {
+        put_header(
+            out,
+            b"content-length",
+            itoa::Buffer::new().format(body.len()).as_bytes(),
+        );
     }
-    out.extend_from_slice(b"x-request-id: ");
-    out.extend_from_slice(request_id.as_bytes());
-    out.extend_from_slice(b"\r\n");
-    if let Some(ip) = client {
-        out.extend_from_slice(b"x-forwarded-for: ");
-        for prior in req.headers.get_all("x-forwarded-for") {
-            out.extend_from_slice(prior.as_bytes());
-            out.extend_from_slice(b", ");
+    put_header(out, request_id::HEADER.as_bytes(), request_id.as_bytes());
+    if let Some(ip) = c.addr {
+        out.put_slice(b"x-forwarded-for: ");
+        for prior in req.headers_named("x-forwarded-for") {
+            out.put_slice(prior);
+            out.put_slice(b", ");
         }
         // Writing into BytesMut cannot fail.
-        let _ = write!(out, "{ip}");
-        out.extend_from_slice(b"\r\n");
+        let _ = write!(out.writer(), "{ip}");
+        out.put_slice(b"\r\n");
     }
-    out.extend_from_slice(b"\r\n");
-    if inline_body_len(body_len) > 0 {
-        out.extend_from_slice(body);
-    }
-    out
-}
-
-/// Bodies up to this size travel in the same buffer as the head: one `send` per request.
-const INLINE_BODY_MAX: usize = 16 * 1024;
-
-fn inline_body_len(body_len: usize) -> usize {
-    if body_len <= INLINE_BODY_MAX {
-        body_len
-    } else {
-        0
+    out.put_slice(b"\r\n");
+    if body.len() <= INLINE_BODY_MAX {
+        out.put_slice(body);
     }
 }
 
-/// Writes the head (with a small body already appended to it, see [`INLINE_BODY_MAX`]) and
-/// any larger body, then waits for the final (non-1xx) response header.
-async fn send_and_read_header(
-    mut stream: pingora::protocols::Stream,
-    peer: &HttpPeer,
+fn put_header(out: &mut BytesMut, name: &[u8], value: &[u8]) {
+    out.put_slice(name);
+    out.put_slice(b": ");
+    out.put_slice(value);
+    out.put_slice(b"\r\n");
+}
+
+/// Writes the request (`head`, with a small body already appended to it, see
+/// [`INLINE_BODY_MAX`], and any larger `body`), then reads until the final (non-1xx)
+/// response head is parsed in `up`.
+async fn send_and_read_head(
+    up: &mut UpstreamConn,
     head: &[u8],
     body: &[u8],
-    timeout: Duration,
-) -> pingora::Result<UpstreamSession> {
+    read_timeout: Duration,
+) -> Result<(), UpstreamFailure> {
     let write = async {
-        stream.write_all(head).await?;
-        if inline_body_len(body.len()) == 0 {
-            stream.write_all(body).await?;
+        up.stream.write_all(head).await?;
+        if body.len() > INLINE_BODY_MAX {
+            up.stream.write_all(body).await?;
         }
-        stream.flush().await
+        up.stream.flush().await
     };
-    match tokio::time::timeout(timeout, write).await {
+    match timeout(read_timeout, write).await {
         Ok(Ok(())) => {}
-        Ok(Err(e)) => {
-            return Err(Error::because(
-                ErrorType::WriteError,
+        Ok(Err(e)) => return Err(UpstreamFailure::io("writing the request upstream", &e)),
+        Err(_) => {
+            return Err(UpstreamFailure::new(
+                UpstreamErrorKind::Timeout,
                 "writing the request upstream",
-                e,
             ))
         }
-        Err(_) => {
-            return Error::e_explain(ErrorType::WriteTimedout, "writing the request upstream")
-        }
     }
-    let mut up = UpstreamSession::new_with_options(stream, peer);
-    up.read_timeout = Some(timeout);
-    up.write_timeout = Some(timeout);
+    up.buf.clear();
     loop {
-        up.read_response().await?;
-        match up.resp_header() {
-            Some(h) if h.status.is_informational() => continue,
-            _ => return Ok(up),
+        match up.head.parse(&up.buf) {
+            Ok(true) if (100..200).contains(&up.head.status) => {
+                up.buf.advance(up.head.len);
+                continue;
+            }
+            Ok(true) => return Ok(()),
+            Ok(false) if up.buf.len() <= MAX_UPSTREAM_HEAD => {}
+            _ => {
+                return Err(UpstreamFailure::new(
+                    UpstreamErrorKind::Other,
+                    "the backend's response head is not HTTP/1.x",
+                ))
+            }
+        }
+        if up.buf.capacity() - up.buf.len() < 1024 {
+            up.buf.reserve(4096);
+        }
+        match timeout(read_timeout, up.stream.read_buf(&mut up.buf)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            Ok(Ok(_)) => {
+                return Err(UpstreamFailure::new(
+                    UpstreamErrorKind::Reset,
+                    "the backend closed the connection before answering",
+                ))
+            }
+            Ok(Err(e)) => return Err(UpstreamFailure::io("reading the response head", &e)),
+            Err(_) => {
+                return Err(UpstreamFailure::new(
+                    UpstreamErrorKind::Timeout,
+                    "no response head in time",
+                ))
+            }
         }
     }
 }

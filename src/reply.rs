@@ -5,8 +5,9 @@
 //! spec fixes as the JSON string `"not authorized"`. The README's message_code table is
 //! generated from [`Reply::ALL_CODES`] by a test, so the two cannot drift.
 
-use bytes::Bytes;
-use pingora::http::ResponseHeader;
+use bytes::{Bytes, BytesMut};
+
+use crate::http1::HeadWriter;
 
 use crate::retirement::V1Refusal;
 use crate::route::RouteError;
@@ -169,28 +170,33 @@ impl Reply {
         Bytes::from(body.to_string())
     }
 
-    /// The response header for `body`, with the request id echoed back.
-    pub fn header(self, body_len: usize, request_id: &str) -> ResponseHeader {
-        let mut h = ResponseHeader::build(self.status(), Some(4)).expect("static status is valid");
-        // These values are static or already validated; insertion cannot fail.
-        let _ = h.insert_header(http::header::CONTENT_TYPE, "application/json");
-        let _ = h.insert_header(http::header::CONTENT_LENGTH, body_len);
+    /// Starts the response head for a body of `body_len` bytes, with the request id echoed
+    /// back; the caller adds any further headers and ends it.
+    pub fn head<'a>(
+        self,
+        out: &'a mut BytesMut,
+        body_len: usize,
+        request_id: &str,
+    ) -> HeadWriter<'a> {
+        let mut w = HeadWriter::new(out, self.status(), b"");
+        w.header("content-type", "application/json")
+            .number("content-length", body_len as u64);
         match self {
             Reply::MethodNotAllowed { allow } => {
-                let _ = h.insert_header(http::header::ALLOW, allow);
+                w.header("allow", allow);
             }
             Reply::RateLimited { retry_after_secs } => {
-                let _ = h.insert_header(http::header::RETRY_AFTER, retry_after_secs);
+                w.number("retry-after", retry_after_secs);
             }
             Reply::V1Gone(V1Refusal::Brownout { until }) => {
-                let _ = h.insert_header(http::header::RETRY_AFTER, httpdate::fmt_http_date(until));
+                w.header("retry-after", httpdate::fmt_http_date(until));
             }
             _ => {}
         }
         if !request_id.is_empty() {
-            let _ = h.insert_header("x-request-id", request_id);
+            w.header("x-request-id", request_id);
         }
-        h
+        w
     }
 }
 

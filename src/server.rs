@@ -21,6 +21,7 @@ use crate::proxy::ProxyApp;
 use crate::reload::{ConfigStore, ConfigWatcher};
 use crate::signals::Signals;
 use crate::telemetry::Telemetry;
+use crate::upstream_pool::{PoolSweeper, UpstreamPool};
 
 /// Why the server could not be assembled.
 #[derive(Debug, thiserror::Error)]
@@ -86,11 +87,12 @@ pub fn build(
     let telemetry = Arc::new(Telemetry::register(registry)?);
 
     let health = Arc::new(UpstreamHealth::default());
+    let pool = Arc::new(UpstreamPool::new(startup.upstream_keepalive_pool_size));
     let proxy_app = ProxyApp::new(
         config.clone(),
         telemetry.clone(),
         health.clone(),
-        startup.upstream_keepalive_pool_size,
+        pool.clone(),
     );
     let mut proxy = Service::new("agent-gateway proxy".into(), proxy_app);
     match &startup.proxy_tls {
@@ -99,6 +101,13 @@ pub fn build(
     }
     server.add_service(proxy);
 
+    server.add_service(background_service(
+        "upstream pool sweeper",
+        PoolSweeper {
+            pool,
+            config: config.clone(),
+        },
+    ));
     server.add_service(background_service(
         "upstream health checks",
         HealthChecker {

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pingora::upstreams::peer::HttpPeer;
+use pingora::upstreams::peer::{HttpPeer, Peer};
 
 use crate::retirement::{Brownout, Retirement, V1Policy};
 use crate::route::Bases;
@@ -197,6 +197,8 @@ pub struct AuthConfig {
 pub struct UpstreamConfig {
     pub addresses: Vec<SocketAddr>,
     pub peers: Vec<HttpPeer>,
+    /// Each peer's key in the connection pool: its address and TLS settings, hashed once.
+    pub pool_keys: Vec<u64>,
     pub connect_timeout: Duration,
     pub read_timeout: Duration,
     pub idle_timeout: Duration,
@@ -615,7 +617,7 @@ impl Snapshot {
             return Err(ConfigError::Invalid(p.0));
         }
 
-        let peers = addresses
+        let peers: Vec<HttpPeer> = addresses
             .iter()
             .zip(&f.upstream.addresses)
             .map(|(addr, written)| {
@@ -632,6 +634,7 @@ impl Snapshot {
                 peer
             })
             .collect();
+        let pool_keys = peers.iter().map(Peer::reuse_hash).collect();
 
         Ok(Snapshot {
             startup: StartupSettings {
@@ -654,6 +657,7 @@ impl Snapshot {
             upstream: UpstreamConfig {
                 addresses,
                 peers,
+                pool_keys,
                 connect_timeout,
                 read_timeout,
                 idle_timeout,

@@ -382,6 +382,10 @@ pub enum Action {
     Chunked(Vec<u8>, usize),
     /// Wait, then answer like `Json`.
     Delay(Duration, String),
+    /// Answer like `Json` (the connection looks kept alive), then close it.
+    JsonThenClose(String),
+    /// 200 with no length: the body ends when the connection closes.
+    CloseDelimited(String),
     /// Close the connection without answering.
     Close,
     /// Send the header and half the declared body, then close.
@@ -496,6 +500,17 @@ fn serve_conn(conn: TcpStream, reqs: Arc<Mutex<Vec<Recorded>>>, handler: Handler
             Action::Delay(d, body) => {
                 thread::sleep(d);
                 writer.write_all(reply(&body).as_bytes()).is_ok()
+            }
+            Action::JsonThenClose(body) => {
+                let _ = writer.write_all(reply(&body).as_bytes());
+                return;
+            }
+            Action::CloseDelimited(body) => {
+                let _ = writer.write_all(
+                    format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{body}")
+                        .as_bytes(),
+                );
+                return;
             }
             Action::Chunked(body, piece) => {
                 let mut out = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();

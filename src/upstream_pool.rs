@@ -1,0 +1,146 @@
+//! Kept-alive backend connections, idle between requests.
+//!
+//! pingora's own pool spawns a watcher task, a semaphore and a notifier per released
+//! connection; this one is a locked stack per backend. A connection is checked when it is
+//! taken (closed by the backend? expired?) rather than watched while idle, and
+//! [`UpstreamPool::evict`] sweeps the expired ones out periodically. Newest first: the
+//! connection most likely still open, with warm buffers, is reused.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Mutex;
+use std::task::{Context, Waker};
+use std::time::{Duration, Instant};
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use async_trait::async_trait;
+use bytes::BytesMut;
+use pingora::protocols::Stream;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+use tokio::io::AsyncReadExt;
+
+use crate::config::Snapshot;
+use crate::http1::ResponseHead;
+
+/// A connection to a backend with its read buffer and parsed-head scratch space.
+pub struct UpstreamConn {
+    pub stream: Stream,
+    pub buf: BytesMut,
+    pub head: ResponseHead,
+}
+
+impl UpstreamConn {
+    pub fn new(stream: Stream) -> Self {
+        UpstreamConn {
+            stream,
+            buf: BytesMut::with_capacity(4096),
+            head: ResponseHead::default(),
+        }
+    }
+
+    /// Whether the backend has neither closed the connection nor sent anything unasked.
+    /// Reads without waiting: anything but "would block" means the connection is done.
+    fn is_quiet(&mut self) -> bool {
+        let mut probe = [0u8; 1];
+        let read = pin!(tokio::task::unconstrained(self.stream.read(&mut probe)));
+        read.poll(&mut Context::from_waker(Waker::noop()))
+            .is_pending()
+    }
+}
+
+struct Idle {
+    conn: UpstreamConn,
+    since: Instant,
+}
+
+/// Idle connections per backend key (the peer's reuse hash), at most `max_per_key` each.
+pub struct UpstreamPool {
+    idle: Mutex<HashMap<u64, Vec<Idle>>>,
+    max_per_key: usize,
+}
+
+impl UpstreamPool {
+    pub fn new(max_per_key: usize) -> Self {
+        UpstreamPool {
+            idle: Mutex::new(HashMap::new()),
+            max_per_key,
+        }
+    }
+
+    /// The newest idle connection to `key` that is still open and younger than `idle_timeout`.
+    pub fn take(&self, key: u64, idle_timeout: Duration) -> Option<UpstreamConn> {
+        loop {
+            let Idle { mut conn, since } = {
+                let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+                idle.get_mut(&key)?.pop()?
+            };
+            if since.elapsed() >= idle_timeout {
+                // The newest is expired, so all older ones are too.
+                self.evict_key(key, idle_timeout);
+                return None;
+            }
+            if conn.is_quiet() {
+                return Some(conn);
+            }
+        }
+    }
+
+    /// Keeps `conn` for reuse, unless `key` already has `max_per_key` idle connections.
+    pub fn put(&self, key: u64, mut conn: UpstreamConn) {
+        conn.buf.clear();
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let stack = idle.entry(key).or_default();
+        if stack.len() < self.max_per_key {
+            stack.push(Idle {
+                conn,
+                since: Instant::now(),
+            });
+        }
+    }
+
+    fn evict_key(&self, key: u64, idle_timeout: Duration) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(stack) = idle.get_mut(&key) {
+            stack.retain(|i| i.since.elapsed() < idle_timeout);
+        }
+    }
+
+    /// Closes every connection idle for `idle_timeout` or closed by its backend.
+    pub fn evict(&self, idle_timeout: Duration) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        for stack in idle.values_mut() {
+            stack.retain_mut(|i| i.since.elapsed() < idle_timeout && i.conn.is_quiet());
+        }
+        idle.retain(|_, stack| !stack.is_empty());
+    }
+
+    /// Idle connections kept right now.
+    pub fn idle_count(&self) -> usize {
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        idle.values().map(Vec::len).sum()
+    }
+}
+
+/// Sweeps expired and closed connections out of the pool once a second, so an idle gateway
+/// does not hold connections past `upstream.idle_timeout_ms`.
+pub struct PoolSweeper {
+    pub pool: Arc<UpstreamPool>,
+    pub config: Arc<ArcSwap<Snapshot>>,
+}
+
+#[async_trait]
+impl BackgroundService for PoolSweeper {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        loop {
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+            self.pool.evict(self.config.load().upstream.idle_timeout);
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! The gateway's own HTTP/1.1: pipelining, `Expect: 100-continue`, framing that could be read
+//! two ways, HTTP/1.0 clients, backend framings, and the kept-alive backend pool.
+
+mod common;
+
+use std::io::{BufReader, Read, Write};
+use std::net::TcpStream;
+use std::thread;
+use std::time::Duration;
+
+use common::*;
+
+const VERIFY_HEAD: &str = "POST /api/v1/verify/request HTTP/1.1\r\nHost: x\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\nContent-Type: application/json\r\n";
+
+fn connect(gw: &Gateway) -> (TcpStream, BufReader<TcpStream>) {
+    let s = TcpStream::connect(gw.proxy).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    (s.try_clone().unwrap(), BufReader::new(s))
+}
+
+#[test]
+fn pipelined_requests_are_answered_in_order_and_forwarded_once_each() {
+    let backend = Backend::start();
+    let gw = Gateway::start(&[backend.addr], "");
+    let (mut w, mut r) = connect(&gw);
+    let mut burst = format!("{VERIFY_HEAD}Content-Length: {}\r\n\r\n{BODY}", BODY.len());
+    burst.push_str("GET /api/v1/transaction/tx-9/status HTTP/1.1\r\nHost: x\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\n\r\n");
+    burst.push_str("GET /nope HTTP/1.1\r\nHost: x\r\n\r\n");
+    w.write_all(burst.as_bytes()).unwrap();
+    let first = read_response(&mut r).unwrap();
+    let second = read_response(&mut r).unwrap();
+    let third = read_response(&mut r).unwrap();
+    assert_eq!((first.status, second.status, third.status), (200, 200, 404));
+    assert_eq!(
+        first.header("x-upstream-path"),
+        Some("/api/v2/verify/ORG_DEFAULT/request")
+    );
+    assert_eq!(
+        second.header("x-upstream-path"),
+        Some("/api/v2/transaction/tx-9/status")
+    );
+    let seen = backend.all();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[0].body, BODY.as_bytes());
+    assert_eq!((seen[1].method.as_str(), seen[1].body.len()), ("GET", 0));
+}
+
+#[test]
+fn expect_100_continue_is_answered_before_the_body_is_sent() {
+    let backend = Backend::start();
+    let gw = Gateway::start(&[backend.addr], "");
+    let (mut w, mut r) = connect(&gw);
+    write!(
+        w,
+        "{VERIFY_HEAD}Expect: 100-continue\r\nContent-Length: {}\r\n\r\n",
+        BODY.len()
+    )
+    .unwrap();
+    let mut interim = [0u8; 25];
+    r.read_exact(&mut interim).unwrap();
+    assert_eq!(&interim, b"HTTP/1.1 100 Continue\r\n\r\n");
+    w.write_all(BODY.as_bytes()).unwrap();
+    assert_eq!(read_response(&mut r).unwrap().status, 200);
+    let seen = backend.last();
+    assert_eq!(seen.body, BODY.as_bytes());
+    assert_eq!(seen.header("expect"), None, "Expect is hop-by-hop");
+}
+
+#[test]
+fn framing_that_could_be_read_two_ways_is_400_and_never_forwarded() {
+    let backend = Backend::start();
+    let gw = Gateway::start(&[backend.addr], "");
+    for framing in [
+        "Content-Length: 71\r\nTransfer-Encoding: chunked\r\n",
+        "Content-Length: 71\r\nContent-Length: 72\r\n",
+        "Content-Length: +71\r\n",
+        "Transfer-Encoding: gzip\r\n",
+    ] {
+        let resp = raw(
+            gw.proxy,
+            format!("{VERIFY_HEAD}{framing}\r\n{BODY}").as_bytes(),
+        )
+        .unwrap_or_else(|| panic!("no answer with {framing:?}"));
+        assert_eq!(resp.status, 400, "{framing:?}");
+        assert_eq!(resp.header("connection"), Some("close"), "{framing:?}");
+    }
+    assert_eq!(backend.count(), 0);
+}
+
+#[test]
+fn http10_clients_get_close_unless_they_ask_and_never_chunked() {
+    let body: Vec<u8> = (0..5000).map(|i| b'a' + (i % 26) as u8).collect();
+    let chunked = body.clone();
+    let backend = Backend::with(move |r| {
+        if r.target.contains("tx-chunked") {
+            Action::Chunked(chunked.clone(), 700)
+        } else {
+            Action::Json("{}".into())
+        }
+    });
+    let gw = Gateway::start(&[backend.addr], "");
+    let auth = "X-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\n";
+
+    // Keep-alive asked for: kept, and said so.
+    let (mut w, mut r) = connect(&gw);
+    write!(
+        w,
+        "GET /api/v1/transaction/t1/status HTTP/1.0\r\nConnection: keep-alive\r\n{auth}\r\n"
+    )
+    .unwrap();
+    let resp = read_response(&mut r).unwrap();
+    assert_eq!(
+        (resp.status, resp.header("connection")),
+        (200, Some("keep-alive"))
+    );
+    // The backend still got a Host header.
+    assert_eq!(backend.last().header("host"), Some("localhost"));
+
+    // Not asked for: closed after the answer. A chunked backend answer arrives decoded.
+    write!(
+        w,
+        "GET /api/v1/transaction/tx-chunked/status HTTP/1.0\r\n{auth}\r\n"
+    )
+    .unwrap();
+    let mut rest = Vec::new();
+    r.read_to_end(&mut rest).unwrap();
+    let text = String::from_utf8_lossy(&rest);
+    let split = text.find("\r\n\r\n").expect("a whole head") + 4;
+    let head = text[..split].to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(head.contains("connection: close"), "{head}");
+    assert!(!head.contains("transfer-encoding"), "{head}");
+    assert_eq!(&rest[split..], &body[..]);
+}
+
+#[test]
+fn a_close_delimited_backend_answer_is_relayed_then_the_client_connection_closes() {
+    let backend = Backend::with(|_| Action::CloseDelimited(r#"{"status_code":200}"#.into()));
+    let gw = Gateway::start(&[backend.addr], "");
+    let (mut w, mut r) = connect(&gw);
+    write!(
+        w,
+        "{VERIFY_HEAD}Content-Length: {}\r\n\r\n{BODY}",
+        BODY.len()
+    )
+    .unwrap();
+    let resp = read_response(&mut r).unwrap();
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.header("connection"), Some("close"));
+    assert_eq!(resp.text(), r#"{"status_code":200}"#);
+    // The next request on a new connection works: the spent backend connection was not pooled.
+    assert_eq!(post(gw.proxy, "/api/v1/verify/request", BODY).status, 200);
+    assert_eq!(backend.count(), 2);
+}
+
+#[test]
+fn backend_connections_are_reused_until_idle_timeout() {
+    let backend = Backend::start();
+    let (proxy, admin) = (free_port(), free_port());
+    let text = config(proxy, admin, &[backend.addr], "")
+        .replace("threads = 2", "threads = 1")
+        .replace("[upstream]", "[upstream]\nidle_timeout_ms = 300");
+    let gw = Gateway::start_with(&text, proxy, admin, &[]);
+    let on_connection = || {
+        assert_eq!(post(gw.proxy, "/api/v1/verify/request", BODY).status, 200);
+        backend.last().on_connection
+    };
+    assert_eq!(on_connection(), 0);
+    assert_eq!(
+        on_connection(),
+        1,
+        "a kept-alive backend connection is reused"
+    );
+    thread::sleep(Duration::from_millis(1500));
+    assert_eq!(on_connection(), 0, "an expired one is not");
+}
+
+#[test]
+fn a_backend_connection_closed_while_idle_is_not_used_for_the_next_post() {
+    let backend = Backend::with(|_| Action::JsonThenClose(r#"{"status_code":200}"#.into()));
+    let gw = Gateway::start(&[backend.addr], "");
+    for _ in 0..5 {
+        assert_eq!(post(gw.proxy, "/api/v1/verify/request", BODY).status, 200);
+        // The backend's close has arrived before the next request is sent.
+        thread::sleep(Duration::from_millis(100));
+    }
+    let seen = backend.all();
+    assert_eq!(seen.len(), 5);
+    assert!(seen.iter().all(|r| r.on_connection == 0));
+}
