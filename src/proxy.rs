@@ -128,10 +128,11 @@ impl Client {
         Client {
             stream,
             addr,
-            buf: BytesMut::with_capacity(4096),
+            // Allocated on first use: a connection that sends nothing costs no buffers.
+            buf: BytesMut::new(),
             head: RequestHead::default(),
             decoded: BytesMut::new(),
-            out: BytesMut::with_capacity(1024),
+            out: BytesMut::new(),
             request: RequestState::Broken,
         }
     }
@@ -531,7 +532,9 @@ impl ProxyApp {
             let started = Instant::now();
             let (mut up, reused) = match self.pool.take(key, upstream.idle_timeout) {
                 Some(conn) => (conn, true),
-                None => match self.connector.new_stream(peer).await {
+                // Boxed: connecting (and TLS) is a large future, and rare; kept inline it would
+                // size every connection's task, idle or not.
+                None => match Box::pin(self.connector.new_stream(peer)).await {
                     Ok(stream) => (UpstreamConn::new(stream), false),
                     Err(e) => {
                         let kind = classify(&e);

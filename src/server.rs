@@ -8,6 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pingora::apps::http_app::HttpServer;
+use pingora::listeners::tls::TlsSettings;
+use pingora::listeners::{L4BufferSettings, ListenerConfig};
 use pingora::server::configuration::{Opt, ServerConf};
 use pingora::server::{RunArgs, Server};
 use pingora::services::background::background_service;
@@ -95,10 +97,14 @@ pub fn build(
         pool.clone(),
     );
     let mut proxy = Service::new("agent-gateway proxy".into(), proxy_app);
-    match &startup.proxy_tls {
-        None => proxy.add_tcp(&startup.proxy_listen.to_string()),
-        Some((cert, key)) => proxy.add_tls(&startup.proxy_listen.to_string(), cert, key)?,
+    // The proxy buffers what it reads itself (src/http1.rs): pingora's 64 KiB read buffer per
+    // connection would only add a copy and 64 MiB of memory per 1000 clients.
+    let mut listener = ListenerConfig::tcp(startup.proxy_listen.to_string())
+        .l4_buffer(L4BufferSettings::unbuffered());
+    if let Some((cert, key)) = &startup.proxy_tls {
+        listener = listener.tls(TlsSettings::intermediate(cert, key)?);
     }
+    proxy.add_listener(listener);
     server.add_service(proxy);
 
     server.add_service(background_service(
