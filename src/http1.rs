@@ -92,7 +92,31 @@ impl RequestHead {
 
     /// The head over the buffer it was parsed from.
     pub fn view<'a>(&'a self, buf: &'a [u8]) -> Request<'a> {
-        Request { head: self, buf }
+        // httparse admits only visible ASCII in methods and targets.
+        let text = |r: &Range<usize>| std::str::from_utf8(&buf[r.clone()]).unwrap_or_default();
+        let target = text(&self.target);
+        let (authority, origin) = match target.find("://") {
+            Some(i) if !target.starts_with('/') => {
+                let after = &target[i + 3..];
+                let slash = after.find('/').unwrap_or(after.len());
+                (Some(&after[..slash]), &after[slash..])
+            }
+            _ => (None, target),
+        };
+        let origin = origin.split('#').next().unwrap_or_default();
+        let (path, query) = match origin.split_once('?') {
+            Some((path, query)) => (path, Some(query)),
+            None => (origin, None),
+        };
+        Request {
+            head: self,
+            buf,
+            method: text(&self.method),
+            target,
+            path: if path.is_empty() { "/" } else { path },
+            query,
+            authority,
+        }
     }
 }
 
@@ -105,21 +129,21 @@ fn position(buf: &[u8], part: &[u8]) -> Range<usize> {
     start..start + part.len()
 }
 
-/// A parsed request head over its buffer.
+/// A parsed request head over its buffer, with the request line's parts split out once.
 #[derive(Clone, Copy)]
 pub struct Request<'a> {
     head: &'a RequestHead,
     buf: &'a [u8],
+    method: &'a str,
+    target: &'a str,
+    path: &'a str,
+    query: Option<&'a str>,
+    authority: Option<&'a str>,
 }
 
 impl<'a> Request<'a> {
-    fn text(&self, r: &Range<usize>) -> &'a str {
-        // httparse admits only visible ASCII in methods and targets.
-        std::str::from_utf8(&self.buf[r.clone()]).unwrap_or_default()
-    }
-
     pub fn method(&self) -> &'a str {
-        self.text(&self.head.method)
+        self.method
     }
 
     pub fn http10(&self) -> bool {
@@ -128,43 +152,30 @@ impl<'a> Request<'a> {
 
     /// The request target as sent: origin form `/path?query`, or absolute form.
     pub fn target(&self) -> &'a str {
-        self.text(&self.head.target)
+        self.target
     }
 
     /// The target's path: the origin form's, or the path of an absolute-form target.
     pub fn path(&self) -> &'a str {
-        let target = self.target();
-        let origin = match target.find("://") {
-            Some(i) if !target.starts_with('/') => {
-                let after = &target[i + 3..];
-                after.find('/').map_or("/", |p| &after[p..])
-            }
-            _ => target,
-        };
-        origin.split(['?', '#']).next().unwrap_or_default()
+        self.path
     }
 
     /// The authority of an absolute-form target.
     pub fn authority(&self) -> Option<&'a str> {
-        let target = self.target();
-        let i = target.find("://").filter(|_| !target.starts_with('/'))?;
-        let after = &target[i + 3..];
-        Some(&after[..after.find('/').unwrap_or(after.len())])
+        self.authority
     }
 
     pub fn query(&self) -> Option<&'a str> {
-        let target = self.target();
-        let (_, query) = target.split_once('?')?;
-        Some(query.split('#').next().unwrap_or_default())
+        self.query
     }
 
     /// Every header line, in order, names as sent.
-    pub fn headers(&self) -> impl Iterator<Item = (&'a str, &'a [u8])> + '_ {
+    pub fn headers(&self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
         let buf = self.buf;
         self.head
             .headers
             .iter()
-            .map(move |(n, v)| (self.text(n), &buf[v.clone()]))
+            .map(move |(n, v)| (&buf[n.clone()], &buf[v.clone()]))
     }
 
     pub fn header_count(&self) -> usize {

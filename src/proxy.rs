@@ -13,8 +13,6 @@
 //! [`RateLimiter::check`]); this module only performs them.
 
 use std::fmt;
-use std::io::Write as _;
-use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -97,7 +95,8 @@ pub struct ProxyApp {
 /// one request to the next.
 struct Client {
     stream: Stream,
-    addr: Option<IpAddr>,
+    /// The client's IP address, as written into `X-Forwarded-For`.
+    addr: Option<String>,
     /// What has been read: the current request's head and body, then any pipelined bytes.
     buf: BytesMut,
     head: RequestHead,
@@ -122,9 +121,11 @@ enum RequestState {
 
 impl Client {
     fn new(stream: Stream) -> Self {
-        let addr = stream
-            .get_socket_digest()
-            .and_then(|d| d.peer_addr().and_then(|a| a.as_inet()).map(|a| a.ip()));
+        let addr = stream.get_socket_digest().and_then(|d| {
+            d.peer_addr()
+                .and_then(|a| a.as_inet())
+                .map(|a| a.ip().to_string())
+        });
         Client {
             stream,
             addr,
@@ -820,11 +821,14 @@ fn write_upstream_head(c: &mut Client, path: &str, request_id: &str) {
     out.put_slice(b" HTTP/1.1\r\n");
     let mut has_host = false;
     for (name, value) in req.headers() {
-        if NOT_FORWARDED.iter().any(|n| name.eq_ignore_ascii_case(n)) {
+        if NOT_FORWARDED
+            .iter()
+            .any(|n| name.eq_ignore_ascii_case(n.as_bytes()))
+        {
             continue;
         }
-        has_host |= name.eq_ignore_ascii_case("host");
-        put_header(out, name.as_bytes(), value);
+        has_host |= name.eq_ignore_ascii_case(b"host");
+        put_header(out, name, value);
     }
     if !has_host {
         // HTTP/1.1 upstreams need Host; an HTTP/1.0 client may not have sent one.
@@ -842,14 +846,13 @@ fn write_upstream_head(c: &mut Client, path: &str, request_id: &str) {
         );
     }
     put_header(out, request_id::HEADER.as_bytes(), request_id.as_bytes());
-    if let Some(ip) = c.addr {
+    if let Some(ip) = &c.addr {
         out.put_slice(b"x-forwarded-for: ");
         for prior in req.headers_named("x-forwarded-for") {
             out.put_slice(prior);
             out.put_slice(b", ");
         }
-        // Writing into BytesMut cannot fail.
-        let _ = write!(out.writer(), "{ip}");
+        out.put_slice(ip.as_bytes());
         out.put_slice(b"\r\n");
     }
     out.put_slice(b"\r\n");
