@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use pingora::upstreams::peer::{HttpPeer, Peer};
 
+use crate::http1;
 use crate::retirement::{Brownout, Retirement, V1Policy};
 use crate::route::Bases;
 pub use file::FileConfig;
@@ -560,6 +561,15 @@ impl Snapshot {
                 p.push(key, "must be greater than 0");
             }
         }
+        if f.limits.max_headers > http1::MAX_HEADERS {
+            p.push(
+                "limits.max_headers",
+                format!(
+                    "must be at most {} (the request parser's table)",
+                    http1::MAX_HEADERS
+                ),
+            );
+        }
         let limits = Limits {
             max_body_bytes: f.limits.max_body_bytes,
             max_uri_bytes: f.limits.max_uri_bytes,
@@ -823,5 +833,20 @@ services = ["ok", "bad code"]
         let keys = problems(&text);
         assert!(keys.contains(&"upstream.connect_timeout_ms".to_string()));
         assert!(keys.contains(&"limits.max_body_bytes".to_string()));
+    }
+
+    #[test]
+    fn max_headers_cannot_exceed_the_parsers_table() {
+        let with = |n: usize| {
+            minimal().replace(
+                "[upstream]",
+                &format!("[limits]\nmax_headers = {n}\n[upstream]"),
+            )
+        };
+        assert!(Snapshot::parse(&with(http1::MAX_HEADERS)).is_ok());
+        assert_eq!(
+            problems(&with(http1::MAX_HEADERS + 1)),
+            ["limits.max_headers"]
+        );
     }
 }
