@@ -135,9 +135,18 @@ impl Gateway {
     }
 
     /// Scrapes `/metrics` and returns the value of one exact series (`name{labels}`), or 0.
+    /// The gateway counts a request just after answering it, so a scrape right after a
+    /// response could miss it: this waits (up to 5 s) for a scrape with nothing in flight.
     pub fn metric(&self, series: &str) -> f64 {
-        let body = get(self.admin, "/metrics").text();
-        metric_value(&body, series).unwrap_or(0.0)
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let body = get(self.admin, "/metrics").text();
+            let idle = metric_value(&body, "agent_gateway_in_flight_requests") == Some(0.0);
+            if idle || Instant::now() > deadline {
+                return metric_value(&body, series).unwrap_or(0.0);
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
     }
 }
 
