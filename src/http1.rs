@@ -187,6 +187,14 @@ impl<'a> Request<'a> {
         self.headers_named(name).next()
     }
 
+    /// The value of a header sent exactly once: `None` when it is absent or repeated, since a
+    /// repeated credential could be checked in one copy here and read in another upstream.
+    pub fn single_header(&self, name: &str) -> Option<&'a [u8]> {
+        let mut values = self.headers_named(name);
+        let first = values.next()?;
+        values.next().is_none().then_some(first)
+    }
+
     /// Every value of a header (`name` in lower case).
     pub fn headers_named<'n>(&self, name: &'n str) -> impl Iterator<Item = &'a [u8]> + 'n
     where
@@ -307,8 +315,10 @@ impl ResponseHead {
         };
         let status = resp.code.unwrap_or_default();
         let mut connection_close = resp.version == Some(0);
+        // Chunked framing only when `chunked` is the final coding (RFC 9112 §6.3): the last
+        // one of the last Transfer-Encoding line.
+        let mut encoded = false;
         let mut chunked = false;
-        let mut other_coding = false;
         for h in resp.headers.iter() {
             if h.name.eq_ignore_ascii_case("connection") {
                 if has_token(h.value, "close") {
@@ -317,8 +327,9 @@ impl ResponseHead {
                     connection_close = false;
                 }
             } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-                chunked = has_token(h.value, "chunked");
-                other_coding |= !chunked;
+                encoded = true;
+                let last = h.value.rsplit(|b| *b == b',').next().unwrap_or_default();
+                chunked = last.trim_ascii().eq_ignore_ascii_case(b"chunked");
             }
         }
         let length = content_length(
@@ -330,9 +341,9 @@ impl ResponseHead {
         .map_err(|_| HeadError::Malformed)?;
         self.framing = if (100..200).contains(&status) || status == 204 || status == 304 {
             Framing::Length(0)
-        } else if chunked && !other_coding {
+        } else if chunked {
             Framing::Chunked
-        } else if other_coding {
+        } else if encoded {
             Framing::UntilClose
         } else {
             length.map_or(Framing::UntilClose, Framing::Length)
@@ -422,6 +433,8 @@ pub struct ChunkedDecoder {
 enum ChunkState {
     #[default]
     Size,
+    /// Spaces after the size, before `;` or the line end.
+    SizeSpace,
     Extension,
     SizeLf,
     Data,
@@ -436,6 +449,30 @@ enum ChunkState {
 
 /// Longest chunk extension or trailer line accepted.
 const MAX_CHUNK_LINE: usize = 4096;
+
+/// The state after a chunk size and its spaces: an extension or the line end.
+fn after_size(b: u8) -> Result<ChunkState, ChunkError> {
+    match b {
+        b';' => Ok(ChunkState::Extension),
+        b'\r' => Ok(ChunkState::SizeLf),
+        _ => Err(ChunkError),
+    }
+}
+
+/// A byte allowed inside a chunk extension or a trailer line: never a control byte (a bare
+/// LF in particular, which another parser could take for a line end).
+fn is_line_byte(b: u8) -> bool {
+    b == b'\t' || (b >= b' ' && b != 0x7f)
+}
+
+/// Whether `b` is the one byte the grammar allows here.
+fn expect(b: u8, want: u8) -> Result<(), ChunkError> {
+    if b == want {
+        Ok(())
+    } else {
+        Err(ChunkError)
+    }
+}
 
 impl ChunkedDecoder {
     /// Decodes from `input`, passing each run of data to `on_data`. Returns how many bytes of
@@ -465,68 +502,52 @@ impl ChunkedDecoder {
                         self.size = self.size * 16 + u64::from(d);
                         self.digits += 1;
                     }
-                    None if self.digits > 0 && matches!(b, b';' | b' ' | b'\t') => {
-                        self.state = Extension;
-                        self.line = 0;
-                    }
-                    None if self.digits > 0 && b == b'\r' => self.state = SizeLf,
+                    None if self.digits > 0 && matches!(b, b' ' | b'\t') => self.state = SizeSpace,
+                    None if self.digits > 0 => self.state = after_size(b)?,
                     _ => return Err(ChunkError),
                 },
+                SizeSpace => {
+                    if !matches!(b, b' ' | b'\t') {
+                        self.state = after_size(b)?;
+                    }
+                }
                 Extension => {
                     self.line += 1;
                     if b == b'\r' {
                         self.state = SizeLf;
-                    } else if b == b'\n' || self.line > MAX_CHUNK_LINE {
+                    } else if !is_line_byte(b) || self.line > MAX_CHUNK_LINE {
                         return Err(ChunkError);
                     }
                 }
                 SizeLf => {
-                    if b != b'\n' {
-                        return Err(ChunkError);
-                    }
+                    expect(b, b'\n')?;
                     self.digits = 0;
+                    self.line = 0;
                     self.state = if self.size == 0 { TrailerStart } else { Data };
                 }
-                DataCr => {
-                    self.state = if b == b'\r' {
-                        DataLf
-                    } else {
-                        return Err(ChunkError);
-                    }
-                }
-                DataLf => {
-                    self.state = if b == b'\n' {
-                        Size
-                    } else {
-                        return Err(ChunkError);
-                    }
-                }
+                DataCr => self.state = expect(b, b'\r').map(|()| DataLf)?,
+                DataLf => self.state = expect(b, b'\n').map(|()| Size)?,
                 TrailerStart => {
                     self.line = 0;
-                    self.state = if b == b'\r' { EndLf } else { Trailer };
+                    self.state = match b {
+                        b'\r' => EndLf,
+                        // A trailer field starts with its name.
+                        b if b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b) => {
+                            Trailer
+                        }
+                        _ => return Err(ChunkError),
+                    };
                 }
                 Trailer => {
                     self.line += 1;
                     if b == b'\r' {
                         self.state = TrailerLf;
-                    } else if b == b'\n' || self.line > MAX_CHUNK_LINE {
+                    } else if !is_line_byte(b) || self.line > MAX_CHUNK_LINE {
                         return Err(ChunkError);
                     }
                 }
-                TrailerLf => {
-                    self.state = if b == b'\n' {
-                        TrailerStart
-                    } else {
-                        return Err(ChunkError);
-                    }
-                }
-                EndLf => {
-                    self.state = if b == b'\n' {
-                        Done
-                    } else {
-                        return Err(ChunkError);
-                    }
-                }
+                TrailerLf => self.state = expect(b, b'\n').map(|()| TrailerStart)?,
+                EndLf => self.state = expect(b, b'\n').map(|()| Done)?,
                 Done => unreachable!("the loop stops at Done"),
             }
             i += 1;
@@ -667,6 +688,12 @@ mod tests {
         assert_eq!((r.framing, r.keep_alive), (Framing::Chunked, false));
         let r = head("HTTP/1.1 200 OK\r\n\r\n");
         assert_eq!((r.framing, r.keep_alive), (Framing::UntilClose, false));
+        let r = head("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n");
+        assert_eq!((r.framing, r.keep_alive), (Framing::UntilClose, false));
+        let r = head(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\nContent-Length: 9\r\n\r\n",
+        );
+        assert_eq!((r.framing, r.keep_alive), (Framing::Chunked, true));
         let r = head("HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\n");
         assert!(!r.keep_alive);
         let r = head("HTTP/1.1 204 No Content\r\n\r\n");
@@ -697,7 +724,7 @@ mod tests {
 
     #[test]
     fn chunked_bodies_decode_with_extensions_and_trailers() {
-        let body = b"5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nTrailer: x\r\n\r\nNEXT";
+        let body = b"5;ext=1\r\nhello\r\n6 ;a=\"b c\"\r\n world\r\n0\r\nTrailer: x\r\n\r\nNEXT";
         assert_eq!(
             decode_all(body),
             Ok((b"hello world".to_vec(), body.len() - 4, true))
@@ -713,6 +740,12 @@ mod tests {
             b"\r\n",
             b"5\nhello",
             b"fffffffffffffffff\r\n",
+            // A bare LF ending the body or a trailer: another parser could end it elsewhere.
+            b"0\r\n\nGET /x HTTP/1.1\r\n\r\n",
+            b"0\r\nX: a\n\r\n",
+            b"5 garbage\r\n",
+            b"5;a\x01\r\n",
+            b"0\r\n: no name\r\n\r\n",
         ] {
             assert_eq!(
                 decode_all(bad),

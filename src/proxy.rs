@@ -105,6 +105,8 @@ struct Client {
     /// The upstream request being sent, then the response being written.
     out: BytesMut,
     request: RequestState,
+    /// `limits.client_send_timeout` of the current request's snapshot.
+    send_timeout: Duration,
 }
 
 /// Where the current request's body stands.
@@ -135,6 +137,7 @@ impl Client {
             decoded: BytesMut::new(),
             out: BytesMut::new(),
             request: RequestState::Broken,
+            send_timeout: Duration::from_secs(10),
         }
     }
 
@@ -240,17 +243,21 @@ impl Client {
         Ok(())
     }
 
+    /// Whether the client waits for `100 Continue` before sending a body that ends at `end`
+    /// in `buf`.
+    fn awaits_continue(&self, end: usize) -> bool {
+        let req = self.request();
+        self.buf.len() < end && !req.http10() && req.has_token("expect", "100-continue")
+    }
+
     /// Answers `Expect: 100-continue` when the body (ending at `end` in `buf`) is not all in.
     async fn send_continue(&mut self, end: usize) -> Result<(), Reply> {
-        let req = self.request();
-        if self.buf.len() >= end || req.http10() || !req.has_token("expect", "100-continue") {
+        if !self.awaits_continue(end) {
             return Ok(());
         }
-        self.stream
-            .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
-            .await
-            .map_err(|_| Reply::BadBody)?;
-        self.stream.flush().await.map_err(|_| Reply::BadBody)
+        self.out.clear();
+        self.out.put_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+        self.send_out().await.map_err(|_| Reply::BadBody)
     }
 
     /// Reads and drops an unread body of `n` declared bytes, keeping what follows it.
@@ -274,10 +281,15 @@ impl Client {
         }
     }
 
-    /// Writes `out` to the client.
+    /// Writes `out` to the client, giving up when the client does not read it in time.
     async fn send_out(&mut self) -> std::io::Result<()> {
-        self.stream.write_all(&self.out).await?;
-        self.stream.flush().await
+        let write = async {
+            self.stream.write_all(&self.out).await?;
+            self.stream.flush().await
+        };
+        timeout(self.send_timeout, write)
+            .await
+            .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
     }
 
     /// Drops the finished request from the buffer, keeping any pipelined bytes.
@@ -298,11 +310,11 @@ impl Client {
     /// Closes after an answer that left request bytes unread: stops writing, then reads and
     /// drops what the client is still sending, for a while, so it can read the answer.
     async fn linger(&mut self) {
-        if self.stream.shutdown().await.is_err() {
-            return;
-        }
         let mut dropped = 0;
         let _ = timeout(LINGER, async {
+            if self.stream.shutdown().await.is_err() {
+                return;
+            }
             while dropped < LINGER_BYTES {
                 self.buf.clear();
                 match self.fill().await {
@@ -388,6 +400,7 @@ impl ProxyApp {
 
         // One snapshot per request, start to end: a reload never changes a request in flight.
         let snap = self.config.load_full();
+        c.send_timeout = snap.limits.client_send_timeout;
         let _in_flight = self.telemetry.in_flight();
         let keep = match unreadable {
             Some(reply) => {
@@ -436,8 +449,8 @@ impl ProxyApp {
             method: req.method(),
             path: req.path(),
             query: req.query(),
-            agent_id: req.header(AGENT_ID_HEADER),
-            token: req.header(AUTH_TOKEN_HEADER),
+            agent_id: req.single_header(AGENT_ID_HEADER),
+            token: req.single_header(AUTH_TOKEN_HEADER),
             request_id: &ex.request_id,
             now: ex.started_at,
         };
@@ -531,7 +544,13 @@ impl ProxyApp {
                 continue;
             }
             let started = Instant::now();
-            let (mut up, reused) = match self.pool.take(key, upstream.idle_timeout) {
+            // A resend goes on a new connection, never on another pooled one.
+            let pooled = if resent_on_stale {
+                None
+            } else {
+                self.pool.take(key, upstream.idle_timeout)
+            };
+            let (mut up, reused) = match pooled {
                 Some(conn) => (conn, true),
                 // Boxed: connecting (and TLS) is a large future, and rare; kept inline it would
                 // size every connection's task, idle or not.
@@ -598,9 +617,12 @@ impl ProxyApp {
         c.out.clear();
         let mut w = HeadWriter::new(&mut c.out, up.head.status, up.head.reason(&up.buf));
         for (name, value) in up.head.headers(&up.buf) {
+            // With chunked framing a Content-Length is wrong (RFC 9112 §6.3); a client that
+            // gets the data decoded gets no Transfer-Encoding either.
             let skip = NOT_RELAYED
                 .iter()
                 .any(|n| name.eq_ignore_ascii_case(n.as_bytes()))
+                || (framing == Framing::Chunked && name.eq_ignore_ascii_case(b"content-length"))
                 || (dechunk && name.eq_ignore_ascii_case(b"transfer-encoding"));
             if !skip {
                 w.header(name, value);
@@ -657,6 +679,9 @@ impl ProxyApp {
                     false
                 }
             };
+            if done {
+                break;
+            }
             ex.bytes_out += c.out.len() - head_bytes;
             head_bytes = 0;
             if let Err(e) = c.send_out().await {
@@ -665,9 +690,6 @@ impl ProxyApp {
                 return false;
             }
             c.out.clear();
-            if done {
-                break;
-            }
             match timeout(read_timeout, up.stream.read_buf(&mut up.buf)).await {
                 Ok(Ok(n)) if n > 0 => {}
                 Ok(Ok(_)) if framing == Framing::UntilClose => break,
@@ -683,9 +705,17 @@ impl ProxyApp {
                 }
             }
         }
+        // The backend's part is over: its connection goes back to the pool before the client
+        // has the last bytes, so the client's next request can have it.
         ex.upstream_duration = Some(started.elapsed());
         if up.head.keep_alive && up.buf.is_empty() {
             self.pool.put(key, up);
+        }
+        ex.bytes_out += c.out.len() - head_bytes;
+        if let Err(e) = c.send_out().await {
+            tracing::debug!(request_id = %ex.request_id, error = %e, "client went away at the end of the response");
+            ex.client_aborted = true;
+            return false;
         }
         keep
     }
@@ -717,10 +747,11 @@ impl ProxyApp {
         let mut keep = keep;
         if let RequestState::Unread(framing) = c.request {
             // A body that broke its framing, its size or its deadline is not worth waiting for.
+            // A client waiting for `100 Continue` gets the refusal now, and a close.
             let skippable = match framing {
-                Some(Framing::Length(n)) => usize::try_from(n)
-                    .ok()
-                    .filter(|n| *n <= snap.limits.max_body_bytes),
+                Some(Framing::Length(n)) => usize::try_from(n).ok().filter(|n| {
+                    *n <= snap.limits.max_body_bytes && !c.awaits_continue(c.head.len + n)
+                }),
                 _ => None,
             };
             keep &= match skippable {

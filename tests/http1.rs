@@ -188,3 +188,121 @@ fn a_backend_connection_closed_while_idle_is_not_used_for_the_next_post() {
     assert_eq!(seen.len(), 5);
     assert!(seen.iter().all(|r| r.on_connection == 0));
 }
+
+#[test]
+fn a_chunked_body_ended_by_a_bare_lf_is_refused_not_read_past() {
+    let backend = Backend::start();
+    let gw = Gateway::start(&[backend.addr], "");
+    // Another parser could end this body at `0\r\n\n` and see a second request after it.
+    let smuggled = format!(
+        "{VERIFY_HEAD}Transfer-Encoding: chunked\r\n\r\n{:x}\r\n{BODY}\r\n0\r\n\nGET /api/v1/transaction/t/status HTTP/1.1\r\nHost: x\r\n\r\n",
+        BODY.len()
+    );
+    let resp = raw(gw.proxy, smuggled.as_bytes()).expect("an answer");
+    assert_eq!(
+        (resp.status, resp.json()["message_code"].as_i64()),
+        (400, Some(40001))
+    );
+    assert_eq!(backend.count(), 0);
+}
+
+#[test]
+fn backend_framing_headers_are_made_consistent_for_the_client() {
+    let backend = Backend::with(|r| {
+        Action::Raw(if r.target.contains("both") {
+            // Content-Length and chunked: the body is the chunked one, the length is wrong.
+            b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n".to_vec()
+        } else {
+            // chunked is not the final coding: the body runs to the close.
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\nConnection: close\r\n\r\nzipped".to_vec()
+        })
+    });
+    let gw = Gateway::start(&[backend.addr], "");
+    let resp = get(gw.proxy, "/api/v1/transaction/both/status");
+    assert_eq!((resp.status, resp.text().as_str()), (200, "hello"));
+    assert_eq!(resp.header("content-length"), None);
+    assert_eq!(resp.header("transfer-encoding"), Some("chunked"));
+
+    let (mut w, mut r) = connect(&gw);
+    write!(w, "GET /api/v1/transaction/gz/status HTTP/1.1\r\nHost: x\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\n\r\n").unwrap();
+    let mut all = Vec::new();
+    r.read_to_end(&mut all).unwrap();
+    let text = String::from_utf8_lossy(&all).to_ascii_lowercase();
+    assert!(text.contains("connection: close"), "{text}");
+    assert!(text.ends_with("\r\n\r\nzipped"), "{text}");
+}
+
+#[test]
+fn a_refusal_does_not_wait_for_a_body_the_client_holds_back_for_100_continue() {
+    let backend = Backend::start();
+    let (proxy, admin) = (free_port(), free_port());
+    // A body timeout far past the socket's read timeout: waiting for the body fails the test.
+    let text = config(
+        proxy,
+        admin,
+        &[backend.addr],
+        "[limits]\nclient_body_timeout_ms = 60000",
+    );
+    let gw = Gateway::start_with(&text, proxy, admin, &[]);
+    let (mut w, mut r) = connect(&gw);
+    write!(
+        w,
+        "POST /api/v1/verify/request HTTP/1.1\r\nHost: x\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: wrong\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n",
+        BODY.len()
+    )
+    .unwrap();
+    let resp = read_response(&mut r).expect("the 401 without the body");
+    assert_eq!(resp.status, 401);
+    assert_eq!(resp.header("connection"), Some("close"));
+    assert_eq!(backend.count(), 0);
+}
+
+#[test]
+fn a_client_that_does_not_read_its_answer_is_cut_off() {
+    // Far more than the socket buffers between backend, gateway and client can hold.
+    let big = vec![b'x'; 64 << 20];
+    let backend = Backend::with(move |_| Action::Chunked(big.clone(), 1 << 20));
+    let (proxy, admin) = (free_port(), free_port());
+    let text = config(
+        proxy,
+        admin,
+        &[backend.addr],
+        "[limits]\nclient_send_timeout_ms = 500",
+    );
+    let gw = Gateway::start_with(&text, proxy, admin, &[]);
+    let (mut w, _never_read) = connect(&gw);
+    write!(w, "GET /api/v1/transaction/big/status HTTP/1.1\r\nHost: x\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\n\r\n").unwrap();
+    wait_until(5, "the request to start", || backend.count() == 1);
+    let in_flight = || {
+        metric_value(
+            &get(gw.admin, "/metrics").text(),
+            "agent_gateway_in_flight_requests",
+        )
+    };
+    wait_until(10, "the stalled request to end", || {
+        in_flight() == Some(0.0)
+    });
+}
+
+#[test]
+fn a_credential_sent_twice_is_refused_whichever_copy_is_right() {
+    let backend = Backend::start();
+    let gw = Gateway::start(&[backend.addr], "");
+    for (first, second) in [("secret", "wrong"), ("wrong", "secret")] {
+        let h = [
+            ("X-Service-Agent-Id", "agent-1"),
+            ("X-Auth-Token", first),
+            ("X-Auth-Token", second),
+            ("Content-Type", "application/json"),
+        ];
+        let resp = request(
+            gw.proxy,
+            "POST",
+            "/api/v1/verify/request",
+            &h,
+            BODY.as_bytes(),
+        );
+        assert_eq!(resp.status, 401, "{first}, {second}");
+    }
+    assert_eq!(backend.count(), 0);
+}

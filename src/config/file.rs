@@ -198,6 +198,8 @@ pub struct LimitsFile {
     pub client_header_timeout_ms: u64,
     /// Time allowed to receive a whole request body.
     pub client_body_timeout_ms: u64,
+    /// Time a client may leave the gateway's answer unread before the connection is closed.
+    pub client_send_timeout_ms: u64,
 }
 
 impl Default for LimitsFile {
@@ -209,6 +211,7 @@ impl Default for LimitsFile {
             max_headers: 100,
             client_header_timeout_ms: 10_000,
             client_body_timeout_ms: 10_000,
+            client_send_timeout_ms: 10_000,
         }
     }
 }

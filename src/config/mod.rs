@@ -184,6 +184,8 @@ pub struct Limits {
     pub max_headers: usize,
     pub client_header_timeout: Duration,
     pub client_body_timeout: Duration,
+    /// How long one write to a client may wait for it to read.
+    pub client_send_timeout: Duration,
 }
 
 /// Authentication settings and the agent table, keyed by agent id.
@@ -583,6 +585,11 @@ impl Snapshot {
             client_body_timeout: millis(
                 "limits.client_body_timeout_ms",
                 f.limits.client_body_timeout_ms,
+                &mut p,
+            ),
+            client_send_timeout: millis(
+                "limits.client_send_timeout_ms",
+                f.limits.client_send_timeout_ms,
                 &mut p,
             ),
         };

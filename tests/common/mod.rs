@@ -395,6 +395,8 @@ pub enum Action {
     JsonThenClose(String),
     /// 200 with no length: the body ends when the connection closes.
     CloseDelimited(String),
+    /// These bytes as the whole answer, written as they are; the connection stays open.
+    Raw(Vec<u8>),
     /// Close the connection without answering.
     Close,
     /// Send the header and half the declared body, then close.
@@ -510,6 +512,7 @@ fn serve_conn(conn: TcpStream, reqs: Arc<Mutex<Vec<Recorded>>>, handler: Handler
                 thread::sleep(d);
                 writer.write_all(reply(&body).as_bytes()).is_ok()
             }
+            Action::Raw(bytes) => writer.write_all(&bytes).is_ok(),
             Action::JsonThenClose(body) => {
                 let _ = writer.write_all(reply(&body).as_bytes());
                 return;
