@@ -401,7 +401,7 @@ impl ProxyApp {
         // One snapshot per request, start to end: a reload never changes a request in flight.
         let snap = self.config.load_full();
         c.send_timeout = snap.limits.client_send_timeout;
-        let _in_flight = self.telemetry.in_flight();
+        let in_flight = self.telemetry.in_flight();
         let keep = match unreadable {
             Some(reply) => {
                 tracing::debug!(status = reply.status(), "unreadable request");
@@ -423,10 +423,11 @@ impl ProxyApp {
                 keep
             }
         };
+        drop(in_flight);
         if keep {
             c.finish_request();
-        } else if c.request == RequestState::Broken || matches!(c.request, RequestState::Unread(_))
-        {
+        } else if !matches!(c.request, RequestState::Read { .. }) {
+            // Request bytes may be left unread: let the client read its answer first.
             c.linger().await;
         }
         keep
