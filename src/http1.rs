@@ -71,22 +71,14 @@ impl RequestHead {
     pub fn parse(&mut self, buf: &[u8]) -> Result<bool, HeadError> {
         let mut storage = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
         let mut req = httparse::Request::new(&mut []);
-        let len = match req.parse_with_uninit_headers(buf, &mut storage) {
-            Ok(httparse::Status::Complete(len)) => len,
-            Ok(httparse::Status::Partial) => return Ok(false),
-            Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooManyHeaders),
-            Err(_) => return Err(HeadError::Malformed),
+        let Some(len) = complete(req.parse_with_uninit_headers(buf, &mut storage))? else {
+            return Ok(false);
         };
         self.len = len;
         self.method = position(buf, req.method.unwrap_or_default().as_bytes());
         self.target = position(buf, req.path.unwrap_or_default().as_bytes());
         self.http10 = req.version == Some(0);
-        self.headers.clear();
-        self.headers.extend(
-            req.headers
-                .iter()
-                .map(|h| (position(buf, h.name.as_bytes()), position(buf, h.value))),
-        );
+        header_positions(buf, req.headers, &mut self.headers);
         Ok(true)
     }
 
@@ -118,6 +110,26 @@ impl RequestHead {
             authority,
         }
     }
+}
+
+/// The head's length once httparse has a whole head, `None` while it needs more bytes.
+fn complete(parsed: httparse::Result<usize>) -> Result<Option<usize>, HeadError> {
+    match parsed {
+        Ok(httparse::Status::Complete(len)) => Ok(Some(len)),
+        Ok(httparse::Status::Partial) => Ok(None),
+        Err(httparse::Error::TooManyHeaders) => Err(HeadError::TooManyHeaders),
+        Err(_) => Err(HeadError::Malformed),
+    }
+}
+
+/// Replaces `out` with the positions of `headers`' names and values within `buf`.
+fn header_positions(buf: &[u8], headers: &[httparse::Header<'_>], out: &mut Vec<HeaderPos>) {
+    out.clear();
+    out.extend(
+        headers
+            .iter()
+            .map(|h| (position(buf, h.name.as_bytes()), position(buf, h.value))),
+    );
 }
 
 /// Where `part` (a subslice of `buf`) lies within `buf`.
@@ -307,11 +319,8 @@ impl ResponseHead {
             buf,
             &mut storage,
         );
-        let len = match parsed {
-            Ok(httparse::Status::Complete(len)) => len,
-            Ok(httparse::Status::Partial) => return Ok(false),
-            Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooManyHeaders),
-            Err(_) => return Err(HeadError::Malformed),
+        let Some(len) = complete(parsed)? else {
+            return Ok(false);
         };
         let status = resp.code.unwrap_or_default();
         let mut connection_close = resp.version == Some(0);
@@ -352,12 +361,7 @@ impl ResponseHead {
         self.status = status;
         self.keep_alive = !connection_close && self.framing != Framing::UntilClose;
         self.reason = position(buf, resp.reason.unwrap_or_default().as_bytes());
-        self.headers.clear();
-        self.headers.extend(
-            resp.headers
-                .iter()
-                .map(|h| (position(buf, h.name.as_bytes()), position(buf, h.value))),
-        );
+        header_positions(buf, resp.headers, &mut self.headers);
         Ok(true)
     }
 
