@@ -479,6 +479,18 @@ fn expect(b: u8, want: u8) -> Result<(), ChunkError> {
 }
 
 impl ChunkedDecoder {
+    /// One byte of a chunk extension or trailer line, which ends at CR (then `at_cr`).
+    fn line_byte(&mut self, b: u8, at_cr: ChunkState) -> Result<ChunkState, ChunkError> {
+        self.line += 1;
+        if b == b'\r' {
+            Ok(at_cr)
+        } else if is_line_byte(b) && self.line <= MAX_CHUNK_LINE {
+            Ok(self.state)
+        } else {
+            Err(ChunkError)
+        }
+    }
+
     /// Decodes from `input`, passing each run of data to `on_data`. Returns how many bytes of
     /// `input` were consumed and whether the body is complete (input after the end is left).
     pub fn decode(
@@ -515,14 +527,7 @@ impl ChunkedDecoder {
                         self.state = after_size(b)?;
                     }
                 }
-                Extension => {
-                    self.line += 1;
-                    if b == b'\r' {
-                        self.state = SizeLf;
-                    } else if !is_line_byte(b) || self.line > MAX_CHUNK_LINE {
-                        return Err(ChunkError);
-                    }
-                }
+                Extension => self.state = self.line_byte(b, SizeLf)?,
                 SizeLf => {
                     expect(b, b'\n')?;
                     self.digits = 0;
@@ -542,14 +547,7 @@ impl ChunkedDecoder {
                         _ => return Err(ChunkError),
                     };
                 }
-                Trailer => {
-                    self.line += 1;
-                    if b == b'\r' {
-                        self.state = TrailerLf;
-                    } else if !is_line_byte(b) || self.line > MAX_CHUNK_LINE {
-                        return Err(ChunkError);
-                    }
-                }
+                Trailer => self.state = self.line_byte(b, TrailerLf)?,
                 TrailerLf => self.state = expect(b, b'\n').map(|()| TrailerStart)?,
                 EndLf => self.state = expect(b, b'\n').map(|()| Done)?,
                 Done => unreachable!("the loop stops at Done"),
