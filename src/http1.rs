@@ -222,7 +222,14 @@ impl<'a> Request<'a> {
 
     /// Whether a comma-separated header has `token` among its values.
     pub fn has_token(&self, name: &str, token: &str) -> bool {
-        self.headers_named(name).any(|v| has_token(v, token))
+        self.headers_named(name)
+            .any(|v| has_token(v, token.as_bytes()))
+    }
+
+    /// Whether a `Connection` header lists `name`: such a header is hop-by-hop by the
+    /// client's declaration (RFC 9110 §7.6.1) and is not forwarded.
+    pub fn connection_lists(&self, name: &[u8]) -> bool {
+        self.headers_named("connection").any(|v| has_token(v, name))
     }
 
     /// How the body is framed; conflicting or unsupported framing is refused, so a body is
@@ -255,10 +262,10 @@ impl<'a> Request<'a> {
 }
 
 /// Whether a comma-separated header value lists `token` (case-insensitive).
-fn has_token(value: &[u8], token: &str) -> bool {
+fn has_token(value: &[u8], token: &[u8]) -> bool {
     value
         .split(|b| *b == b',')
-        .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+        .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
 }
 
 /// The value of every Content-Length line, which must agree.
@@ -330,9 +337,9 @@ impl ResponseHead {
         let mut chunked = false;
         for h in resp.headers.iter() {
             if h.name.eq_ignore_ascii_case("connection") {
-                if has_token(h.value, "close") {
+                if has_token(h.value, b"close") {
                     connection_close = true;
-                } else if has_token(h.value, "keep-alive") {
+                } else if has_token(h.value, b"keep-alive") {
                     connection_close = false;
                 }
             } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
@@ -375,6 +382,13 @@ impl ResponseHead {
         self.headers
             .iter()
             .map(move |(n, v)| (&buf[n.clone()], &buf[v.clone()]))
+    }
+
+    /// Whether a `Connection` header lists `name` (hop-by-hop, see
+    /// [`Request::connection_lists`]).
+    pub fn connection_lists(&self, buf: &[u8], name: &[u8]) -> bool {
+        self.headers(buf)
+            .any(|(n, v)| n.eq_ignore_ascii_case(b"connection") && has_token(v, name))
     }
 }
 

@@ -306,3 +306,26 @@ fn a_credential_sent_twice_is_refused_whichever_copy_is_right() {
     }
     assert_eq!(backend.count(), 0);
 }
+
+#[test]
+fn headers_named_in_connection_are_hop_by_hop_both_ways() {
+    let backend = Backend::with(|_| {
+        Action::Raw(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: X-Backend-Hop\r\nX-Backend-Hop: 1\r\nX-Kept: 1\r\n\r\n{}".to_vec())
+    });
+    let gw = Gateway::start(&[backend.addr], "");
+    let h = [
+        ("X-Service-Agent-Id", "agent-1"),
+        ("X-Auth-Token", "secret"),
+        ("Connection", "X-Client-Hop"),
+        ("X-Client-Hop", "1"),
+        ("X-Also-Kept", "1"),
+    ];
+    let resp = request(gw.proxy, "GET", "/api/v1/transaction/t/status", &h, b"");
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.header("x-backend-hop"), None);
+    assert_eq!(resp.header("x-kept"), Some("1"));
+    let seen = backend.last();
+    assert_eq!(seen.header("x-client-hop"), None);
+    assert_eq!(seen.header("connection"), None);
+    assert_eq!(seen.header("x-also-kept"), Some("1"));
+}
