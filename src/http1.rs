@@ -232,6 +232,12 @@ impl<'a> Request<'a> {
         self.headers_named("connection").any(|v| has_token(v, name))
     }
 
+    /// Whether a `Connection` header names any header (anything but `close`/`keep-alive`):
+    /// only then is [`Self::connection_lists`] worth asking.
+    pub fn declares_hop_headers(&self) -> bool {
+        self.headers_named("connection").any(names_headers)
+    }
+
     /// How the body is framed; conflicting or unsupported framing is refused, so a body is
     /// never read one way here and another way by the backend (request smuggling).
     pub fn framing(&self) -> Result<Framing, FramingError> {
@@ -262,6 +268,14 @@ impl<'a> Request<'a> {
 }
 
 /// Whether a comma-separated header value lists `token` (case-insensitive).
+/// Whether a `Connection` value lists a token other than `close` and `keep-alive`.
+fn names_headers(value: &[u8]) -> bool {
+    value.split(|b| *b == b',').any(|t| {
+        let t = t.trim_ascii();
+        !t.is_empty() && !t.eq_ignore_ascii_case(b"close") && !t.eq_ignore_ascii_case(b"keep-alive")
+    })
+}
+
 fn has_token(value: &[u8], token: &[u8]) -> bool {
     value
         .split(|b| *b == b',')
@@ -297,6 +311,8 @@ pub struct ResponseHead {
     pub framing: Framing,
     /// The backend will keep the connection open after this response.
     pub keep_alive: bool,
+    /// A `Connection` header names hop-by-hop headers (see [`Self::connection_lists`]).
+    pub declares_hop_headers: bool,
     /// Header lines (without the status line), to be relayed selectively.
     headers: Vec<HeaderPos>,
     reason: Range<usize>,
@@ -309,6 +325,7 @@ impl Default for ResponseHead {
             status: 0,
             framing: Framing::Length(0),
             keep_alive: false,
+            declares_hop_headers: false,
             headers: Vec::new(),
             reason: 0..0,
         }
@@ -335,8 +352,10 @@ impl ResponseHead {
         // one of the last Transfer-Encoding line.
         let mut encoded = false;
         let mut chunked = false;
+        self.declares_hop_headers = false;
         for h in resp.headers.iter() {
             if h.name.eq_ignore_ascii_case("connection") {
+                self.declares_hop_headers |= names_headers(h.value);
                 if has_token(h.value, b"close") {
                     connection_close = true;
                 } else if has_token(h.value, b"keep-alive") {
@@ -712,6 +731,14 @@ mod tests {
         assert_eq!((r.framing, r.keep_alive), (Framing::Chunked, true));
         let r = head("HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\n");
         assert!(!r.keep_alive);
+        let r = head("HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n");
+        assert!(!r.declares_hop_headers);
+        let r = head("HTTP/1.1 200 OK\r\nConnection: close, X-Hop\r\nX-Hop: 1\r\n\r\n");
+        assert!(r.declares_hop_headers);
+        assert!(r.connection_lists(
+            b"HTTP/1.1 200 OK\r\nConnection: close, X-Hop\r\nX-Hop: 1\r\n\r\n",
+            b"x-hop"
+        ));
         let r = head("HTTP/1.1 204 No Content\r\n\r\n");
         assert_eq!((r.framing, r.keep_alive), (Framing::Length(0), true));
         let mut r = ResponseHead::default();

@@ -616,10 +616,7 @@ impl ProxyApp {
         ex.status = up.head.status;
 
         c.out.clear();
-        let declares_hop_headers = up
-            .head
-            .headers(&up.buf)
-            .any(|(n, _)| n.eq_ignore_ascii_case(b"connection"));
+        let declares_hop_headers = up.head.declares_hop_headers;
         let mut w = HeadWriter::new(&mut c.out, up.head.status, up.head.reason(&up.buf));
         for (name, value) in up.head.headers(&up.buf) {
             // With chunked framing a Content-Length is wrong (RFC 9112 §6.3); a client that
@@ -857,7 +854,7 @@ fn write_upstream_head(c: &mut Client, path: &str, request_id: &str) {
     out.put_slice(path.as_bytes());
     out.put_slice(b" HTTP/1.1\r\n");
     let mut has_host = false;
-    let declares_hop_headers = req.header("connection").is_some();
+    let declares_hop_headers = req.declares_hop_headers();
     for (name, value) in req.headers() {
         if NOT_FORWARDED
             .iter()
