@@ -514,7 +514,17 @@ impl ProxyApp {
                 }
             }
         }
-        write_upstream_head(c, &forward.upstream_path, &ex.request_id);
+        // `out` is taken out of `c` while the request and body are read from it.
+        let mut out = std::mem::take(&mut c.out);
+        write_upstream_head(
+            &mut out,
+            c.request(),
+            c.addr.as_deref(),
+            c.body(),
+            &forward.upstream_path,
+            &ex.request_id,
+        );
+        c.out = out;
         ex.upstream_path = Some(forward.upstream_path);
         self.forward(c, snap, ex, keep).await
     }
@@ -836,18 +846,18 @@ fn connection_header(w: &mut HeadWriter<'_>, keep: bool, http10: bool) {
     }
 }
 
-/// Writes the request head sent upstream into `c.out`: the new path, the client's headers
+/// Writes the request head sent upstream into `out`: the new path, the client's headers
 /// minus hop-by-hop ones, an exact Content-Length for the buffered body, the request id and
 /// `X-Forwarded-For`; a body up to [`INLINE_BODY_MAX`] is appended, so a small request costs
 /// one `send`.
-fn write_upstream_head(c: &mut Client, path: &str, request_id: &str) {
-    let req = c.head.view(&c.buf);
-    let body = match c.request {
-        RequestState::Read { chunked: true, .. } => &c.decoded[..],
-        RequestState::Read { raw, .. } => &c.buf[c.head.len..c.head.len + raw],
-        _ => &[],
-    };
-    let out = &mut c.out;
+fn write_upstream_head(
+    out: &mut BytesMut,
+    req: Request<'_>,
+    client: Option<&str>,
+    body: &[u8],
+    path: &str,
+    request_id: &str,
+) {
     out.clear();
     out.put_slice(req.method().as_bytes());
     out.put_u8(b' ');
@@ -882,7 +892,7 @@ fn write_upstream_head(c: &mut Client, path: &str, request_id: &str) {
         );
     }
     put_header(out, request_id::HEADER.as_bytes(), request_id.as_bytes());
-    if let Some(ip) = &c.addr {
+    if let Some(ip) = client {
         out.put_slice(b"x-forwarded-for: ");
         for prior in req.headers_named("x-forwarded-for") {
             out.put_slice(prior);
