@@ -1,7 +1,7 @@
 //! The per-request hot path without sockets: what the gateway computes for every request.
 //!
 //! - `plan/*`: route match, auth check (SHA-256 of the token, constant-time compare) and the
-//!   upstream path, for a v1 and a v2 request ([`agent_gateway::plan::plan`]).
+//!   upstream path, for a v1 and a v2 request ([`agent_gateway::policy::admit::plan`]).
 //! - `telemetry/*`: [`Telemetry::record`] for a served request, with no log subscriber (the
 //!   access log filtered out) and with the binary's JSON subscriber writing to a sink.
 //! - `http1/*`: parsing the request head a client sends (wrk's POST) and a backend's response
@@ -25,11 +25,11 @@ use criterion::{criterion_group, Criterion};
 use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
 
 use agent_gateway::config::Snapshot;
-use agent_gateway::exchange::Exchange;
 use agent_gateway::http1::{RequestHead, ResponseHead};
-use agent_gateway::plan::{plan, RequestFacts};
-use agent_gateway::request_id::RequestIds;
-use agent_gateway::telemetry::Telemetry;
+use agent_gateway::observe::exchange::Exchange;
+use agent_gateway::observe::telemetry::Telemetry;
+use agent_gateway::policy::admit::{plan, RequestFacts};
+use agent_gateway::policy::request_id::RequestIds;
 
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;

@@ -15,10 +15,10 @@ use agent_gateway::config::{BasePath, Snapshot};
 /// 10 MiB more idle RSS.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-use agent_gateway::logging::{self, LogFormat};
-use agent_gateway::reload::ConfigStore;
-use agent_gateway::server::{self, BuildOptions};
-use agent_gateway::usage::UsageReport;
+use agent_gateway::app::logging::{self, LogFormat};
+use agent_gateway::app::reload::ConfigStore;
+use agent_gateway::app::server::{self, BuildOptions};
+use agent_gateway::observe::usage::UsageReport;
 
 #[derive(Parser)]
 #[command(
@@ -89,7 +89,7 @@ enum Command {
         json: bool,
     },
     /// Generate load against a gateway (or any Agent API endpoint) and report latencies.
-    Load(Box<agent_gateway::load::LoadArgs>),
+    Load(Box<agent_gateway::tools::load::LoadArgs>),
     /// Run the mock v2 backend alone.
     MockBackend {
         /// Address to listen on.
@@ -238,13 +238,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if token.is_empty() {
                 bail!("no token on stdin");
             }
-            println!("{}", agent_gateway::auth::hash_token(token.as_bytes()));
+            println!(
+                "{}",
+                agent_gateway::policy::auth::hash_token(token.as_bytes())
+            );
             Ok(ExitCode::SUCCESS)
         }
         Command::Openapi { config } => {
             let snapshot = Snapshot::load(&config)
                 .with_context(|| format!("invalid config {}", config.display()))?;
-            let doc = serde_json::to_string_pretty(&agent_gateway::openapi::document(&snapshot))?;
+            let doc =
+                serde_json::to_string_pretty(&agent_gateway::api::openapi::document(&snapshot))?;
             print_out(&(doc + "\n"))?;
             Ok(ExitCode::SUCCESS)
         }
@@ -260,7 +264,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Load(args) => {
-            agent_gateway::load::run(*args)?;
+            agent_gateway::tools::load::run(*args)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::MockBackend {

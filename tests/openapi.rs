@@ -14,11 +14,11 @@ use std::process::Command;
 
 mod common;
 
+use agent_gateway::api::openapi::{self, document};
+use agent_gateway::api::reply::Reply;
+use agent_gateway::api::route::{ApiVersion, Operation};
+use agent_gateway::api::schema::{self, request_schema};
 use agent_gateway::config::Snapshot;
-use agent_gateway::openapi::{self, document};
-use agent_gateway::reply::Reply;
-use agent_gateway::route::{ApiVersion, Operation};
-use agent_gateway::schema::{self, request_schema};
 use common::python::{run, venv_bin};
 use common::SECRET_SHA256;
 use serde_json::{json, Value};

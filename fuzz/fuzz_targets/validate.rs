@@ -8,8 +8,8 @@
 use std::sync::OnceLock;
 
 use agent_gateway::config::BasePath;
-use agent_gateway::route::{check_path, match_route, upstream_path, Bases, Operation};
-use agent_gateway::schema::{request_schema, validate, Rule};
+use agent_gateway::api::route::{check_path, match_route, upstream_path, Bases, Operation};
+use agent_gateway::api::schema::{request_schema, validate, Rule};
 use libfuzzer_sys::fuzz_target;
 
 fn bases() -> &'static Bases {

@@ -177,7 +177,7 @@ pub struct AgentFile {
     pub default_service: Option<String>,
     pub services: Option<Vec<String>>,
     #[serde(default)]
-    pub v1_policy: crate::retirement::V1Policy,
+    pub v1_policy: crate::policy::retirement::V1Policy,
     /// Sustained requests per second this agent may make (absent: unlimited).
     pub rate_limit_per_second: Option<f64>,
     /// Requests it may make at once above the sustained rate (default: one second's worth).

@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use pingora::upstreams::peer::{HttpPeer, Peer};
 
+use crate::api::route::Bases;
 use crate::http1;
-use crate::retirement::{Brownout, Retirement, V1Policy};
-use crate::route::Bases;
+use crate::policy::retirement::{Brownout, Retirement, V1Policy};
 pub use file::FileConfig;
 
 /// One thing wrong with a config file, located by its key path (`auth.agents[2].id`).

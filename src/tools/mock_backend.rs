@@ -15,9 +15,9 @@ use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 use serde_json::{json, Value};
 
-use crate::auth::{AGENT_ID_HEADER, AUTH_TOKEN_HEADER};
+use crate::api::route::{match_route, Bases, Operation};
 use crate::config::BasePath;
-use crate::route::{match_route, Bases, Operation};
+use crate::policy::auth::{AGENT_ID_HEADER, AUTH_TOKEN_HEADER};
 
 /// Largest body the mock reads; it is a test double, not a limit anyone tunes.
 const MAX_BODY: usize = 16 * 1024 * 1024;
@@ -58,7 +58,7 @@ impl MockBackend {
     fn answer(&self, method: &str, path: &str, has_auth: bool, body: &[u8]) -> (u16, Value) {
         let route = match match_route(&self.bases, method, path) {
             Ok(r) => r,
-            Err(crate::route::RouteError::MethodNotAllowed { .. }) => {
+            Err(crate::api::route::RouteError::MethodNotAllowed { .. }) => {
                 return (405, sar(405, "method not allowed"))
             }
             Err(_) => return (404, sar(404, "not found")),

@@ -1,7 +1,7 @@
 //! The admin listener, separate from proxy traffic: `/metrics`, `/healthz`, `/readyz`,
 //! `POST /-/reload`, `/v1-usage` and `/openapi.json`.
 //!
-//! `/readyz` reads the last result of [`crate::health`]'s checks: a scrape never causes a probe.
+//! `/readyz` reads the last result of [`crate::proxy::health`]'s checks: a scrape never causes a probe.
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -13,9 +13,9 @@ use pingora::protocols::http::ServerSession;
 use prometheus::{Encoder, Registry, TextEncoder};
 use serde_json::json;
 
-use crate::health::UpstreamHealth;
-use crate::reload::{ConfigStore, Trigger};
-use crate::telemetry::Telemetry;
+use crate::app::reload::{ConfigStore, Trigger};
+use crate::observe::telemetry::Telemetry;
+use crate::proxy::health::UpstreamHealth;
 
 /// The admin HTTP service.
 pub struct AdminApp {
@@ -80,9 +80,10 @@ impl ServeHttp for AdminApp {
                     .report(&self.store.current().load(), SystemTime::now());
                 json_response(200, serde_json::to_value(&report).unwrap_or_default())
             }
-            ("GET", "/openapi.json") => {
-                json_response(200, crate::openapi::document(&self.store.current().load()))
-            }
+            ("GET", "/openapi.json") => json_response(
+                200,
+                crate::api::openapi::document(&self.store.current().load()),
+            ),
             ("GET", "/healthz") => json_response(200, json!({"status": "ok"})),
             ("GET", "/readyz") => match self.health.readiness() {
                 Ok(()) => json_response(200, json!({"status": "ready"})),

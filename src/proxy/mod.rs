@@ -12,6 +12,9 @@
 //! Decisions are made by pure functions ([`plan`], [`schema::validate`], [`Reply`],
 //! [`RateLimiter::check`]); this module only performs them.
 
+pub mod health;
+pub mod pool;
+
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -28,19 +31,19 @@ use pingora::{Error, ErrorType};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::timeout;
 
-use crate::auth::{AGENT_ID_HEADER, AUTH_TOKEN_HEADER};
+use crate::api::reply::Reply;
+use crate::api::route::ApiVersion;
+use crate::api::schema;
 use crate::config::{Limits, Snapshot, ValidationMode};
-use crate::exchange::{Exchange, UpstreamErrorKind};
-use crate::health::UpstreamHealth;
 use crate::http1::{ChunkedDecoder, Framing, HeadError, HeadWriter, Request, RequestHead};
-use crate::plan::{plan, RequestFacts};
-use crate::rate_limit::RateLimiter;
-use crate::reply::Reply;
-use crate::request_id::{self, RequestIds};
-use crate::route::ApiVersion;
-use crate::schema;
-use crate::telemetry::Telemetry;
-use crate::upstream_pool::{UpstreamConn, UpstreamPool};
+use crate::observe::exchange::{Exchange, UpstreamErrorKind};
+use crate::observe::telemetry::Telemetry;
+use crate::policy::admit::{plan, RequestFacts};
+use crate::policy::auth::{AGENT_ID_HEADER, AUTH_TOKEN_HEADER};
+use crate::policy::rate_limit::RateLimiter;
+use crate::policy::request_id::{self, RequestIds};
+use crate::proxy::health::UpstreamHealth;
+use crate::proxy::pool::{UpstreamConn, UpstreamPool};
 
 /// Request headers that describe one hop, not the request, or that the gateway sets itself;
 /// never forwarded as sent.

@@ -29,8 +29,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
+use crate::api::route::{ApiVersion, Operation};
 use crate::config::BusinessCode;
-use crate::route::{ApiVersion, Operation};
 
 /// The default operation mix, in percent.
 pub const DEFAULT_MIX: &str = "verify_request=50,verify_response=20,connection_invitation=10,credential_offer=10,transaction_status=10";
@@ -450,7 +450,7 @@ pub fn request_path(
 ) -> String {
     // The gateway's own path templates, with the placeholders filled in.
     let base = format!("{prefix}/api/{}", api.as_str());
-    let template = crate::route::path_template(&base, api, op);
+    let template = crate::api::route::path_template(&base, api, op);
     match op {
         Operation::TransactionStatus => {
             template.replace("{transaction_id}", &encode_segment(transaction_id))

@@ -6,7 +6,7 @@
 //! (listeners, threads) keep their running values and are reported as needing a restart.
 //!
 //! Triggers: [`ConfigWatcher`] (the file's parent directory, so in-place writes, renames over
-//! the file and Kubernetes' `..data` symlink swap all count), SIGHUP (in [`crate::signals`])
+//! the file and Kubernetes' `..data` symlink swap all count), SIGHUP (in [`crate::app::signals`])
 //! and `POST /-/reload` on the admin listener. All three call [`ConfigStore::reload`].
 
 use std::path::{Path, PathBuf};

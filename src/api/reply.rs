@@ -9,8 +9,8 @@ use bytes::{Bytes, BytesMut};
 
 use crate::http1::HeadWriter;
 
-use crate::retirement::V1Refusal;
-use crate::route::RouteError;
+use crate::api::route::RouteError;
+use crate::policy::retirement::V1Refusal;
 
 /// An answer produced by the gateway itself, never by the backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -228,7 +228,7 @@ mod tests {
 
     #[test]
     fn readme_lists_every_message_code() {
-        let readme = include_str!("../README.md");
+        let readme = include_str!("../../README.md");
         for r in Reply::ALL_CODES {
             let row = format!("| {} | {} |", r.status(), r.message_code());
             assert!(readme.contains(&row), "README lacks the row starting {row}");

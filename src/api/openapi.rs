@@ -2,10 +2,10 @@
 //!
 //! Generated, never written by hand: the paths come from the routing table
 //! ([`ApiVersion::ALL`] × [`Operation::ALL`] under the snapshot's bases, each with
-//! [`Operation::method`]), the request schemas from the tables in [`crate::schema`] that the
+//! [`Operation::method`]), the request schemas from the tables in [`crate::api::schema`] that the
 //! body validator enforces, and the gateway's own error answers from [`Reply`]. A change to
 //! any of them shows up here without an edit, and the tests below check the document against
-//! [`crate::route::match_route`].
+//! [`crate::api::route::match_route`].
 //!
 //! Operation ids follow the spec. v1 and v2 name the same operations, and ids must be unique
 //! in one document, so the v1 ones carry the suffix `_v1` (`create_verify_request_v1`). The
@@ -14,10 +14,10 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::api::reply::Reply;
+use crate::api::route::{self, ApiVersion, Bases, Operation};
+use crate::api::schema::{self, Constraint, FieldType, ObjectSchema, Rule};
 use crate::config::Snapshot;
-use crate::reply::Reply;
-use crate::route::{self, ApiVersion, Bases, Operation};
-use crate::schema::{self, Constraint, FieldType, ObjectSchema, Rule};
 
 /// The OpenAPI version written.
 pub const OPENAPI_VERSION: &str = "3.1.0";
@@ -547,7 +547,7 @@ fn object_schema(s: &ObjectSchema) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::route::match_route;
+    use crate::api::route::match_route;
 
     fn snapshot(extra: &str) -> Snapshot {
         Snapshot::parse(&format!(

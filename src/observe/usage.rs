@@ -11,9 +11,9 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
+use crate::api::route::{ApiVersion, Operation};
 use crate::config::Snapshot;
-use crate::retirement::unix_seconds;
-use crate::route::{ApiVersion, Operation};
+use crate::policy::retirement::unix_seconds;
 
 #[derive(Default)]
 struct AgentUsage {

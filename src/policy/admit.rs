@@ -4,12 +4,12 @@
 //! request line, the two auth headers and a config [`Snapshot`]. The pingora glue in
 //! [`crate::proxy`] only reads the headers, calls it, and carries out the answer.
 
-use crate::auth::{authenticate, AuthFailure};
+use crate::api::reply::Reply;
 use crate::config::{Agent, Snapshot};
-use crate::reply::Reply;
+use crate::policy::auth::{authenticate, AuthFailure};
 use std::time::SystemTime;
 
-use crate::route::{
+use crate::api::route::{
     match_route, path_template, upstream_path, ApiVersion, Operation, RouteError, RouteMatch,
 };
 
@@ -134,7 +134,7 @@ pub fn plan<'s>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::hash_token;
+    use crate::policy::auth::hash_token;
 
     fn snapshot(extra_agent: &str, require_on_status: bool) -> Snapshot {
         Snapshot::parse(&format!(
@@ -242,7 +242,7 @@ token_sha256 = "{}"
         let r = as_agent_1(&s, "POST", "/api/v1/credential/offer").unwrap_err();
         assert_eq!(
             r.reply,
-            Reply::V1Gone(crate::retirement::V1Refusal::Blocked)
+            Reply::V1Gone(crate::policy::retirement::V1Refusal::Blocked)
         );
         assert_eq!(
             r.hint.as_deref(),

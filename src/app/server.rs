@@ -1,7 +1,7 @@
 //! Assembles the pingora [`Server`]: the proxy listener, the admin listener, background tasks.
 //!
 //! [`build`] returns a [`Gateway`]; the binary calls [`Gateway::run_forever`], which runs the
-//! server with the gateway's own signal handling ([`crate::signals`]).
+//! server with the gateway's own signal handling ([`crate::app::signals`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,15 +15,15 @@ use pingora::server::{RunArgs, Server};
 use pingora::services::background::background_service;
 use pingora::services::listening::Service;
 
-use crate::admin::AdminApp;
+use crate::app::admin::AdminApp;
+use crate::app::reload::{ConfigStore, ConfigWatcher};
+use crate::app::signals::Signals;
 use crate::config::{BasePath, Snapshot};
-use crate::health::{HealthChecker, UpstreamHealth};
-use crate::mock_backend::MockBackend;
+use crate::observe::telemetry::Telemetry;
+use crate::proxy::health::{HealthChecker, UpstreamHealth};
+use crate::proxy::pool::{PoolSweeper, UpstreamPool};
 use crate::proxy::ProxyApp;
-use crate::reload::{ConfigStore, ConfigWatcher};
-use crate::signals::Signals;
-use crate::telemetry::Telemetry;
-use crate::upstream_pool::{PoolSweeper, UpstreamPool};
+use crate::tools::mock_backend::MockBackend;
 
 /// Why the server could not be assembled.
 #[derive(Debug, thiserror::Error)]

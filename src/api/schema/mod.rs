@@ -1,7 +1,7 @@
 //! The spec's request body schemas (section 2) as data, and the validator that enforces them.
 //!
 //! The four request bodies and their item objects are static tables ([`ObjectSchema`],
-//! [`Field`], [`Constraint`]). [`validate`] enforces them and [`crate::openapi`] documents
+//! [`Field`], [`Constraint`]). [`validate`] enforces them and [`crate::api::openapi`] documents
 //! them, both from the same tables, so what the gateway checks and what it publishes cannot
 //! drift.
 //!
@@ -34,7 +34,7 @@ use std::fmt::{self, Write as _};
 
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use crate::route::Operation;
+use crate::api::route::Operation;
 
 /// The JSON type of a declared field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

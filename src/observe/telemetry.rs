@@ -12,10 +12,10 @@ use prometheus::{
     IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
 
-use crate::auth::AuthFailure;
-use crate::exchange::{Exchange, UpstreamErrorKind};
-use crate::route::{ApiVersion, Operation};
-use crate::usage::UsageTracker;
+use crate::api::route::{ApiVersion, Operation};
+use crate::observe::exchange::{Exchange, UpstreamErrorKind};
+use crate::observe::usage::UsageTracker;
+use crate::policy::auth::AuthFailure;
 
 /// Bucket bounds in seconds: 100 µs doubling up to about 52 s.
 fn latency_buckets() -> Vec<f64> {

@@ -12,8 +12,8 @@ use async_trait::async_trait;
 use pingora::server::{ShutdownSignal, ShutdownSignalWatch};
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::reload::{ConfigStore, Trigger};
-use crate::telemetry::Telemetry;
+use crate::app::reload::{ConfigStore, Trigger};
+use crate::observe::telemetry::Telemetry;
 
 /// Time for the listeners to close after SIGTERM before in-flight requests are counted.
 const LISTENER_CLOSE: Duration = Duration::from_millis(200);

@@ -1,0 +1,8 @@
+//! Process assembly: the pingora server and its services, live config, signals, the admin
+//! listener and the log subscriber.
+
+pub mod admin;
+pub mod logging;
+pub mod reload;
+pub mod server;
+pub mod signals;

@@ -1,0 +1,6 @@
+//! What happened to each request: the per-request record, the metrics and access log made
+//! from it, and who still calls v1.
+
+pub mod exchange;
+pub mod telemetry;
+pub mod usage;
