@@ -240,7 +240,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             println!(
                 "{}",
-                agent_gateway::policy::auth::hash_token(token.as_bytes())
+                agent_gateway::config::TokenDigest::of(token.as_bytes()).to_hex()
             );
             Ok(ExitCode::SUCCESS)
         }

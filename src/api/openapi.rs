@@ -15,8 +15,9 @@
 use serde_json::{json, Map, Value};
 
 use crate::api::reply::Reply;
-use crate::api::route::{self, ApiVersion, Bases, Operation};
+use crate::api::route::{self, ApiVersion, Operation};
 use crate::api::schema::{self, Constraint, FieldType, ObjectSchema, Rule};
+use crate::config::Bases;
 use crate::config::Snapshot;
 
 /// The OpenAPI version written.
@@ -548,24 +549,7 @@ fn object_schema(s: &ObjectSchema) -> Value {
 mod tests {
     use super::*;
     use crate::api::route::match_route;
-
-    fn snapshot(extra: &str) -> Snapshot {
-        Snapshot::parse(&format!(
-            r#"
-[listen]
-proxy = "127.0.0.1:8080"
-[v1]
-default_service = "ORG_DEFAULT"
-{extra}
-[upstream]
-addresses = ["127.0.0.1:9000"]
-[[auth.agents]]
-id = "agent-1"
-token_sha256 = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"
-"#
-        ))
-        .unwrap()
-    }
+    use crate::config::testing;
 
     /// Every (path, method, operation object) of the document.
     fn operations(doc: &Value) -> Vec<(String, String, Value)> {
@@ -590,8 +574,10 @@ token_sha256 = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b
 
     #[test]
     fn every_route_appears_with_its_method_and_path() {
-        for extra in ["", "base_path = \"/gw/legacy\""] {
-            let s = snapshot(extra);
+        for v1_base in ["/api/v1", "/gw/legacy"] {
+            let mut f = testing::config();
+            f.v1.base_path = v1_base.into();
+            let s = f.snapshot();
             let doc = document(&s);
             let ops = operations(&doc);
             assert_eq!(
@@ -630,7 +616,7 @@ token_sha256 = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b
 
     #[test]
     fn spec_operation_ids_and_unique_ids() {
-        let doc = document(&snapshot(""));
+        let doc = document(&testing::snapshot());
         let mut ids: Vec<String> = operations(&doc)
             .iter()
             .map(|(_, _, o)| o["operationId"].as_str().unwrap().to_owned())
@@ -653,7 +639,7 @@ token_sha256 = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b
 
     #[test]
     fn every_gateway_status_appears() {
-        let doc = document(&snapshot(""));
+        let doc = document(&testing::snapshot());
         let mut seen = std::collections::BTreeSet::new();
         for (_, _, o) in operations(&doc) {
             for (status, r) in o["responses"].as_object().unwrap() {
@@ -688,7 +674,7 @@ token_sha256 = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b
 
     #[test]
     fn responses_fit_each_operation() {
-        let s = snapshot("");
+        let s = testing::snapshot();
         let doc = document(&s);
         let path = |v, op| public_path(&s.bases, v, op);
         let status_v2 = &doc["paths"][path(ApiVersion::V2, Operation::TransactionStatus)]["get"];
@@ -712,8 +698,10 @@ token_sha256 = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b
     #[test]
     fn security_on_every_post_and_on_status_when_configured() {
         let both = json!([{"Auth_token": [], "Agent_id": []}]);
-        for (extra, status_auth) in [("", true), ("[auth]\nrequire_on_status = false", false)] {
-            let s = snapshot(extra);
+        for status_auth in [true, false] {
+            let mut f = testing::config();
+            f.auth.require_on_status = status_auth;
+            let s = f.snapshot();
             let doc = document(&s);
             for (path, method, o) in operations(&doc) {
                 let want_auth = method == "POST" || status_auth;
@@ -732,7 +720,7 @@ token_sha256 = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b
 
     #[test]
     fn request_schemas_come_from_the_validator_tables() {
-        let doc = document(&snapshot(""));
+        let doc = document(&testing::snapshot());
         for s in schema::all_schemas() {
             let c = &doc["components"]["schemas"][s.name];
             let required: Vec<&str> = s
@@ -784,7 +772,7 @@ token_sha256 = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b
 
     #[test]
     fn v1_mentions_the_default_service_and_the_sunset() {
-        let s = snapshot("");
+        let s = testing::snapshot();
         let path = public_path(&s.bases, ApiVersion::V1, Operation::VerifyRequest);
         let doc = document(&s);
         let text = doc["paths"][&path]["post"]["description"].as_str().unwrap();
@@ -797,7 +785,9 @@ token_sha256 = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b
         let v2 = public_path(&s.bases, ApiVersion::V2, Operation::VerifyRequest);
         assert!(doc["paths"][&v2]["post"]["x-sunset"].is_null());
         // The configured retirement date is the one documented.
-        let s = snapshot("[retirement]\nsunset_at = \"2027-06-01T00:00:00Z\"");
+        let mut f = testing::config();
+        f.retirement.sunset_at = Some("2027-06-01T00:00:00Z".into());
+        let s = f.snapshot();
         let doc = document(&s);
         assert_eq!(
             doc["paths"][&path]["post"]["x-sunset"],
@@ -822,7 +812,7 @@ token_sha256 = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b
                 _ => {}
             }
         }
-        let doc = document(&snapshot(""));
+        let doc = document(&testing::snapshot());
         walk(&doc, &doc);
         assert_eq!(doc["openapi"], OPENAPI_VERSION);
         assert_eq!(doc["servers"], json!([{"url": "/"}]));

@@ -5,12 +5,35 @@
 //! spec fixes as the JSON string `"not authorized"`. The README's message_code table is
 //! generated from [`Reply::ALL_CODES`] by a test, so the two cannot drift.
 
+use std::time::SystemTime;
+
 use bytes::{Bytes, BytesMut};
 
 use crate::http1::HeadWriter;
 
 use crate::api::route::RouteError;
-use crate::policy::retirement::V1Refusal;
+
+/// Why a v1 call was refused with 410.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum V1Refusal {
+    Blocked,
+    /// Inside a brownout window; the client may retry after the window ends.
+    Brownout {
+        until: SystemTime,
+    },
+    Sunset,
+}
+
+impl V1Refusal {
+    /// The metric label.
+    pub fn reason(self) -> &'static str {
+        match self {
+            V1Refusal::Blocked => "blocked",
+            V1Refusal::Brownout { .. } => "brownout",
+            V1Refusal::Sunset => "sunset",
+        }
+    }
+}
 
 /// An answer produced by the gateway itself, never by the backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 //! segment by segment, so a prefix only matches on a whole segment (`/api/v1beta` is not
 //! `/api/v1`) and `a%2Fb` stays one segment that is forwarded exactly as sent.
 
-use crate::config::BasePath;
+use crate::config::{BasePath, Bases};
 
 /// The public interface version a request used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -69,14 +69,6 @@ impl Operation {
             Operation::VerifyRequest | Operation::ConnectionInvitation | Operation::CredentialOffer
         )
     }
-}
-
-/// The three base paths: public v1, public v2 and the backend's v2.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Bases {
-    pub v1: BasePath,
-    pub v2: BasePath,
-    pub upstream: BasePath,
 }
 
 /// A client path that names an operation.

@@ -321,33 +321,31 @@ impl BackgroundService for ConfigWatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{testing, FileConfig};
 
-    const BASE: &str = r#"
-[listen]
-proxy = "127.0.0.1:8080"
-[v1]
-default_service = "A"
-[upstream]
-addresses = ["127.0.0.1:9000"]
-"#;
+    fn base() -> FileConfig {
+        testing::config()
+    }
 
-    fn store_on(dir: &Path, text: &str) -> ConfigStore {
+    fn store_on(dir: &Path, f: FileConfig) -> ConfigStore {
         let path = dir.join("gw.toml");
-        std::fs::write(&path, text).unwrap();
-        ConfigStore::new(
-            Snapshot::parse(text).unwrap(),
-            Some(path),
-            text.into(),
-            &Registry::new(),
-        )
-        .unwrap()
+        let text = f.to_toml();
+        std::fs::write(&path, &text).unwrap();
+        ConfigStore::new(f.snapshot(), Some(path), text, &Registry::new()).unwrap()
+    }
+
+    /// Writes `f` over the store's file.
+    fn write(dir: &Path, f: &FileConfig) {
+        std::fs::write(dir.join("gw.toml"), f.to_toml()).unwrap();
     }
 
     #[test]
     fn a_valid_file_applies_and_bumps_the_generation() {
         let dir = tempfile::tempdir().unwrap();
-        let store = store_on(dir.path(), BASE);
-        std::fs::write(dir.path().join("gw.toml"), BASE.replace("\"A\"", "\"B\"")).unwrap();
+        let store = store_on(dir.path(), base());
+        let mut f = base();
+        f.v1.default_service = "B".into();
+        write(dir.path(), &f);
         let report = store.reload(Trigger::Admin, false).unwrap();
         assert_eq!((report.result, report.generation), ("success", 2));
         assert_eq!(store.current().load().v1_default_service.as_str(), "B");
@@ -356,15 +354,18 @@ addresses = ["127.0.0.1:9000"]
     #[test]
     fn an_invalid_file_is_refused_whole() {
         let dir = tempfile::tempdir().unwrap();
-        let store = store_on(dir.path(), BASE);
-        let bad = BASE
-            .replace("\"A\"", "\"B\"")
-            .replace("127.0.0.1:9000", "nowhere");
-        std::fs::write(dir.path().join("gw.toml"), bad).unwrap();
+        let store = store_on(dir.path(), base());
+        let mut bad = base();
+        bad.v1.default_service = "B".into();
+        bad.upstream.addresses = vec!["nowhere".into()];
+        write(dir.path(), &bad);
         let report = store.reload(Trigger::Sighup, false).unwrap();
         assert_eq!(report.result, "failure");
         assert_eq!(report.problems[0].key, "upstream.addresses[0]");
-        assert_eq!(store.current().load().v1_default_service.as_str(), "A");
+        assert_eq!(
+            store.current().load().v1_default_service.as_str(),
+            testing::DEFAULT_SERVICE
+        );
         assert_eq!(store.generation(), 1);
         assert_eq!(store.metrics.failure.get(), 1);
     }
@@ -372,20 +373,23 @@ addresses = ["127.0.0.1:9000"]
     #[test]
     fn start_up_settings_keep_their_running_values() {
         let dir = tempfile::tempdir().unwrap();
-        let store = store_on(dir.path(), BASE);
-        let moved = BASE.replace("8080", "8081").replace("\"A\"", "\"C\"");
-        std::fs::write(dir.path().join("gw.toml"), moved).unwrap();
+        let store = store_on(dir.path(), base());
+        let running = store.current().load().startup.proxy_listen;
+        let mut moved = base();
+        moved.listen.proxy = "127.0.0.1:8081".into();
+        moved.v1.default_service = "C".into();
+        write(dir.path(), &moved);
         let report = store.reload(Trigger::Admin, false).unwrap();
         assert_eq!(report.restart_required, vec!["listen.proxy"]);
         let now = store.current().load();
-        assert_eq!(now.startup.proxy_listen.port(), 8080);
+        assert_eq!(now.startup.proxy_listen, running);
         assert_eq!(now.v1_default_service.as_str(), "C");
     }
 
     #[test]
     fn unchanged_text_is_not_a_reload_for_the_watcher() {
         let dir = tempfile::tempdir().unwrap();
-        let store = store_on(dir.path(), BASE);
+        let store = store_on(dir.path(), base());
         assert!(store.reload(Trigger::FileChange, true).is_none());
         assert_eq!(store.reload(Trigger::Sighup, false).unwrap().generation, 2);
     }

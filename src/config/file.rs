@@ -3,10 +3,10 @@
 //! Nothing here is trusted. [`super::Snapshot::from_file`] turns a [`FileConfig`]
 //! into the validated snapshot that the gateway actually runs on.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// The whole TOML document.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
     pub listen: ListenFile,
@@ -27,7 +27,7 @@ pub struct FileConfig {
     pub validation: ValidationFile,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ListenFile {
     pub proxy: String,
@@ -38,7 +38,7 @@ pub struct ListenFile {
     pub tls_key: Option<String>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerFile {
     /// Worker threads of the proxy service.
@@ -70,7 +70,7 @@ impl Default for ServerFile {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct V1File {
     pub base_path: String,
@@ -86,7 +86,7 @@ impl Default for V1File {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct V2File {
     pub base_path: String,
@@ -100,7 +100,7 @@ impl Default for V2File {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamFile {
     pub addresses: Vec<String>,
@@ -133,6 +133,25 @@ pub struct UpstreamFile {
     pub health_check_path: Option<String>,
 }
 
+impl UpstreamFile {
+    /// The backend at `addresses`, every other setting at its default.
+    pub fn new(addresses: Vec<String>) -> Self {
+        Self {
+            addresses,
+            tls: false,
+            tls_ca_file: None,
+            tls_sni: None,
+            tls_verify: default_true(),
+            base_path: default_upstream_base(),
+            connect_timeout_ms: default_connect_timeout_ms(),
+            read_timeout_ms: default_read_timeout_ms(),
+            idle_timeout_ms: default_idle_timeout_ms(),
+            health_check_interval_ms: default_health_check_interval_ms(),
+            health_check_path: None,
+        }
+    }
+}
+
 fn default_health_check_interval_ms() -> u64 {
     1000
 }
@@ -153,7 +172,7 @@ fn default_idle_timeout_ms() -> u64 {
     60_000
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthFile {
     pub require_on_status: bool,
@@ -169,7 +188,7 @@ impl Default for AuthFile {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AgentFile {
     pub id: String,
@@ -177,14 +196,14 @@ pub struct AgentFile {
     pub default_service: Option<String>,
     pub services: Option<Vec<String>>,
     #[serde(default)]
-    pub v1_policy: crate::policy::retirement::V1Policy,
+    pub v1_policy: super::V1Policy,
     /// Sustained requests per second this agent may make (absent: unlimited).
     pub rate_limit_per_second: Option<f64>,
     /// Requests it may make at once above the sustained rate (default: one second's worth).
     pub burst: Option<u32>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsFile {
     pub max_body_bytes: usize,
@@ -217,13 +236,13 @@ impl Default for LimitsFile {
 }
 
 /// `[validation]`: what happens to request bodies that break the spec's schemas.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ValidationFile {
     pub mode: super::ValidationMode,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RetirementFile {
     /// RFC 3339 time, sent as `Deprecation: @<unix seconds>` on v1 responses.
@@ -252,7 +271,7 @@ impl Default for RetirementFile {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct BrownoutFile {
     pub start: String,

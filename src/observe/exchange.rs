@@ -2,11 +2,11 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::api::reply::V1Refusal;
 use crate::api::route::{ApiVersion, Operation};
 use crate::api::schema::Rule;
 use crate::policy::admit::Identified;
 use crate::policy::auth::AuthFailure;
-use crate::policy::retirement::V1Refusal;
 
 /// How talking to the backend went wrong.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

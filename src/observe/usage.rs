@@ -12,8 +12,8 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 
 use crate::api::route::{ApiVersion, Operation};
+use crate::config::unix_seconds;
 use crate::config::Snapshot;
-use crate::policy::retirement::unix_seconds;
 
 #[derive(Default)]
 struct AgentUsage {
@@ -201,29 +201,17 @@ impl UsageReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::file::AgentFile;
+    use crate::config::{testing, V1Policy};
 
+    /// Agents "a" and "b" (exempt from the retirement policy), and no other.
     fn snapshot(quiet_days: u32) -> Snapshot {
-        let digest = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b";
-        Snapshot::parse(&format!(
-            r#"
-[listen]
-proxy = "127.0.0.1:8080"
-[v1]
-default_service = "S"
-[upstream]
-addresses = ["127.0.0.1:9000"]
-[retirement]
-quiet_days = {quiet_days}
-[[auth.agents]]
-id = "a"
-token_sha256 = "{digest}"
-[[auth.agents]]
-id = "b"
-token_sha256 = "{digest}"
-v1_policy = "exempt"
-"#
-        ))
-        .unwrap()
+        let mut f = testing::config();
+        f.retirement.quiet_days = quiet_days;
+        let mut b = AgentFile::new("b", testing::TOKEN);
+        b.v1_policy = V1Policy::Exempt;
+        f.auth.agents = vec![AgentFile::new("a", testing::TOKEN), b];
+        f.snapshot()
     }
 
     #[test]

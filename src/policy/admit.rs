@@ -7,6 +7,7 @@
 use crate::api::reply::Reply;
 use crate::config::{Agent, Snapshot};
 use crate::policy::auth::{authenticate, AuthFailure};
+use crate::policy::retirement;
 use std::time::SystemTime;
 
 use crate::api::route::{
@@ -110,9 +111,8 @@ pub fn plan<'s>(
     }
 
     if route.version == ApiVersion::V1 {
-        if let Err(refusal) = snapshot
-            .retirement
-            .decide(who.agent, req.now, req.request_id)
+        if let Err(refusal) =
+            retirement::decide(&snapshot.retirement, who.agent, req.now, req.request_id)
         {
             let v2 = path_template(snapshot.bases.v2.as_str(), ApiVersion::V2, route.operation);
             return Err(Refusal {
@@ -134,28 +134,19 @@ pub fn plan<'s>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::auth::hash_token;
+    use crate::config::file::AgentFile;
+    use crate::config::testing::{self, AGENT_ID};
+    use crate::config::V1Policy;
 
-    fn snapshot(extra_agent: &str, require_on_status: bool) -> Snapshot {
-        Snapshot::parse(&format!(
-            r#"
-[listen]
-proxy = "127.0.0.1:8080"
-[v1]
-default_service = "ORG_DEFAULT"
-[upstream]
-addresses = ["127.0.0.1:9000"]
-[auth]
-require_on_status = {require_on_status}
-[[auth.agents]]
-id = "agent-1"
-token_sha256 = "{}"
-{extra_agent}
-"#,
-            hash_token(b"secret")
-        ))
-        .unwrap()
+    /// The test config with agent-1 changed by `edit`.
+    fn snapshot(edit: impl FnOnce(&mut AgentFile), require_on_status: bool) -> Snapshot {
+        let mut f = testing::config();
+        f.auth.require_on_status = require_on_status;
+        edit(f.agent_mut(AGENT_ID));
+        f.snapshot()
     }
+
+    fn unchanged(_: &mut AgentFile) {}
 
     fn facts<'r>(
         method: &'r str,
@@ -185,7 +176,7 @@ token_sha256 = "{}"
 
     #[test]
     fn v1_gets_the_global_default_code() {
-        let s = snapshot("", true);
+        let s = snapshot(unchanged, true);
         let f = as_agent_1(&s, "POST", "/api/v1/verify/request").unwrap();
         assert_eq!(f.upstream_path, "/api/v2/verify/ORG_DEFAULT/request");
         assert_eq!(f.who.agent.unwrap().id, "agent-1");
@@ -194,14 +185,14 @@ token_sha256 = "{}"
 
     #[test]
     fn v1_uses_the_agents_own_default_code() {
-        let s = snapshot("default_service = \"OTHER\"", true);
+        let s = snapshot(|a| a.default_service = Some("OTHER".into()), true);
         let f = as_agent_1(&s, "POST", "/api/v1/credential/offer").unwrap();
         assert_eq!(f.upstream_path, "/api/v2/credential/OTHER/offer");
     }
 
     #[test]
     fn services_allow_list_applies_to_v1_and_v2() {
-        let s = snapshot("services = [\"A\"]", true);
+        let s = snapshot(|a| a.services = Some(vec!["A".into()]), true);
         let ok = as_agent_1(&s, "POST", "/api/v2/verify/A/request");
         assert!(ok.is_ok());
         for path in ["/api/v2/verify/B/request", "/api/v1/verify/request"] {
@@ -219,14 +210,14 @@ token_sha256 = "{}"
 
     #[test]
     fn status_auth_follows_require_on_status() {
-        let strict = snapshot("", true);
+        let strict = snapshot(unchanged, true);
         let r = plan(
             &strict,
             &facts("GET", "/api/v1/transaction/t/status", None, None),
         )
         .unwrap_err();
         assert_eq!(r.auth_failure, Some(AuthFailure::MissingHeaders));
-        let lax = snapshot("", false);
+        let lax = snapshot(unchanged, false);
         let f = plan(
             &lax,
             &facts("GET", "/api/v1/transaction/t/status", None, None),
@@ -238,11 +229,11 @@ token_sha256 = "{}"
 
     #[test]
     fn a_blocked_agent_gets_410_naming_the_v2_path_on_v1_only() {
-        let s = snapshot("v1_policy = \"block\"", true);
+        let s = snapshot(|a| a.v1_policy = V1Policy::Block, true);
         let r = as_agent_1(&s, "POST", "/api/v1/credential/offer").unwrap_err();
         assert_eq!(
             r.reply,
-            Reply::V1Gone(crate::policy::retirement::V1Refusal::Blocked)
+            Reply::V1Gone(crate::api::reply::V1Refusal::Blocked)
         );
         assert_eq!(
             r.hint.as_deref(),
@@ -265,7 +256,7 @@ token_sha256 = "{}"
 
     #[test]
     fn routing_errors_come_before_auth() {
-        let s = snapshot("", true);
+        let s = snapshot(unchanged, true);
         let r = plan(&s, &facts("GET", "/nope", None, None)).unwrap_err();
         assert_eq!(r.reply, Reply::NotFound);
         assert_eq!(r.auth_failure, None);

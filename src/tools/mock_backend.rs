@@ -15,8 +15,9 @@ use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 use serde_json::{json, Value};
 
-use crate::api::route::{match_route, Bases, Operation};
+use crate::api::route::{match_route, Operation};
 use crate::config::BasePath;
+use crate::config::Bases;
 use crate::policy::auth::{AGENT_ID_HEADER, AUTH_TOKEN_HEADER};
 
 /// Largest body the mock reads; it is a test double, not a limit anyone tunes.

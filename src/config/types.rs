@@ -1,0 +1,142 @@
+//! The validated value types a snapshot is made of. A leaf: it depends on nothing else in the
+//! crate, and every constructor checks its input, so once built nothing re-checks: a
+//! [`BusinessCode`] is always a safe path segment, a [`TokenDigest`] always 32 bytes, a
+//! [`BasePath`] always a clean absolute path.
+
+use std::fmt;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use sha2::{Digest, Sha256};
+
+/// A service business code: one safe path segment, `[A-Za-z0-9._~-]+`, never `.` or `..`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BusinessCode(String);
+
+impl BusinessCode {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let safe = s
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'~' | b'-'));
+        if s.is_empty() || !safe || s == "." || s == ".." {
+            return Err(format!(
+                "{s:?} is not a safe path segment (allowed: A-Z a-z 0-9 . _ ~ -, not . or ..)"
+            ));
+        }
+        Ok(Self(s.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// An absolute path prefix made of safe segments, without a trailing slash (`/api/v1`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BasePath(String);
+
+impl BasePath {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let Some(rest) = s.strip_prefix('/') else {
+            return Err(format!("{s:?} must start with /"));
+        };
+        if rest.is_empty() {
+            return Err("must have at least one segment (\"/\" alone is not a base)".into());
+        }
+        for seg in rest.split('/') {
+            BusinessCode::parse(seg).map_err(|e| format!("in {s:?}: {e}"))?;
+        }
+        Ok(Self(s.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// True when `self` equals `other` or is a whole-segment prefix of it.
+    pub fn covers(&self, other: &BasePath) -> bool {
+        other.0 == self.0
+            || (other.0.starts_with(&self.0) && other.0.as_bytes()[self.0.len()] == b'/')
+    }
+}
+
+/// The three base paths: public v1, public v2 and the backend's v2.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bases {
+    pub v1: BasePath,
+    pub v2: BasePath,
+    pub upstream: BasePath,
+}
+
+/// The SHA-256 of an agent's token. The token itself is never stored.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TokenDigest(pub [u8; 32]);
+
+impl TokenDigest {
+    /// The digest of `token`.
+    pub fn of(token: &[u8]) -> Self {
+        Self(Sha256::digest(token).into())
+    }
+
+    pub fn parse_hex(s: &str) -> Result<Self, String> {
+        let mut out = [0u8; 32];
+        hex::decode_to_slice(s, &mut out)
+            .map_err(|_| "must be 64 hex digits (the SHA-256 of the token)".to_string())?;
+        Ok(Self(out))
+    }
+
+    /// The digest as written in `token_sha256`.
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+}
+
+impl fmt::Debug for TokenDigest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("TokenDigest(..)")
+    }
+}
+
+/// Whole seconds since the Unix epoch (0 before it).
+pub fn unix_seconds(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_base_paths_are_refused() {
+        for bad in [
+            "api/v1",
+            "/",
+            "/api/",
+            "/api//v1",
+            "/api/../v1",
+            "/api/v%31",
+        ] {
+            assert!(BasePath::parse(bad).is_err(), "{bad} accepted");
+        }
+        assert!(BasePath::parse("/gw/api/v1").is_ok());
+    }
+
+    #[test]
+    fn business_codes_are_single_safe_segments() {
+        for bad in ["", ".", "..", "a/b", "a b", "a%2Fb", "é"] {
+            assert!(BusinessCode::parse(bad).is_err(), "{bad:?} accepted");
+        }
+        for good in ["ORG_DEFAULT", "a.b", "x~y-z", "..."] {
+            assert!(BusinessCode::parse(good).is_ok(), "{good:?} refused");
+        }
+    }
+
+    #[test]
+    fn a_token_digest_is_the_hex_sha256_of_the_token() {
+        let d = TokenDigest::of(b"secret");
+        assert_eq!(
+            d.to_hex(),
+            "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"
+        );
+        assert_eq!(TokenDigest::parse_hex(&d.to_hex()), Ok(d));
+    }
+}

@@ -1,0 +1,129 @@
+//! `[upstream]`: the backend addresses, resolved once, with their pingora peers and pool keys
+//! built at load so that no request resolves or allocates them.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+use pingora::upstreams::peer::{HttpPeer, Peer};
+
+use super::file::UpstreamFile;
+use super::{millis, Problems};
+
+/// The backend: pre-resolved addresses with peers built once.
+#[derive(Debug, Clone)]
+pub struct UpstreamConfig {
+    pub addresses: Vec<SocketAddr>,
+    pub peers: Vec<HttpPeer>,
+    /// Each peer's key in the connection pool: its address and TLS settings, hashed once.
+    pub pool_keys: Vec<u64>,
+    pub connect_timeout: Duration,
+    pub read_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub health_check_interval: Duration,
+    pub health_check_path: Option<String>,
+}
+
+fn resolve(s: &str) -> Result<SocketAddr, String> {
+    let mut addrs = s
+        .to_socket_addrs()
+        .map_err(|e| format!("{s:?} is not a resolvable host:port ({e})"))?;
+    addrs
+        .next()
+        .ok_or_else(|| format!("{s:?} resolves to no address"))
+}
+
+/// The host part of a `host:port` address (without brackets for IPv6).
+fn host_of(address: &str) -> &str {
+    let host = address.rsplit_once(':').map_or(address, |(h, _)| h);
+    host.trim_start_matches('[').trim_end_matches(']')
+}
+
+/// Loads PEM CA certificates, each checked to be a usable trust anchor.
+fn load_ca(path: &str) -> Result<Arc<pingora::protocols::tls::CaType>, String> {
+    let pem = std::fs::read(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    let mut store = pingora::tls::RootCertStore::empty();
+    let mut certs = Vec::new();
+    for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
+        let cert = cert.map_err(|e| format!("{path}: {e}"))?;
+        store
+            .add(cert.clone())
+            .map_err(|e| format!("{path}: not a usable CA certificate: {e}"))?;
+        certs.push(pingora::utils::tls::WrappedX509::new(
+            cert.to_vec(),
+            pingora::utils::tls::parse_x509,
+        ));
+    }
+    if certs.is_empty() {
+        return Err(format!("{path} holds no PEM certificate"));
+    }
+    Ok(Arc::from(certs.into_boxed_slice()))
+}
+
+/// Validates `[upstream]`.
+pub(super) fn upstream(f: &UpstreamFile, p: &mut Problems) -> UpstreamConfig {
+    if f.addresses.is_empty() {
+        p.push("upstream.addresses", "needs at least one host:port");
+    }
+    let addresses: Vec<SocketAddr> = f
+        .addresses
+        .iter()
+        .enumerate()
+        .filter_map(|(i, a)| p.check(format!("upstream.addresses[{i}]"), resolve(a)))
+        .collect();
+    let connect_timeout = millis("upstream.connect_timeout_ms", f.connect_timeout_ms, p);
+    let read_timeout = millis("upstream.read_timeout_ms", f.read_timeout_ms, p);
+    let idle_timeout = millis("upstream.idle_timeout_ms", f.idle_timeout_ms, p);
+    let health_check_interval = millis(
+        "upstream.health_check_interval_ms",
+        f.health_check_interval_ms,
+        p,
+    );
+    if f.tls && f.health_check_path.is_some() {
+        p.push(
+            "upstream.health_check_path",
+            "HTTP health checks are not supported over upstream.tls; the check is then a TCP connect",
+        );
+    }
+    if let Some(path) = &f.health_check_path {
+        if !path.starts_with('/') || !path.bytes().all(|b| b.is_ascii_graphic()) {
+            p.push(
+                "upstream.health_check_path",
+                "must be an absolute path without spaces",
+            );
+        }
+    }
+    let ca = match &f.tls_ca_file {
+        None => None,
+        Some(path) => p.check("upstream.tls_ca_file", load_ca(path)),
+    };
+
+    let peers: Vec<HttpPeer> = addresses
+        .iter()
+        .zip(&f.addresses)
+        .map(|(addr, written)| {
+            let sni = match &f.tls_sni {
+                Some(name) => name.clone(),
+                None => host_of(written).to_owned(),
+            };
+            let mut peer = HttpPeer::new(*addr, f.tls, sni);
+            peer.options.connection_timeout = Some(connect_timeout);
+            peer.options.idle_timeout = Some(idle_timeout);
+            peer.options.verify_cert = f.tls_verify;
+            peer.options.verify_hostname = f.tls_verify;
+            peer.options.ca = ca.clone();
+            peer
+        })
+        .collect();
+    let pool_keys = peers.iter().map(Peer::reuse_hash).collect();
+    UpstreamConfig {
+        addresses,
+        peers,
+        pool_keys,
+        connect_timeout,
+        read_timeout,
+        idle_timeout,
+        health_check_interval,
+        health_check_path: f.health_check_path.clone(),
+    }
+}
