@@ -2,6 +2,7 @@
 //! document generated from them, and the answers the gateway gives by itself.
 
 pub mod openapi;
+pub mod operation;
 pub mod reply;
 pub mod route;
 pub mod schema;

@@ -14,8 +14,9 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::api::operation::{ApiVersion, Operation, Segment};
 use crate::api::reply::Reply;
-use crate::api::route::{self, ApiVersion, Operation};
+use crate::api::route;
 use crate::api::schema::{self, Constraint, FieldType, ObjectSchema, Rule};
 use crate::config::Bases;
 use crate::config::Snapshot;
@@ -177,20 +178,10 @@ pub fn public_path(bases: &Bases, version: ApiVersion, op: Operation) -> String 
 /// The spec's operation id (`create_credentil_offer` spelled as the spec spells it), with
 /// `_v1` appended for the legacy version.
 pub fn operation_id(version: ApiVersion, op: Operation) -> String {
-    let id = spec_operation_id(op);
+    let id = op.spec().docs.operation_id;
     match version {
         ApiVersion::V2 => id.to_owned(),
         ApiVersion::V1 => format!("{id}_v1"),
-    }
-}
-
-fn spec_operation_id(op: Operation) -> &'static str {
-    match op {
-        Operation::VerifyRequest => "create_verify_request",
-        Operation::VerifyResponse => "create_verify_response",
-        Operation::ConnectionInvitation => "create_connection_invitation",
-        Operation::CredentialOffer => "create_credentil_offer",
-        Operation::TransactionStatus => "get_transaction_status",
     }
 }
 
@@ -223,57 +214,8 @@ fn info_description(snapshot: &Snapshot, sunset: Option<&str>) -> String {
     )
 }
 
-fn tag(op: Operation) -> &'static str {
-    match op {
-        Operation::VerifyRequest | Operation::VerifyResponse => "verify",
-        Operation::ConnectionInvitation => "connection",
-        Operation::CredentialOffer => "credential",
-        Operation::TransactionStatus => "transaction",
-    }
-}
-
-fn summary(op: Operation) -> &'static str {
-    match op {
-        Operation::VerifyRequest => "Ask a holder to present a proof",
-        Operation::VerifyResponse => "Send the response to a verify request",
-        Operation::ConnectionInvitation => "Request a pairwise connection through an invitation",
-        Operation::CredentialOffer => "Send a credential offer",
-        Operation::TransactionStatus => "Read the status of a transaction",
-    }
-}
-
-fn rules(op: Operation) -> &'static str {
-    match op {
-        Operation::VerifyRequest => {
-            "When connection_id is present the request goes to that connection; when it is \
-             absent a pairwise connection is performed automatically first, and \
-             allow_multiple_read may be used (only then)."
-        }
-        Operation::VerifyResponse => {
-            "Sends a verify proof response for a previously executed verify request, \
-             identified by presentation_id."
-        }
-        Operation::ConnectionInvitation => "",
-        Operation::CredentialOffer => {
-            "When connection_id is provided, credential_values must be provided."
-        }
-        Operation::TransactionStatus => "transaction_id identifies the transaction.",
-    }
-}
-
-/// The 200 body schema of `op`.
-fn success_schema(op: Operation) -> &'static str {
-    match op {
-        Operation::VerifyRequest | Operation::ConnectionInvitation | Operation::CredentialOffer => {
-            "InvitationResponse"
-        }
-        Operation::VerifyResponse => "ServiceAgentResponse",
-        Operation::TransactionStatus => "TransactionStatusResponse",
-    }
-}
-
 fn needs_auth(snapshot: &Snapshot, op: Operation) -> bool {
-    op != Operation::TransactionStatus || snapshot.auth.require_on_status
+    op.needs_auth(snapshot.auth.require_on_status)
 }
 
 /// Whether the gateway can answer `status` to `op` under `version`.
@@ -314,11 +256,11 @@ fn operation(
                 "Legacy interface 1.0, deprecated. {scope}{} The spec calls this operation \
                  `{}`; `_v1` keeps ids unique in this document.",
                 v1_sunset_notice(sunset),
-                spec_operation_id(op),
+                op.spec().docs.operation_id,
             )
         }
     };
-    let rules = rules(op);
+    let rules = op.spec().docs.rules;
     if !rules.is_empty() {
         if !description.is_empty() {
             description.push_str("\n\n");
@@ -337,7 +279,7 @@ fn operation(
             "schema": path_segment_schema(),
         }));
     }
-    if op == Operation::TransactionStatus {
+    if op.path(version).contains(&Segment::TransactionId) {
         parameters.push(json!({
             "name": "transaction_id",
             "in": "path",
@@ -355,7 +297,7 @@ fn operation(
             "description": "Success (the backend's answer).",
             "headers": {"X-Request-Id": {"$ref": "#/components/headers/X-Request-Id"}},
             "content": {"application/json": {"schema": {
-                "$ref": format!("#/components/schemas/{}", success_schema(op)),
+                "$ref": format!("#/components/schemas/{}", op.spec().docs.success_schema),
             }}},
         }),
     );
@@ -370,15 +312,15 @@ fn operation(
 
     let mut o = json!({
         "operationId": operation_id(version, op),
-        "tags": [tag(op)],
-        "summary": summary(op),
+        "tags": [op.spec().docs.tag],
+        "summary": op.spec().docs.summary,
         "parameters": parameters,
         "responses": responses,
     });
     if !description.is_empty() {
         o["description"] = json!(description);
     }
-    if let Some(s) = schema::request_schema(op) {
+    if let Some(s) = op.schema() {
         o["requestBody"] = json!({
             "required": true,
             "content": {"application/json": {"schema": {

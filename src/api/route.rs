@@ -1,75 +1,13 @@
 //! Routing: which operation a client path names, and the upstream path it is forwarded to.
 //!
-//! Pure functions over `&str`; no I/O. Paths are matched on raw (still percent-encoded) bytes,
-//! segment by segment, so a prefix only matches on a whole segment (`/api/v1beta` is not
-//! `/api/v1`) and `a%2Fb` stays one segment that is forwarded exactly as sent.
+//! Pure functions over `&str`, driven by the operation table ([`super::operation`]); no I/O.
+//! Paths are matched on raw (still percent-encoded) bytes, segment by segment, so a prefix
+//! only matches on a whole segment (`/api/v1beta` is not `/api/v1`) and `a%2Fb` stays one
+//! segment that is forwarded exactly as sent.
 
+use super::operation::{ApiVersion, Operation};
+use super::operation::{Segment, MAX_SEGMENTS, OPERATIONS};
 use crate::config::{BasePath, Bases};
-
-/// The public interface version a request used.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ApiVersion {
-    V1,
-    V2,
-}
-
-impl ApiVersion {
-    pub const ALL: [ApiVersion; 2] = [ApiVersion::V1, ApiVersion::V2];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ApiVersion::V1 => "v1",
-            ApiVersion::V2 => "v2",
-        }
-    }
-}
-
-/// The five operations of the Agent REST Service.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Operation {
-    VerifyRequest,
-    VerifyResponse,
-    ConnectionInvitation,
-    CredentialOffer,
-    TransactionStatus,
-}
-
-impl Operation {
-    pub const ALL: [Operation; 5] = [
-        Operation::VerifyRequest,
-        Operation::VerifyResponse,
-        Operation::ConnectionInvitation,
-        Operation::CredentialOffer,
-        Operation::TransactionStatus,
-    ];
-
-    /// The label used in metrics and logs.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Operation::VerifyRequest => "verify_request",
-            Operation::VerifyResponse => "verify_response",
-            Operation::ConnectionInvitation => "connection_invitation",
-            Operation::CredentialOffer => "credential_offer",
-            Operation::TransactionStatus => "transaction_status",
-        }
-    }
-
-    /// The one method this operation accepts.
-    pub fn method(self) -> &'static str {
-        match self {
-            Operation::TransactionStatus => "GET",
-            _ => "POST",
-        }
-    }
-
-    /// Whether the v2 path of this operation carries a `{service_business_code}`.
-    pub fn is_service_scoped(self) -> bool {
-        matches!(
-            self,
-            Operation::VerifyRequest | Operation::ConnectionInvitation | Operation::CredentialOffer
-        )
-    }
-}
 
 /// A client path that names an operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,81 +107,71 @@ pub fn match_route<'a>(
     } else {
         return Err(RouteError::NotFound);
     };
-
-    let mut segs = rest.split('/');
-    let parts = (segs.next(), segs.next(), segs.next(), segs.next());
-    let (operation, service, transaction_id) = match (version, parts) {
-        (_, (Some("verify"), Some("response"), None, None)) => {
-            (Operation::VerifyResponse, None, None)
+    let mut segments = [""; MAX_SEGMENTS];
+    let mut count = 0;
+    for seg in rest.split('/') {
+        if count == MAX_SEGMENTS {
+            return Err(RouteError::NotFound);
         }
-        (_, (Some("transaction"), Some(id), Some("status"), None)) => {
-            (Operation::TransactionStatus, None, Some(id))
-        }
-        (ApiVersion::V1, (Some("verify"), Some("request"), None, None)) => {
-            (Operation::VerifyRequest, None, None)
-        }
-        (ApiVersion::V1, (Some("connection"), Some("invitation"), None, None)) => {
-            (Operation::ConnectionInvitation, None, None)
-        }
-        (ApiVersion::V1, (Some("credential"), Some("offer"), None, None)) => {
-            (Operation::CredentialOffer, None, None)
-        }
-        (ApiVersion::V2, (Some("verify"), Some(code), Some("request"), None)) => {
-            (Operation::VerifyRequest, Some(code), None)
-        }
-        (ApiVersion::V2, (Some("connection"), Some(code), Some("invitation"), None)) => {
-            (Operation::ConnectionInvitation, Some(code), None)
-        }
-        (ApiVersion::V2, (Some("credential"), Some(code), Some("offer"), None)) => {
-            (Operation::CredentialOffer, Some(code), None)
-        }
-        _ => return Err(RouteError::NotFound),
-    };
-    if method != operation.method() {
-        return Err(RouteError::MethodNotAllowed { version, operation });
+        segments[count] = seg;
+        count += 1;
     }
-    Ok(RouteMatch {
-        version,
-        operation,
-        service,
-        transaction_id,
-    })
+    let segments = &segments[..count];
+    let found = OPERATIONS.iter().find_map(|spec| {
+        let shape = spec.operation.path(version);
+        if shape.len() != segments.len() {
+            return None;
+        }
+        let mut route = RouteMatch {
+            version,
+            operation: spec.operation,
+            service: None,
+            transaction_id: None,
+        };
+        for (want, got) in shape.iter().zip(segments) {
+            match want {
+                Segment::Literal(text) if text != got => return None,
+                Segment::Literal(_) => {}
+                Segment::ServiceCode => route.service = Some(*got),
+                Segment::TransactionId => route.transaction_id = Some(*got),
+            }
+        }
+        Some(route)
+    });
+    let route = found.ok_or(RouteError::NotFound)?;
+    if method != route.operation.method() {
+        return Err(RouteError::MethodNotAllowed {
+            version,
+            operation: route.operation,
+        });
+    }
+    Ok(route)
 }
 
-/// The path and query sent upstream. `service` is the code to put in a service-scoped path
-/// (the v2 segment as sent, or the v1 default); `query` is appended verbatim.
+/// The path and query sent upstream: the operation's v2 path under `base`. `service` is the
+/// code to put in a service-scoped path (the v2 segment as sent, or the v1 default); `query`
+/// is appended verbatim.
 pub fn upstream_path(
     base: &BasePath,
     route: &RouteMatch<'_>,
     service: &str,
     query: Option<&str>,
 ) -> String {
-    let base = base.as_str();
-    let mut out =
-        String::with_capacity(base.len() + service.len() + 48 + query.map_or(0, |q| q.len() + 1));
-    out.push_str(base);
-    match route.operation {
-        Operation::VerifyRequest => {
-            out.push_str("/verify/");
-            out.push_str(service);
-            out.push_str("/request");
-        }
-        Operation::VerifyResponse => out.push_str("/verify/response"),
-        Operation::ConnectionInvitation => {
-            out.push_str("/connection/");
-            out.push_str(service);
-            out.push_str("/invitation");
-        }
-        Operation::CredentialOffer => {
-            out.push_str("/credential/");
-            out.push_str(service);
-            out.push_str("/offer");
-        }
-        Operation::TransactionStatus => {
-            out.push_str("/transaction/");
-            out.push_str(route.transaction_id.unwrap_or_default());
-            out.push_str("/status");
-        }
+    let shape = route.operation.path(ApiVersion::V2);
+    let transaction_id = route.transaction_id.unwrap_or_default();
+    let value = |seg: &Segment| match *seg {
+        Segment::Literal(text) => text,
+        Segment::ServiceCode => service,
+        Segment::TransactionId => transaction_id,
+    };
+    let len = base.as_str().len()
+        + shape.iter().map(|s| 1 + value(s).len()).sum::<usize>()
+        + query.map_or(0, |q| 1 + q.len());
+    let mut out = String::with_capacity(len);
+    out.push_str(base.as_str());
+    for seg in shape {
+        out.push('/');
+        out.push_str(value(seg));
     }
     if let Some(q) = query {
         out.push('?');
@@ -255,18 +183,12 @@ pub fn upstream_path(
 /// The public path template of `operation` under `base`, with `{...}` placeholders, as a
 /// client would read it in documentation (`/api/v2/verify/{service_business_code}/request`).
 pub fn path_template(base: &str, version: ApiVersion, operation: Operation) -> String {
-    let code = match version {
-        ApiVersion::V1 => "",
-        ApiVersion::V2 => "/{service_business_code}",
-    };
-    let tail = match operation {
-        Operation::VerifyRequest => format!("/verify{code}/request"),
-        Operation::VerifyResponse => "/verify/response".to_owned(),
-        Operation::ConnectionInvitation => format!("/connection{code}/invitation"),
-        Operation::CredentialOffer => format!("/credential{code}/offer"),
-        Operation::TransactionStatus => "/transaction/{transaction_id}/status".to_owned(),
-    };
-    format!("{base}{tail}")
+    let mut out = base.to_owned();
+    for seg in operation.path(version) {
+        out.push('/');
+        out.push_str(seg.template());
+    }
+    out
 }
 
 #[cfg(test)]

@@ -2,8 +2,8 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::api::operation::{ApiVersion, Operation};
 use crate::api::reply::V1Refusal;
-use crate::api::route::{ApiVersion, Operation};
 use crate::api::schema::Rule;
 use crate::policy::admit::Identified;
 use crate::policy::auth::AuthFailure;

@@ -12,7 +12,7 @@ use prometheus::{
     IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
 
-use crate::api::route::{ApiVersion, Operation};
+use crate::api::operation::{ApiVersion, Operation};
 use crate::observe::exchange::{Exchange, UpstreamErrorKind};
 use crate::observe::usage::UsageTracker;
 use crate::policy::auth::AuthFailure;
@@ -22,28 +22,27 @@ fn latency_buckets() -> Vec<f64> {
     exponential_buckets(0.0001, 2.0, 20).expect("static bucket layout is valid")
 }
 
-/// `api_version` label values in index order; "none" for requests that named no operation.
-const VERSIONS: [&str; 3] = ["v1", "v2", "none"];
-/// `operation` label values in index order ([`Operation::ALL`], then "unmatched").
-const OPERATIONS: [&str; 6] = [
-    "verify_request",
-    "verify_response",
-    "connection_invitation",
-    "credential_offer",
-    "transaction_status",
-    "unmatched",
-];
+/// `api_version` label values: one per version, then "none" for requests that named no operation.
+const VERSION_LABELS: usize = ApiVersion::COUNT + 1;
+/// `operation` label values: one per operation, then "unmatched".
+const OPERATION_LABELS: usize = Operation::COUNT + 1;
 
 fn version_index(v: Option<ApiVersion>) -> usize {
-    match v {
-        Some(ApiVersion::V1) => 0,
-        Some(ApiVersion::V2) => 1,
-        None => 2,
-    }
+    v.map_or(ApiVersion::COUNT, |v| v as usize)
 }
 
 fn operation_index(op: Option<Operation>) -> usize {
-    op.map_or(5, |o| o as usize)
+    op.map_or(Operation::COUNT, |o| o as usize)
+}
+
+fn version_label(index: usize) -> &'static str {
+    ApiVersion::ALL.get(index).map_or("none", |v| v.as_str())
+}
+
+fn operation_label(index: usize) -> &'static str {
+    Operation::ALL
+        .get(index)
+        .map_or("unmatched", |o| o.as_str())
 }
 
 /// The handles every request touches, resolved once per (version, operation) so the hot path
@@ -55,12 +54,12 @@ struct RouteHandles {
 
 /// Every metric the gateway exports, as ready handles.
 pub struct Telemetry {
-    by_route: [[RouteHandles; 6]; 3],
-    upstream_by_operation: [Histogram; 6],
+    by_route: [[RouteHandles; OPERATION_LABELS]; VERSION_LABELS],
+    upstream_by_operation: [Histogram; OPERATION_LABELS],
     requests: IntCounterVec,
-    auth_failures: [IntCounter; 4],
+    auth_failures: [IntCounter; AuthFailure::ALL.len()],
     agent_requests: IntCounterVec,
-    upstream_errors: [IntCounter; 4],
+    upstream_errors: [IntCounter; UpstreamErrorKind::ALL.len()],
     in_flight: IntGauge,
     v1_refusals: IntCounterVec,
     v1_last_seen: GaugeVec,
@@ -186,21 +185,29 @@ impl Telemetry {
 
         let by_route = std::array::from_fn(|v| {
             std::array::from_fn(|o| RouteHandles {
-                ok: requests.with_label_values(&[VERSIONS[v], OPERATIONS[o], "200"]),
-                duration: request_duration.with_label_values(&[VERSIONS[v], OPERATIONS[o]]),
+                ok: requests.with_label_values(&[version_label(v), operation_label(o), "200"]),
+                duration: request_duration
+                    .with_label_values(&[version_label(v), operation_label(o)]),
             })
         });
         let upstream_by_operation =
-            std::array::from_fn(|o| upstream_duration.with_label_values(&[OPERATIONS[o]]));
+            std::array::from_fn(|o| upstream_duration.with_label_values(&[operation_label(o)]));
         // Label sets resolved above print from the start, at zero; drop the ones no request
-        // can have (an operation without a version, a version without an operation).
-        let impossible = (0..5).map(|o| (2, o)).chain([(0, 5), (1, 5)]);
-        for (v, o) in impossible {
-            let _ = requests.remove_label_values(&[VERSIONS[v], OPERATIONS[o], "200"]);
-            let _ = request_duration.remove_label_values(&[VERSIONS[v], OPERATIONS[o]]);
+        // can have: an operation without a version or a version without one, a 200 for a
+        // request that named no operation, and backend time for one that never went there.
+        for v in 0..VERSION_LABELS {
+            for o in 0..OPERATION_LABELS {
+                let (version, operation) = (version_label(v), operation_label(o));
+                let named = (v < ApiVersion::COUNT, o < Operation::COUNT);
+                if named.0 != named.1 {
+                    let _ = request_duration.remove_label_values(&[version, operation]);
+                }
+                if named != (true, true) {
+                    let _ = requests.remove_label_values(&[version, operation, "200"]);
+                }
+            }
         }
-        let _ = requests.remove_label_values(&[VERSIONS[2], OPERATIONS[5], "200"]);
-        let _ = upstream_duration.remove_label_values(&[OPERATIONS[5]]);
+        let _ = upstream_duration.remove_label_values(&[operation_label(Operation::COUNT)]);
         Ok(Self {
             by_route,
             upstream_by_operation,
@@ -234,7 +241,7 @@ impl Telemetry {
     pub fn record(&self, ex: &Exchange) {
         let elapsed = ex.started.elapsed();
         let (vi, oi) = (version_index(ex.version), operation_index(ex.operation));
-        let (version, operation) = (VERSIONS[vi], OPERATIONS[oi]);
+        let (version, operation) = (version_label(vi), operation_label(oi));
         let route = &self.by_route[vi][oi];
         if ex.status == 200 {
             route.ok.inc();

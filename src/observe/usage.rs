@@ -11,14 +11,14 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::route::{ApiVersion, Operation};
+use crate::api::operation::{ApiVersion, Operation};
 use crate::config::unix_seconds;
 use crate::config::Snapshot;
 
 #[derive(Default)]
 struct AgentUsage {
     /// `[version][operation]`, in the order of [`ApiVersion::ALL`] and [`Operation::ALL`].
-    counts: [[AtomicU64; 5]; 2],
+    counts: [[AtomicU64; Operation::COUNT]; ApiVersion::COUNT],
     /// Unix seconds; 0 means never.
     first_v1: AtomicU64,
     last_v1: AtomicU64,
@@ -61,13 +61,6 @@ pub struct AgentReport {
     pub safe_to_block: bool,
 }
 
-fn version_index(v: ApiVersion) -> usize {
-    match v {
-        ApiVersion::V1 => 0,
-        ApiVersion::V2 => 1,
-    }
-}
-
 fn rfc3339(secs: u64) -> Option<String> {
     (secs > 0).then(|| {
         humantime::format_rfc3339_seconds(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
@@ -100,7 +93,7 @@ impl UsageTracker {
                 .or_default()
                 .clone(),
         };
-        usage.counts[version_index(version)][operation as usize].fetch_add(1, Ordering::Relaxed);
+        usage.counts[version as usize][operation as usize].fetch_add(1, Ordering::Relaxed);
         if version == ApiVersion::V1 {
             let secs = unix_seconds(now);
             let _ = usage
@@ -140,8 +133,8 @@ impl UsageTracker {
                 AgentReport {
                     agent_id: id.clone(),
                     v1_policy: agent.v1_policy.as_str().to_owned(),
-                    v1_requests: by_op(0),
-                    v2_requests: by_op(1),
+                    v1_requests: by_op(ApiVersion::V1 as usize),
+                    v2_requests: by_op(ApiVersion::V2 as usize),
                     first_v1_call: rfc3339(usage.first_v1.load(Ordering::Relaxed)),
                     last_v1_call: rfc3339(last),
                     safe_to_block: watched_long_enough && (last == 0 || last < quiet_since),

@@ -10,9 +10,8 @@ use crate::policy::auth::{authenticate, AuthFailure};
 use crate::policy::retirement;
 use std::time::SystemTime;
 
-use crate::api::route::{
-    match_route, path_template, upstream_path, ApiVersion, Operation, RouteError, RouteMatch,
-};
+use crate::api::operation::{ApiVersion, Operation};
+use crate::api::route::{match_route, path_template, upstream_path, RouteError, RouteMatch};
 
 /// What a request is, as far as it was understood (for logs and metrics even when refused).
 #[derive(Debug, Clone, Copy, Default)]
@@ -79,8 +78,7 @@ pub fn plan<'s>(
     who.version = Some(route.version);
     who.operation = Some(route.operation);
 
-    let needs_auth =
-        route.operation != Operation::TransactionStatus || snapshot.auth.require_on_status;
+    let needs_auth = route.operation.needs_auth(snapshot.auth.require_on_status);
     let refuse = |who, failure| Refusal {
         who,
         reply: Reply::Unauthorized,

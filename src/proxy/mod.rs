@@ -31,8 +31,8 @@ use pingora::{Error, ErrorType};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::timeout;
 
+use crate::api::operation::ApiVersion;
 use crate::api::reply::Reply;
-use crate::api::route::ApiVersion;
 use crate::api::schema;
 use crate::config::{Limits, Snapshot, ValidationMode};
 use crate::http1::{ChunkedDecoder, Framing, HeadError, HeadWriter, Request, RequestHead};
@@ -505,8 +505,11 @@ impl ProxyApp {
             return self.reply(c, reply, snap, ex, false).await;
         }
         ex.bytes_in = c.body().len();
-        if snap.validation != ValidationMode::Off {
-            if let Err(violation) = schema::validate(operation, c.body()) {
+        if let Some(schema) = operation
+            .schema()
+            .filter(|_| snap.validation != ValidationMode::Off)
+        {
+            if let Err(violation) = schema::validate(schema, c.body()) {
                 let message = violation.message();
                 tracing::info!(request_id = %ex.request_id, %message, "request body breaks the schema");
                 ex.validation_failure = Some(violation.rule);

@@ -15,7 +15,8 @@ use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 use serde_json::{json, Value};
 
-use crate::api::route::{match_route, Operation};
+use crate::api::operation::Operation;
+use crate::api::route::match_route;
 use crate::config::BasePath;
 use crate::config::Bases;
 use crate::policy::auth::{AGENT_ID_HEADER, AUTH_TOKEN_HEADER};
@@ -80,13 +81,10 @@ impl MockBackend {
         let Ok(Value::Object(fields)) = serde_json::from_slice::<Value>(body) else {
             return (400, sar(400, "body must be a JSON object"));
         };
-        let required: &[&str] = match route.operation {
-            Operation::VerifyRequest => &["business_code"],
-            Operation::ConnectionInvitation => &["organization_name"],
-            Operation::CredentialOffer => &["organization_name", "credential_def_id"],
-            _ => &[],
-        };
-        if let Some(missing) = required
+        if let Some(missing) = route
+            .operation
+            .spec()
+            .mock_required
             .iter()
             .find(|f| !fields.get(**f).is_some_and(Value::is_string))
         {

@@ -29,7 +29,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
-use crate::api::route::{ApiVersion, Operation};
+use crate::api::operation::{ApiVersion, Operation};
 use crate::config::BusinessCode;
 
 /// The default operation mix, in percent.
@@ -228,20 +228,10 @@ impl Api {
     }
 }
 
-fn op_index(op: Operation) -> usize {
-    match op {
-        Operation::VerifyRequest => 0,
-        Operation::VerifyResponse => 1,
-        Operation::ConnectionInvitation => 2,
-        Operation::CredentialOffer => 3,
-        Operation::TransactionStatus => 4,
-    }
-}
-
-/// Relative weights of the five operations (indexed like [`Operation::ALL`]).
+/// Relative weights of the operations (indexed like [`Operation::ALL`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mix {
-    weights: [u32; 5],
+    weights: [u32; Operation::COUNT],
     total: u64,
 }
 
@@ -249,8 +239,8 @@ impl FromStr for Mix {
     type Err = LoadError;
 
     fn from_str(s: &str) -> Result<Self, LoadError> {
-        let mut weights = [0u32; 5];
-        let mut seen = [false; 5];
+        let mut weights = [0u32; Operation::COUNT];
+        let mut seen = [false; Operation::COUNT];
         for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
             let (name, weight) = item
                 .split_once('=')
@@ -269,7 +259,7 @@ impl FromStr for Mix {
                 .trim()
                 .parse()
                 .map_err(|_| LoadError::Mix(format!("weight of {name} is not a whole number")))?;
-            let i = op_index(op);
+            let i = op as usize;
             if seen[i] {
                 return Err(LoadError::Mix(format!("{name} given twice")));
             }
@@ -726,7 +716,7 @@ pub struct Stats {
     pub latency_us: Histogram<u64>,
     pub statuses: BTreeMap<u16, u64>,
     pub conn_errors: BTreeMap<ConnErrorKind, u64>,
-    pub operations: [u64; 5],
+    pub operations: [u64; Operation::COUNT],
     /// Scheduled requests never sent: the run's hard deadline had passed.
     pub unsent: u64,
     /// Open model: requests that started more than 1 ms after they were due (no idle
@@ -741,7 +731,7 @@ impl Default for Stats {
                 .expect("static histogram bounds are valid"),
             statuses: BTreeMap::new(),
             conn_errors: BTreeMap::new(),
-            operations: [0; 5],
+            operations: [0; Operation::COUNT],
             unsent: 0,
             late_starts: 0,
         }
@@ -1241,7 +1231,7 @@ async fn worker(shared: Arc<Shared>, mut conn: Conn, start: Instant) -> Stats {
             stats.late_starts += 1;
         }
         let op = plan.script.write_request(i, &tx_ids, &mut req);
-        stats.operations[op_index(op)] += 1;
+        stats.operations[op as usize] += 1;
         let outcome = tokio::time::timeout(plan.timeout, conn.exchange(&req, &mut body)).await;
         let finished = Instant::now();
         match outcome {
@@ -1406,10 +1396,10 @@ mod tests {
     #[test]
     fn mix_draws_follow_the_weights() {
         let m = mix(DEFAULT_MIX);
-        let mut counts = [0u64; 5];
+        let mut counts = [0u64; Operation::COUNT];
         let n = 100_000;
         for i in 0..n {
-            counts[op_index(m.pick(i))] += 1;
+            counts[m.pick(i) as usize] += 1;
         }
         for (count, want) in counts.iter().zip([50, 20, 10, 10, 10]) {
             let pct = *count as f64 * 100.0 / n as f64;
