@@ -9,7 +9,7 @@ use std::time::SystemTime;
 
 use bytes::{Bytes, BytesMut};
 
-use crate::http1::HeadWriter;
+use crate::http1::ResponseWriter;
 
 use crate::api::route::RouteError;
 
@@ -200,8 +200,8 @@ impl Reply {
         out: &'a mut BytesMut,
         body_len: usize,
         request_id: &str,
-    ) -> HeadWriter<'a> {
-        let mut w = HeadWriter::new(out, self.status(), b"");
+    ) -> ResponseWriter<'a> {
+        let mut w = ResponseWriter::new(out, self.status(), b"");
         w.header("content-type", "application/json")
             .number("content-length", body_len as u64);
         match self {

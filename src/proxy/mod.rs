@@ -35,7 +35,7 @@ use crate::api::operation::ApiVersion;
 use crate::api::reply::Reply;
 use crate::api::schema;
 use crate::config::{Limits, Snapshot, ValidationMode};
-use crate::http1::{ChunkedDecoder, Framing, HeadError, HeadWriter, Request, RequestHead};
+use crate::http1::{ChunkedDecoder, Framing, HeadError, Request, RequestHead, ResponseWriter};
 use crate::observe::exchange::{Exchange, UpstreamErrorKind};
 use crate::observe::telemetry::Telemetry;
 use crate::policy::admit::{plan, RequestFacts};
@@ -633,7 +633,7 @@ impl ProxyApp {
 
         c.out.clear();
         let declares_hop_headers = up.head.declares_hop_headers;
-        let mut w = HeadWriter::new(&mut c.out, up.head.status, up.head.reason(&up.buf));
+        let mut w = ResponseWriter::new(&mut c.out, up.head.status, up.head.reason(&up.buf));
         for (name, value) in up.head.headers(&up.buf) {
             // With chunked framing a Content-Length is wrong (RFC 9112 §6.3); a client that
             // gets the data decoded gets no Transfer-Encoding either.
@@ -835,7 +835,7 @@ fn check_request_size(req: &Request<'_>, limits: &Limits) -> Result<(), Reply> {
 }
 
 /// Adds the configured `Deprecation`, `Sunset` and `Link` headers to a v1 response.
-fn add_retirement_signals(w: &mut HeadWriter<'_>, snap: &Snapshot, ex: &Exchange) {
+fn add_retirement_signals(w: &mut ResponseWriter<'_>, snap: &Snapshot, ex: &Exchange) {
     if ex.version == Some(ApiVersion::V1) {
         for (name, value) in &snap.retirement.headers {
             w.header(name, value.as_bytes());
@@ -844,7 +844,7 @@ fn add_retirement_signals(w: &mut HeadWriter<'_>, snap: &Snapshot, ex: &Exchange
 }
 
 /// Says whether the connection stays open, where the client would not assume it.
-fn connection_header(w: &mut HeadWriter<'_>, keep: bool, http10: bool) {
+fn connection_header(w: &mut ResponseWriter<'_>, keep: bool, http10: bool) {
     if !keep {
         w.header("connection", "close");
     } else if http10 {

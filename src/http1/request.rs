@@ -1,0 +1,312 @@
+//! Request heads: parsed into positions within the connection's read buffer, and read through
+//! [`Request`], a view with the request line's parts split out once.
+
+use std::mem::MaybeUninit;
+use std::ops::Range;
+
+use super::{
+    complete, content_length, has_token, header_positions, names_headers, position, Framing,
+    FramingError, HeadError, HeaderPos, MAX_HEADERS,
+};
+
+/// A parsed request head, as positions in the connection's read buffer. Reused from one
+/// request to the next, so parsing allocates nothing once the connection is warm.
+#[derive(Debug, Default)]
+pub struct RequestHead {
+    /// Bytes of the head, final CRLF included: where the body starts.
+    pub len: usize,
+    method: Range<usize>,
+    target: Range<usize>,
+    /// HTTP/1.0 rather than 1.1.
+    pub http10: bool,
+    headers: Vec<HeaderPos>,
+}
+
+impl RequestHead {
+    /// Parses a request head at the start of `buf`: `Ok(true)` when it is complete (and
+    /// `self` describes it), `Ok(false)` when more bytes are needed.
+    pub fn parse(&mut self, buf: &[u8]) -> Result<bool, HeadError> {
+        let mut storage = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut []);
+        let Some(len) = complete(req.parse_with_uninit_headers(buf, &mut storage))? else {
+            return Ok(false);
+        };
+        self.len = len;
+        self.method = position(buf, req.method.unwrap_or_default().as_bytes());
+        self.target = position(buf, req.path.unwrap_or_default().as_bytes());
+        self.http10 = req.version == Some(0);
+        header_positions(buf, req.headers, &mut self.headers);
+        Ok(true)
+    }
+
+    /// The head over the buffer it was parsed from.
+    pub fn view<'a>(&'a self, buf: &'a [u8]) -> Request<'a> {
+        // httparse admits only visible ASCII in methods and targets.
+        let text = |r: &Range<usize>| std::str::from_utf8(&buf[r.clone()]).unwrap_or_default();
+        let target = text(&self.target);
+        let (authority, origin) = match target.find("://") {
+            Some(i) if !target.starts_with('/') => {
+                let after = &target[i + 3..];
+                let slash = after.find('/').unwrap_or(after.len());
+                (Some(&after[..slash]), &after[slash..])
+            }
+            _ => (None, target),
+        };
+        let origin = origin.split('#').next().unwrap_or_default();
+        let (path, query) = match origin.split_once('?') {
+            Some((path, query)) => (path, Some(query)),
+            None => (origin, None),
+        };
+        Request {
+            head: self,
+            buf,
+            method: text(&self.method),
+            target,
+            path: if path.is_empty() { "/" } else { path },
+            query,
+            authority,
+        }
+    }
+}
+
+/// A parsed request head over its buffer, with the request line's parts split out once.
+#[derive(Clone, Copy)]
+pub struct Request<'a> {
+    head: &'a RequestHead,
+    buf: &'a [u8],
+    method: &'a str,
+    target: &'a str,
+    path: &'a str,
+    query: Option<&'a str>,
+    authority: Option<&'a str>,
+}
+
+impl<'a> Request<'a> {
+    pub fn method(&self) -> &'a str {
+        self.method
+    }
+
+    pub fn http10(&self) -> bool {
+        self.head.http10
+    }
+
+    /// The request target as sent: origin form `/path?query`, or absolute form.
+    pub fn target(&self) -> &'a str {
+        self.target
+    }
+
+    /// The target's path: the origin form's, or the path of an absolute-form target.
+    pub fn path(&self) -> &'a str {
+        self.path
+    }
+
+    /// The authority of an absolute-form target.
+    pub fn authority(&self) -> Option<&'a str> {
+        self.authority
+    }
+
+    pub fn query(&self) -> Option<&'a str> {
+        self.query
+    }
+
+    /// Every header line, in order, names as sent.
+    pub fn headers(&self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
+        let buf = self.buf;
+        self.head
+            .headers
+            .iter()
+            .map(move |(n, v)| (&buf[n.clone()], &buf[v.clone()]))
+    }
+
+    pub fn header_count(&self) -> usize {
+        self.head.headers.len()
+    }
+
+    /// The first value of a header (`name` in lower case).
+    pub fn header(&self, name: &str) -> Option<&'a [u8]> {
+        self.headers_named(name).next()
+    }
+
+    /// The value of a header sent exactly once: `None` when it is absent or repeated, since a
+    /// repeated credential could be checked in one copy here and read in another upstream.
+    pub fn single_header(&self, name: &str) -> Option<&'a [u8]> {
+        let mut values = self.headers_named(name);
+        let first = values.next()?;
+        values.next().is_none().then_some(first)
+    }
+
+    /// Every value of a header (`name` in lower case).
+    pub fn headers_named<'n>(&self, name: &'n str) -> impl Iterator<Item = &'a [u8]> + 'n
+    where
+        'a: 'n,
+    {
+        let this = *self;
+        this.head
+            .headers
+            .iter()
+            .filter(move |(n, _)| this.buf[n.clone()].eq_ignore_ascii_case(name.as_bytes()))
+            .map(move |(_, v)| &this.buf[v.clone()])
+    }
+
+    /// Whether a comma-separated header has `token` among its values.
+    pub fn has_token(&self, name: &str, token: &str) -> bool {
+        self.headers_named(name)
+            .any(|v| has_token(v, token.as_bytes()))
+    }
+
+    /// Whether a `Connection` header lists `name`: such a header is hop-by-hop by the
+    /// client's declaration (RFC 9110 §7.6.1) and is not forwarded.
+    pub fn connection_lists(&self, name: &[u8]) -> bool {
+        self.headers_named("connection").any(|v| has_token(v, name))
+    }
+
+    /// Whether a `Connection` header names any header (anything but `close`/`keep-alive`):
+    /// only then is [`Self::connection_lists`] worth asking.
+    pub fn declares_hop_headers(&self) -> bool {
+        self.headers_named("connection").any(names_headers)
+    }
+
+    /// How the body is framed; conflicting or unsupported framing is refused, so a body is
+    /// never read one way here and another way by the backend (request smuggling).
+    pub fn framing(&self) -> Result<Framing, FramingError> {
+        let length = content_length(self.headers_named("content-length"))?;
+        let mut codings = self.headers_named("transfer-encoding").peekable();
+        if codings.peek().is_none() {
+            return Ok(Framing::Length(length.unwrap_or(0)));
+        }
+        let chunked_only = codings.all(|v| {
+            std::str::from_utf8(v).is_ok_and(|v| {
+                v.split(',')
+                    .all(|c| c.trim().eq_ignore_ascii_case("chunked"))
+            })
+        });
+        if length.is_some() || self.http10() || !chunked_only {
+            return Err(FramingError::BadTransferEncoding);
+        }
+        Ok(Framing::Chunked)
+    }
+
+    /// Whether the client asked to keep the connection open after this request.
+    pub fn wants_keep_alive(&self) -> bool {
+        if self.has_token("connection", "close") {
+            return false;
+        }
+        !self.http10() || self.has_token("connection", "keep-alive")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(raw: &str) -> (RequestHead, Vec<u8>) {
+        let mut head = RequestHead::default();
+        assert_eq!(head.parse(raw.as_bytes()), Ok(true), "{raw:?}");
+        (head, raw.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn a_request_head_is_read_into_positions() {
+        let (head, buf) = parse(
+            "POST /api/v1/verify/request?x=1 HTTP/1.1\r\nHost: gw\r\nX-Auth-Token: t\r\nContent-Length: 2\r\n\r\n{}",
+        );
+        let req = head.view(&buf);
+        assert_eq!(req.method(), "POST");
+        assert_eq!(req.path(), "/api/v1/verify/request");
+        assert_eq!(req.query(), Some("x=1"));
+        assert_eq!(req.header("x-auth-token"), Some(&b"t"[..]));
+        assert_eq!(req.header_count(), 3);
+        assert_eq!(req.framing(), Ok(Framing::Length(2)));
+        assert!(req.wants_keep_alive());
+        assert_eq!(&buf[head.len..], b"{}");
+    }
+
+    #[test]
+    fn a_partial_head_asks_for_more_and_garbage_is_malformed() {
+        let mut head = RequestHead::default();
+        assert_eq!(head.parse(b"GET / HTTP/1.1\r\nHost: x\r\n"), Ok(false));
+        assert_eq!(
+            head.parse(b"NOT HTTP AT ALL\r\n\r\n"),
+            Err(HeadError::Malformed)
+        );
+        assert_eq!(
+            head.parse(b"GET /a\x00b HTTP/1.1\r\n\r\n"),
+            Err(HeadError::Malformed)
+        );
+        assert_eq!(
+            head.parse(b"GET / HTTP/1.1\r\nX-Evil: a\rb\r\n\r\n"),
+            Err(HeadError::Malformed)
+        );
+        let many = format!(
+            "GET / HTTP/1.1\r\n{}\r\n",
+            "A: b\r\n".repeat(MAX_HEADERS + 1)
+        );
+        assert_eq!(head.parse(many.as_bytes()), Err(HeadError::TooManyHeaders));
+    }
+
+    #[test]
+    fn absolute_form_targets_give_their_path_and_authority() {
+        let (head, buf) = parse("GET http://gw:8080/api/v2/x?q HTTP/1.1\r\n\r\n");
+        let req = head.view(&buf);
+        assert_eq!(
+            (req.path(), req.authority()),
+            ("/api/v2/x", Some("gw:8080"))
+        );
+        let (head, buf) = parse("GET http://gw HTTP/1.1\r\n\r\n");
+        assert_eq!(head.view(&buf).path(), "/");
+    }
+
+    #[test]
+    fn framing_refuses_what_could_be_read_two_ways() {
+        let framing = |headers: &str| {
+            let (head, buf) = parse(&format!("POST / HTTP/1.1\r\n{headers}\r\n"));
+            head.view(&buf).framing()
+        };
+        assert_eq!(framing(""), Ok(Framing::Length(0)));
+        assert_eq!(
+            framing("Content-Length: 5\r\nContent-Length: 5\r\n"),
+            Ok(Framing::Length(5))
+        );
+        assert_eq!(
+            framing("Transfer-Encoding: Chunked\r\n"),
+            Ok(Framing::Chunked)
+        );
+        for bad in [
+            "Content-Length: 5\r\nContent-Length: 6\r\n",
+            "Content-Length: -1\r\n",
+            "Content-Length: 1e3\r\n",
+            "Content-Length: \r\n",
+            "Content-Length: 99999999999999999999\r\n",
+        ] {
+            assert_eq!(framing(bad), Err(FramingError::BadContentLength), "{bad}");
+        }
+        for bad in [
+            "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n",
+            "Transfer-Encoding: gzip, chunked\r\n",
+            "Transfer-Encoding: identity\r\n",
+        ] {
+            assert_eq!(
+                framing(bad),
+                Err(FramingError::BadTransferEncoding),
+                "{bad}"
+            );
+        }
+        let (head, buf) = parse("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n");
+        assert_eq!(
+            head.view(&buf).framing(),
+            Err(FramingError::BadTransferEncoding)
+        );
+    }
+
+    #[test]
+    fn keep_alive_follows_the_version_and_connection_header() {
+        let keep = |raw: &str| {
+            let (head, buf) = parse(raw);
+            head.view(&buf).wants_keep_alive()
+        };
+        assert!(keep("GET / HTTP/1.1\r\n\r\n"));
+        assert!(!keep("GET / HTTP/1.1\r\nConnection: Close\r\n\r\n"));
+        assert!(!keep("GET / HTTP/1.0\r\n\r\n"));
+        assert!(keep("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"));
+    }
+}

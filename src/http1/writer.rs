@@ -1,0 +1,132 @@
+//! Head writers: a response head for a client, a request head for a backend. Both write
+//! straight into the connection's output buffer, one header at a time.
+
+use bytes::{BufMut, BytesMut};
+
+/// Writes a response head: the status line, then one header at a time, then [`Self::end`].
+pub struct ResponseWriter<'a> {
+    out: &'a mut BytesMut,
+}
+
+impl<'a> ResponseWriter<'a> {
+    /// Starts a head with `status` and its reason phrase (the canonical one if `reason` is empty).
+    pub fn new(out: &'a mut BytesMut, status: u16, reason: &[u8]) -> Self {
+        let canonical = http::StatusCode::from_u16(status)
+            .ok()
+            .and_then(|s| s.canonical_reason())
+            .unwrap_or("");
+        out.put_slice(b"HTTP/1.1 ");
+        out.put_slice(itoa::Buffer::new().format(status).as_bytes());
+        out.put_u8(b' ');
+        out.put_slice(if reason.is_empty() {
+            canonical.as_bytes()
+        } else {
+            reason
+        });
+        out.put_slice(b"\r\n");
+        ResponseWriter { out }
+    }
+
+    pub fn header(&mut self, name: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> &mut Self {
+        put_header(self.out, name.as_ref(), value.as_ref());
+        self
+    }
+
+    pub fn number(&mut self, name: &str, value: u64) -> &mut Self {
+        self.header(name, itoa::Buffer::new().format(value))
+    }
+
+    /// Ends the head.
+    pub fn end(self) {
+        self.out.put_slice(b"\r\n");
+    }
+}
+
+/// Writes a request head: the request line, then one header at a time, then [`Self::end`].
+pub struct RequestWriter<'a> {
+    out: &'a mut BytesMut,
+}
+
+impl<'a> RequestWriter<'a> {
+    /// Starts `method target HTTP/1.1`.
+    pub fn new(out: &'a mut BytesMut, method: &str, target: &str) -> Self {
+        out.put_slice(method.as_bytes());
+        out.put_u8(b' ');
+        out.put_slice(target.as_bytes());
+        out.put_slice(b" HTTP/1.1\r\n");
+        RequestWriter { out }
+    }
+
+    pub fn header(&mut self, name: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> &mut Self {
+        put_header(self.out, name.as_ref(), value.as_ref());
+        self
+    }
+
+    pub fn number(&mut self, name: &str, value: u64) -> &mut Self {
+        self.header(name, itoa::Buffer::new().format(value))
+    }
+
+    /// Starts a header whose value the caller writes in pieces with [`Self::value_part`],
+    /// ending it with [`Self::end_value`].
+    pub fn start_value(&mut self, name: &[u8]) -> &mut Self {
+        self.out.put_slice(name);
+        self.out.put_slice(b": ");
+        self
+    }
+
+    pub fn value_part(&mut self, part: &[u8]) -> &mut Self {
+        self.out.put_slice(part);
+        self
+    }
+
+    pub fn end_value(&mut self) -> &mut Self {
+        self.out.put_slice(b"\r\n");
+        self
+    }
+
+    /// Ends the head.
+    pub fn end(self) {
+        self.out.put_slice(b"\r\n");
+    }
+}
+
+fn put_header(out: &mut BytesMut, name: &[u8], value: &[u8]) {
+    out.put_slice(name);
+    out.put_slice(b": ");
+    out.put_slice(value);
+    out.put_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_head_writer_writes_a_status_line_and_headers() {
+        let mut out = BytesMut::new();
+        let mut w = ResponseWriter::new(&mut out, 404, b"");
+        w.header("content-type", "application/json")
+            .number("content-length", 7);
+        w.end();
+        assert_eq!(
+            &out[..],
+            b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: 7\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn the_request_writer_writes_a_request_line_and_headers() {
+        let mut out = BytesMut::new();
+        let mut w = RequestWriter::new(&mut out, "GET", "/healthz");
+        w.header("host", "gw").number("content-length", 0);
+        w.start_value(b"x-forwarded-for")
+            .value_part(b"10.0.0.1, ")
+            .value_part(b"127.0.0.1")
+            .end_value();
+        w.end();
+        assert_eq!(
+            &out[..],
+            &b"GET /healthz HTTP/1.1\r\nhost: gw\r\ncontent-length: 0\r\nx-forwarded-for: 10.0.0.1, 127.0.0.1\r\n\r\n"[..]
+        );
+    }
+}
