@@ -1,13 +1,15 @@
 //! The per-request hot path without sockets: what the gateway computes for every request.
 //!
-//! - `plan/*`: route match, auth check (SHA-256 of the token, constant-time compare) and the
-//!   upstream path, for a v1 and a v2 request ([`agent_gateway::policy::admit::plan`]).
+//! - `admit/*`: admission ([`agent_gateway::policy::admit`]) of the request wrk sends, as
+//!   the pipeline calls it: the facts read off the parsed head, then route match, auth check
+//!   (SHA-256 of the token, constant-time compare), retirement and the upstream path, for a
+//!   v1 and a v2 request.
 //! - `telemetry/*`: [`Telemetry::record`] for a served request, with no log subscriber (the
 //!   access log filtered out) and with the binary's JSON subscriber writing to a sink.
 //! - `http1/*`: parsing the request head a client sends (wrk's POST) and a backend's response
 //!   head ([`agent_gateway::http1`]), into buffers reused per connection as the proxy does.
 //! - `request/*`: everything the gateway does per request outside I/O: `Exchange::start`, a
-//!   minted request id, `plan`, `identified`, `record`.
+//!   minted request id, admission, `identified`, `record`.
 //!
 //! Before the timings it prints heap allocations per call, counted by an instrumented global
 //! allocator (`stats_alloc`: the crate forbids `unsafe`, so the counting `GlobalAlloc` comes
@@ -24,75 +26,81 @@ use std::time::{Duration, SystemTime};
 use criterion::{criterion_group, Criterion};
 use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
 
-use agent_gateway::config::Snapshot;
+use agent_gateway::config::file::AgentFile;
+use agent_gateway::config::{testing, FileConfig, Snapshot};
 use agent_gateway::http1::{RequestHead, ResponseHead};
 use agent_gateway::observe::exchange::Exchange;
 use agent_gateway::observe::telemetry::Telemetry;
-use agent_gateway::policy::admit::{plan, RequestFacts};
+use agent_gateway::policy::admit::{admit, Forward, Refusal, RequestFacts};
 use agent_gateway::policy::request_id::RequestIds;
 
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 
-/// The benchmark config: the one `benches/compare.sh` runs (agent-1, token "secret").
-const CONFIG: &str = r#"
-[listen]
-proxy = "127.0.0.1:8083"
-[server]
-threads = 1
-[v1]
-default_service = "DEFAULT"
-[upstream]
-addresses = ["127.0.0.1:9000"]
-[[auth.agents]]
-id = "agent-1"
-token_sha256 = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"
-[[auth.agents]]
-id = "partner-agent"
-token_sha256 = "92bc60cbdec0a60b842eda0e0cd3c14fa0460c8eaaa5badd684f40258f8f50be"
-default_service = "PARTNER"
-services = ["PARTNER", "DEFAULT"]
-"#;
-
+/// The test config with a second agent limited to two services, as in the shipped one.
 fn snapshot() -> Snapshot {
-    Snapshot::parse(CONFIG).expect("the bench config is valid")
+    let mut f = testing::config();
+    let mut partner = AgentFile::new("partner-agent", "partner-token");
+    partner.default_service = Some("PARTNER".into());
+    partner.services = Some(vec!["PARTNER".into(), testing::DEFAULT_SERVICE.into()]);
+    f.auth.agents.push(partner);
+    FileConfig::snapshot(f)
 }
 
 const REQUEST_ID: &str = "5f1c0e2a9b7d4c31-0000002a";
 
-fn facts(path: &str) -> RequestFacts<'_> {
-    RequestFacts {
-        method: "POST",
-        path,
-        query: None,
-        agent_id: Some(b"agent-1"),
-        token: Some(b"secret"),
-        request_id: REQUEST_ID,
-        now: SystemTime::now(),
-    }
+/// A request head as wrk sends it (shared/peers/post-verify.lua), for `path` and `token`.
+fn request_head(path: &str, token: &str) -> Vec<u8> {
+    format!(
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:8083\r\nContent-Type: application/json\r\nX-Auth-Token: {token}\r\nX-Service-Agent-Id: {}\r\nContent-Length: 55\r\n\r\n",
+        testing::AGENT_ID
+    )
+    .into_bytes()
 }
 
 const V1: &str = "/api/v1/verify/request";
-const V2: &str = "/api/v2/verify/DEFAULT/request";
+const V2: &str = "/api/v2/verify/ORG_DEFAULT/request";
 
-/// One served v1 request, computed as `proxy.rs` does, without the I/O.
-fn serve_one(snap: &Snapshot, ids: &RequestIds, telemetry: &Telemetry) {
-    let method = http::Method::POST;
-    let mut ex = Exchange::start(&method, V1);
+/// A parsed request head over its bytes, as a client connection holds it.
+struct Parsed {
+    head: RequestHead,
+    buf: Vec<u8>,
+}
+
+impl Parsed {
+    fn new(path: &str) -> Self {
+        Self::with_token(path, testing::TOKEN)
+    }
+
+    fn with_token(path: &str, token: &str) -> Self {
+        let buf = request_head(path, token);
+        let mut head = RequestHead::default();
+        assert_eq!(head.parse(&buf), Ok(true));
+        Parsed { head, buf }
+    }
+
+    /// Admission as the pipeline runs it: the facts of the head, then `admit`.
+    fn admit<'s>(&self, snap: &'s Snapshot, request_id: &str) -> Result<Forward<'s>, Refusal<'s>> {
+        let view = self.head.view(&self.buf);
+        admit(
+            snap,
+            &RequestFacts::of(&view, request_id, SystemTime::now()),
+        )
+    }
+}
+
+/// One served v1 request, computed as the pipeline does, without the I/O.
+fn serve_one(snap: &Snapshot, parsed: &Parsed, ids: &RequestIds, telemetry: &Telemetry) {
+    let mut ex = Exchange::start(&http::Method::POST, V1);
     ex.request_id = ids.next_id();
-    let f = RequestFacts {
-        request_id: &ex.request_id,
-        now: ex.started_at,
-        ..facts(V1)
-    };
-    let forward = plan(snap, &f).expect("authorized");
+    let forward = parsed.admit(snap, &ex.request_id).expect("admitted");
     ex.identified(&forward.who);
     ex.bytes_in = 56;
-    ex.upstream_path = Some(forward.upstream_path);
-    ex.upstream_header_time = Some(Duration::from_micros(80));
+    ex.upstream.path = Some(forward.upstream_path);
+    ex.upstream.header_time = Some(Duration::from_micros(80));
     ex.status = 200;
     ex.bytes_out = 77;
-    ex.upstream_duration = Some(Duration::from_micros(90));
+    ex.upstream.duration = Some(Duration::from_micros(90));
     telemetry.record(black_box(&ex));
 }
 
@@ -100,14 +108,14 @@ fn serve_one(snap: &Snapshot, ids: &RequestIds, telemetry: &Telemetry) {
 fn served_exchange(snap: &Snapshot) -> Exchange {
     let mut ex = Exchange::start(&http::Method::POST, V1);
     ex.request_id = REQUEST_ID.into();
-    let forward = plan(snap, &facts(V1)).expect("authorized");
+    let forward = Parsed::new(V1).admit(snap, REQUEST_ID).expect("admitted");
     ex.identified(&forward.who);
-    ex.upstream_path = Some(forward.upstream_path);
+    ex.upstream.path = Some(forward.upstream_path);
     ex.bytes_in = 56;
     ex.status = 200;
     ex.bytes_out = 77;
-    ex.upstream_header_time = Some(Duration::from_micros(80));
-    ex.upstream_duration = Some(Duration::from_micros(90));
+    ex.upstream.header_time = Some(Duration::from_micros(80));
+    ex.upstream.duration = Some(Duration::from_micros(90));
     ex
 }
 
@@ -143,21 +151,20 @@ fn print_allocations() {
     let telemetry = Telemetry::register(&prometheus::Registry::new()).expect("fresh registry");
     let ids = RequestIds::default();
     let ex = served_exchange(&snap);
+    let (v1, v2) = (Parsed::new(V1), Parsed::new(V2));
     let n = 1000;
-    let (mut request_head, mut response_head) = (RequestHead::default(), ResponseHead::default());
+    let (mut head, wire) = (RequestHead::default(), request_head(V1, testing::TOKEN));
+    let mut response_head = ResponseHead::default();
     // Warm: the first parse sizes the reused header lists.
-    let _ = (
-        request_head.parse(REQUEST_HEAD),
-        response_head.parse(RESPONSE_HEAD),
-    );
+    let _ = (head.parse(&wire), response_head.parse(RESPONSE_HEAD));
     let mut rows: Vec<(&str, (f64, f64))> = vec![
         (
-            "plan v1 (route+auth+rewrite)",
-            allocations(n, || drop(black_box(plan(&snap, &facts(V1))))),
+            "admit v1 (route+auth+rewrite)",
+            allocations(n, || drop(black_box(v1.admit(&snap, REQUEST_ID)))),
         ),
         (
-            "plan v2 (route+auth+rewrite)",
-            allocations(n, || drop(black_box(plan(&snap, &facts(V2))))),
+            "admit v2 (route+auth+rewrite)",
+            allocations(n, || drop(black_box(v2.admit(&snap, REQUEST_ID)))),
         ),
         (
             "Exchange::start",
@@ -176,7 +183,7 @@ fn print_allocations() {
         (
             "http1 request head (warm buffers)",
             allocations(n, || {
-                black_box(request_head.parse(REQUEST_HEAD)).ok();
+                black_box(head.parse(&wire)).ok();
             }),
         ),
         (
@@ -187,7 +194,7 @@ fn print_allocations() {
         ),
         (
             "whole request, no log subscriber",
-            allocations(n, || serve_one(&snap, &ids, &telemetry)),
+            allocations(n, || serve_one(&snap, &v1, &ids, &telemetry)),
         ),
     ];
     tracing::subscriber::with_default(json_subscriber(), || {
@@ -197,30 +204,29 @@ fn print_allocations() {
         ));
         rows.push((
             "whole request, JSON access log",
-            allocations(n, || serve_one(&snap, &ids, &telemetry)),
+            allocations(n, || serve_one(&snap, &v1, &ids, &telemetry)),
         ));
     });
-    println!("heap allocations per call (target for plan + metrics: <= 2):");
+    println!("heap allocations per call (target for admission + metrics: <= 2):");
     for (name, (allocs, bytes)) in rows {
         println!("  {name:<40} {allocs:>6.2} allocations {bytes:>8.0} bytes");
     }
 }
 
-fn bench_plan(c: &mut Criterion) {
+fn bench_admit(c: &mut Criterion) {
     let snap = snapshot();
-    let mut g = c.benchmark_group("plan");
-    g.bench_function("v1_verify_request", |b| {
-        b.iter(|| plan(black_box(&snap), black_box(&facts(V1))))
-    });
-    g.bench_function("v2_verify_request", |b| {
-        b.iter(|| plan(black_box(&snap), black_box(&facts(V2))))
-    });
+    let mut g = c.benchmark_group("admit");
+    for (name, parsed) in [
+        ("v1_verify_request", Parsed::new(V1)),
+        ("v2_verify_request", Parsed::new(V2)),
+    ] {
+        g.bench_function(name, |b| {
+            b.iter(|| parsed.admit(black_box(&snap), black_box(REQUEST_ID)))
+        });
+    }
+    let bad_token = Parsed::with_token(V1, "wrong");
     g.bench_function("v1_bad_token", |b| {
-        let f = RequestFacts {
-            token: Some(b"wrong"),
-            ..facts(V1)
-        };
-        b.iter(|| plan(black_box(&snap), black_box(&f)))
+        b.iter(|| bad_token.admit(black_box(&snap), black_box(REQUEST_ID)))
     });
     g.finish();
 }
@@ -230,6 +236,7 @@ fn bench_telemetry(c: &mut Criterion) {
     let telemetry = Telemetry::register(&prometheus::Registry::new()).expect("fresh registry");
     let ids = RequestIds::default();
     let ex = served_exchange(&snap);
+    let v1 = Parsed::new(V1);
     let mut g = c.benchmark_group("telemetry");
     g.bench_function("record_no_log_subscriber", |b| {
         b.iter(|| telemetry.record(black_box(&ex)))
@@ -242,27 +249,25 @@ fn bench_telemetry(c: &mut Criterion) {
     g.finish();
 
     let mut g = c.benchmark_group("request");
-    g.bench_function("start_plan_record_no_log_subscriber", |b| {
-        b.iter(|| serve_one(&snap, &ids, &telemetry))
+    g.bench_function("start_admit_record_no_log_subscriber", |b| {
+        b.iter(|| serve_one(&snap, &v1, &ids, &telemetry))
     });
     tracing::subscriber::with_default(json_subscriber(), || {
-        g.bench_function("start_plan_record_json_access_log", |b| {
-            b.iter(|| serve_one(&snap, &ids, &telemetry))
+        g.bench_function("start_admit_record_json_access_log", |b| {
+            b.iter(|| serve_one(&snap, &v1, &ids, &telemetry))
         });
     });
     g.finish();
 }
 
-/// The request wrk sends in `benches/compare.sh` (shared/peers/post-verify.lua).
-const REQUEST_HEAD: &[u8] = b"POST /api/v1/verify/request HTTP/1.1\r\nHost: 127.0.0.1:8083\r\nContent-Type: application/json\r\nX-Auth-Token: secret\r\nX-Service-Agent-Id: agent-1\r\nContent-Length: 55\r\n\r\n";
 /// The answer of the static backend there (shared/peers/backend-nginx.conf).
 const RESPONSE_HEAD: &[u8] = b"HTTP/1.1 200 OK\r\nServer: nginx\r\nDate: Sun, 22 Nov 2026 01:00:00 GMT\r\nContent-Type: application/json\r\nContent-Length: 75\r\nConnection: keep-alive\r\nX-Upstream-Path: /api/v2/verify/DEFAULT/request\r\n\r\n";
 
 fn bench_http1(c: &mut Criterion) {
     let mut g = c.benchmark_group("http1");
-    let mut request_head = RequestHead::default();
+    let (mut head, wire) = (RequestHead::default(), request_head(V1, testing::TOKEN));
     g.bench_function("parse_request_head", |b| {
-        b.iter(|| request_head.parse(black_box(REQUEST_HEAD)))
+        b.iter(|| head.parse(black_box(&wire)))
     });
     let mut response_head = ResponseHead::default();
     g.bench_function("parse_response_head", |b| {
@@ -271,7 +276,7 @@ fn bench_http1(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_plan, bench_http1, bench_telemetry);
+criterion_group!(benches, bench_admit, bench_http1, bench_telemetry);
 
 fn main() {
     print_allocations();

@@ -1,4 +1,7 @@
 //! The `agent-gateway` command line: the binary's edge, where errors become `anyhow`.
+//! Parsing and dispatch are here; commands with logic of their own are in `cli/`.
+
+mod cli;
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
@@ -133,33 +136,6 @@ fn print_out(text: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A plain HTTP/1.1 GET of `path` on `base` (`http://host:port`), returning the body of a 200.
-fn http_get(base: &str, path: &str) -> anyhow::Result<String> {
-    let authority = base
-        .strip_prefix("http://")
-        .context("--admin must be an http:// URL")?
-        .trim_end_matches('/');
-    let mut stream = std::net::TcpStream::connect(authority)
-        .with_context(|| format!("cannot connect to {authority}"))?;
-    stream.set_read_timeout(Some(std::time::Duration::from_secs(10)))?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw)?;
-    let (head, body) = raw
-        .split_once("\r\n\r\n")
-        .context("malformed HTTP response")?;
-    if !head.starts_with("HTTP/1.1 200") {
-        bail!(
-            "{base}{path} answered: {}",
-            head.lines().next().unwrap_or_default()
-        );
-    }
-    Ok(body.to_owned())
-}
-
 fn pingora_opt(upgrade: bool) -> pingora::server::configuration::Opt {
     pingora::server::configuration::Opt {
         upgrade,
@@ -253,7 +229,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::V1Usage { admin, json } => {
-            let body = http_get(&admin, "/v1-usage")?;
+            let body = cli::admin_get(&admin, "/v1-usage")?;
             if json {
                 print_out(&(body + "\n"))?;
             } else {

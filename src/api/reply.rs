@@ -7,9 +7,8 @@
 
 use std::time::SystemTime;
 
-use bytes::{Bytes, BytesMut};
-
-use crate::http1::ResponseWriter;
+use bytes::Bytes;
+use http::HeaderValue;
 
 use crate::api::route::RouteError;
 
@@ -193,34 +192,39 @@ impl Reply {
         Bytes::from(body.to_string())
     }
 
-    /// Starts the response head for a body of `body_len` bytes, with the request id echoed
-    /// back; the caller adds any further headers and ends it.
-    pub fn head<'a>(
-        self,
-        out: &'a mut BytesMut,
-        body_len: usize,
-        request_id: &str,
-    ) -> ResponseWriter<'a> {
-        let mut w = ResponseWriter::new(out, self.status(), b"");
-        w.header("content-type", "application/json")
-            .number("content-length", body_len as u64);
+    /// The answer as data: status, headers and body, for each client protocol to render.
+    /// `hint` (what to do instead) is appended to the message.
+    pub fn answer(self, hint: Option<&str>) -> Answer {
+        let mut headers = vec![("content-type", HeaderValue::from_static("application/json"))];
         match self {
             Reply::MethodNotAllowed { allow } => {
-                w.header("allow", allow);
+                headers.push(("allow", HeaderValue::from_static(allow)));
             }
             Reply::RateLimited { retry_after_secs } => {
-                w.number("retry-after", retry_after_secs);
+                headers.push(("retry-after", HeaderValue::from(retry_after_secs)));
             }
             Reply::V1Gone(V1Refusal::Brownout { until }) => {
-                w.header("retry-after", httpdate::fmt_http_date(until));
+                let date = httpdate::fmt_http_date(until);
+                let value = HeaderValue::from_str(&date).expect("an HTTP-date is a header value");
+                headers.push(("retry-after", value));
             }
             _ => {}
         }
-        if !request_id.is_empty() {
-            w.header("x-request-id", request_id);
+        Answer {
+            status: self.status(),
+            headers,
+            body: self.body(hint),
         }
-        w
     }
+}
+
+/// One of the gateway's own answers, as data. Framing (`Content-Length`) is the client
+/// protocol's to add.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub status: u16,
+    pub headers: Vec<(&'static str, HeaderValue)>,
+    pub body: Bytes,
 }
 
 #[cfg(test)]

@@ -148,27 +148,27 @@ pub fn match_route<'a>(
     Ok(route)
 }
 
-/// The path and query sent upstream: the operation's v2 path under `base`. `service` is the
-/// code to put in a service-scoped path (the v2 segment as sent, or the v1 default); `query`
-/// is appended verbatim.
-pub fn upstream_path(
-    base: &BasePath,
-    route: &RouteMatch<'_>,
+/// The path of `operation` under `base` in `version`, with `service` and `transaction_id`
+/// in their segments and `query` appended verbatim.
+pub fn build_path(
+    base: &str,
+    version: ApiVersion,
+    operation: Operation,
     service: &str,
+    transaction_id: &str,
     query: Option<&str>,
 ) -> String {
-    let shape = route.operation.path(ApiVersion::V2);
-    let transaction_id = route.transaction_id.unwrap_or_default();
+    let shape = operation.path(version);
     let value = |seg: &Segment| match *seg {
         Segment::Literal(text) => text,
         Segment::ServiceCode => service,
         Segment::TransactionId => transaction_id,
     };
-    let len = base.as_str().len()
+    let len = base.len()
         + shape.iter().map(|s| 1 + value(s).len()).sum::<usize>()
         + query.map_or(0, |q| 1 + q.len());
     let mut out = String::with_capacity(len);
-    out.push_str(base.as_str());
+    out.push_str(base);
     for seg in shape {
         out.push('/');
         out.push_str(value(seg));
@@ -180,15 +180,34 @@ pub fn upstream_path(
     out
 }
 
+/// The path and query sent upstream: the operation's v2 path under the backend's `base`.
+/// `service` is the code to put in a service-scoped path (the v2 segment as sent, or the v1
+/// default).
+pub fn upstream_path(
+    base: &BasePath,
+    route: &RouteMatch<'_>,
+    service: &str,
+    query: Option<&str>,
+) -> String {
+    let transaction_id = route.transaction_id.unwrap_or_default();
+    build_path(
+        base.as_str(),
+        ApiVersion::V2,
+        route.operation,
+        service,
+        transaction_id,
+        query,
+    )
+}
+
 /// The public path template of `operation` under `base`, with `{...}` placeholders, as a
 /// client would read it in documentation (`/api/v2/verify/{service_business_code}/request`).
 pub fn path_template(base: &str, version: ApiVersion, operation: Operation) -> String {
-    let mut out = base.to_owned();
-    for seg in operation.path(version) {
-        out.push('/');
-        out.push_str(seg.template());
-    }
-    out
+    let (service, transaction_id) = (
+        Segment::ServiceCode.template(),
+        Segment::TransactionId.template(),
+    );
+    build_path(base, version, operation, service, transaction_id, None)
 }
 
 #[cfg(test)]

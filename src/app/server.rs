@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pingora::apps::http_app::HttpServer;
+use pingora::connectors::{ConnectorOptions, TransportConnector};
 use pingora::listeners::tls::TlsSettings;
 use pingora::listeners::{L4BufferSettings, ListenerConfig};
 use pingora::server::configuration::{Opt, ServerConf};
@@ -22,6 +23,7 @@ use crate::config::{BasePath, Snapshot};
 use crate::observe::telemetry::Telemetry;
 use crate::proxy::health::{HealthChecker, UpstreamHealth};
 use crate::proxy::pool::{PoolSweeper, UpstreamPool};
+use crate::proxy::upstream::{Connect, Upstream};
 use crate::proxy::ProxyApp;
 use crate::tools::mock_backend::MockBackend;
 
@@ -90,14 +92,13 @@ pub fn build(
 
     let health = Arc::new(UpstreamHealth::default());
     let pool = Arc::new(UpstreamPool::new(startup.upstream_keepalive_pool_size));
-    let proxy_app = ProxyApp::new(
-        config.clone(),
-        telemetry.clone(),
-        health.clone(),
-        pool.clone(),
-    );
+    // Makes new backend connections (connect timeout, TLS); reuse is the pool's.
+    let connector: Arc<dyn Connect> =
+        Arc::new(TransportConnector::new(Some(ConnectorOptions::new(0))));
+    let upstream = Upstream::new(connector.clone(), pool.clone(), health.clone());
+    let proxy_app = ProxyApp::new(config.clone(), telemetry.clone(), upstream);
     let mut proxy = Service::new("agent-gateway proxy".into(), proxy_app);
-    // The proxy buffers what it reads itself (src/http1.rs): pingora's 64 KiB read buffer per
+    // The proxy buffers what it reads itself (src/proxy/h1.rs): pingora's 64 KiB read buffer per
     // connection would only add a copy and 64 MiB of memory per 1000 clients.
     let mut listener = ListenerConfig::tcp(startup.proxy_listen.to_string())
         .l4_buffer(L4BufferSettings::unbuffered());
@@ -119,6 +120,7 @@ pub fn build(
         HealthChecker {
             config: config.clone(),
             health: health.clone(),
+            connector,
         },
     ));
     if startup.watch_config {

@@ -227,6 +227,18 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_close_or_http10_answer_ends_the_connection() {
+        for wire in [
+            &b"HTTP/1.1 401 Unauthorized\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"[..],
+            b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n",
+        ] {
+            let answers = read_all(wire, 64).await;
+            assert_eq!(answers.len(), 1);
+            assert!(!answers[0].as_ref().unwrap().2, "kept alive after {wire:?}");
+        }
+    }
+
+    #[tokio::test]
     async fn broken_and_short_responses_are_errors() {
         assert_eq!(
             read_all(b"garbage\r\n\r\n", 64).await,

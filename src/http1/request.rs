@@ -5,8 +5,8 @@ use std::mem::MaybeUninit;
 use std::ops::Range;
 
 use super::{
-    complete, content_length, has_token, header_positions, names_headers, position, Framing,
-    FramingError, HeadError, HeaderPos, MAX_HEADERS,
+    complete, content_length, has_token, header_positions, position, Framing, FramingError,
+    HeadError, HeaderPos, MAX_HEADERS,
 };
 
 /// A parsed request head, as positions in the connection's read buffer. Reused from one
@@ -122,19 +122,6 @@ impl<'a> Request<'a> {
         self.head.headers.len()
     }
 
-    /// The first value of a header (`name` in lower case).
-    pub fn header(&self, name: &str) -> Option<&'a [u8]> {
-        self.headers_named(name).next()
-    }
-
-    /// The value of a header sent exactly once: `None` when it is absent or repeated, since a
-    /// repeated credential could be checked in one copy here and read in another upstream.
-    pub fn single_header(&self, name: &str) -> Option<&'a [u8]> {
-        let mut values = self.headers_named(name);
-        let first = values.next()?;
-        values.next().is_none().then_some(first)
-    }
-
     /// Every value of a header (`name` in lower case).
     pub fn headers_named<'n>(&self, name: &'n str) -> impl Iterator<Item = &'a [u8]> + 'n
     where
@@ -146,24 +133,6 @@ impl<'a> Request<'a> {
             .iter()
             .filter(move |(n, _)| this.buf[n.clone()].eq_ignore_ascii_case(name.as_bytes()))
             .map(move |(_, v)| &this.buf[v.clone()])
-    }
-
-    /// Whether a comma-separated header has `token` among its values.
-    pub fn has_token(&self, name: &str, token: &str) -> bool {
-        self.headers_named(name)
-            .any(|v| has_token(v, token.as_bytes()))
-    }
-
-    /// Whether a `Connection` header lists `name`: such a header is hop-by-hop by the
-    /// client's declaration (RFC 9110 §7.6.1) and is not forwarded.
-    pub fn connection_lists(&self, name: &[u8]) -> bool {
-        self.headers_named("connection").any(|v| has_token(v, name))
-    }
-
-    /// Whether a `Connection` header names any header (anything but `close`/`keep-alive`):
-    /// only then is [`Self::connection_lists`] worth asking.
-    pub fn declares_hop_headers(&self) -> bool {
-        self.headers_named("connection").any(names_headers)
     }
 
     /// How the body is framed; conflicting or unsupported framing is refused, so a body is
@@ -188,10 +157,14 @@ impl<'a> Request<'a> {
 
     /// Whether the client asked to keep the connection open after this request.
     pub fn wants_keep_alive(&self) -> bool {
-        if self.has_token("connection", "close") {
+        let connection_says = |token: &[u8]| {
+            self.headers_named("connection")
+                .any(|v| has_token(v, token))
+        };
+        if connection_says(b"close") {
             return false;
         }
-        !self.http10() || self.has_token("connection", "keep-alive")
+        !self.http10() || connection_says(b"keep-alive")
     }
 }
 
@@ -214,7 +187,7 @@ mod tests {
         assert_eq!(req.method(), "POST");
         assert_eq!(req.path(), "/api/v1/verify/request");
         assert_eq!(req.query(), Some("x=1"));
-        assert_eq!(req.header("x-auth-token"), Some(&b"t"[..]));
+        assert_eq!(req.headers_named("x-auth-token").next(), Some(&b"t"[..]));
         assert_eq!(req.header_count(), 3);
         assert_eq!(req.framing(), Ok(Framing::Length(2)));
         assert!(req.wants_keep_alive());

@@ -1,11 +1,12 @@
 //! What happened to one request: the record that metrics and the access log are made from.
+//! The data plane writes it as the request is served and never reads it back to decide.
 
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::api::operation::{ApiVersion, Operation};
-use crate::api::reply::V1Refusal;
+use crate::api::reply::{Reply, V1Refusal};
 use crate::api::schema::Rule;
-use crate::policy::admit::Identified;
+use crate::policy::admit::{Identified, Refusal};
 use crate::policy::auth::AuthFailure;
 
 /// How talking to the backend went wrong.
@@ -35,6 +36,19 @@ impl UpstreamErrorKind {
     }
 }
 
+/// How the backend side of one request went.
+#[derive(Debug, Default)]
+pub struct UpstreamRecord {
+    /// The backend path and query the request was sent to.
+    pub path: Option<String>,
+    /// Every failure on the way, one per attempt that failed.
+    pub errors: Vec<UpstreamErrorKind>,
+    /// From sending the request to the backend's response header.
+    pub header_time: Option<Duration>,
+    /// From sending the request to the end of the backend's response body.
+    pub duration: Option<Duration>,
+}
+
 /// One request's record, filled in as it is served.
 #[derive(Debug)]
 pub struct Exchange {
@@ -45,24 +59,17 @@ pub struct Exchange {
     pub method: http::Method,
     /// The client's path without the query string (queries may carry data we should not log).
     pub client_path: String,
-    pub upstream_path: Option<String>,
     pub version: Option<ApiVersion>,
     pub operation: Option<Operation>,
     /// Only ids of configured agents, so labels and logs never carry arbitrary client input.
     pub agent_id: Option<String>,
     pub auth_failure: Option<AuthFailure>,
-    /// Set when the retirement policy refused a v1 call.
-    pub v1_refusal: Option<V1Refusal>,
+    /// The gateway's own answer, when it gave one instead of the backend's.
+    pub refused: Option<Reply>,
     /// The schema rule the body broke (refused in enforce mode, forwarded in report mode).
     pub validation_failure: Option<Rule>,
-    /// The agent was over its rate limit.
-    pub rate_limited: bool,
     pub status: u16,
-    /// From sending the request to the backend's response header.
-    pub upstream_header_time: Option<Duration>,
-    /// From sending the request to the end of the backend's response body.
-    pub upstream_duration: Option<Duration>,
-    pub upstream_errors: Vec<UpstreamErrorKind>,
+    pub upstream: UpstreamRecord,
     pub bytes_in: usize,
     pub bytes_out: usize,
     pub client_aborted: bool,
@@ -77,18 +84,14 @@ impl Exchange {
             request_id: String::new(),
             method: method.clone(),
             client_path: client_path.to_owned(),
-            upstream_path: None,
             version: None,
             operation: None,
             agent_id: None,
             auth_failure: None,
-            v1_refusal: None,
+            refused: None,
             validation_failure: None,
-            rate_limited: false,
             status: 0,
-            upstream_header_time: None,
-            upstream_duration: None,
-            upstream_errors: Vec::new(),
+            upstream: UpstreamRecord::default(),
             bytes_in: 0,
             bytes_out: 0,
             client_aborted: false,
@@ -100,6 +103,26 @@ impl Exchange {
         self.version = who.version;
         self.operation = who.operation;
         self.agent_id = who.agent.map(|a| a.id.clone());
+    }
+
+    /// Notes an admission refusal: who asked, and why they were refused.
+    pub fn refused(&mut self, refusal: &Refusal<'_>) {
+        self.identified(&refusal.who);
+        self.auth_failure = refusal.auth_failure;
+        self.refused = Some(refusal.reply);
+    }
+
+    /// The retirement policy's reason, when it refused a v1 call.
+    pub fn v1_refusal(&self) -> Option<V1Refusal> {
+        match self.refused {
+            Some(Reply::V1Gone(r)) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// Whether the agent was over its rate limit.
+    pub fn rate_limited(&self) -> bool {
+        matches!(self.refused, Some(Reply::RateLimited { .. }))
     }
 
     /// `ok`, `not_required`, or the failure reason: the access log's auth outcome.

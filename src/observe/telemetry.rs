@@ -253,13 +253,13 @@ impl Telemetry {
                 .inc();
         }
         route.duration.observe(elapsed.as_secs_f64());
-        if let Some(t) = ex.upstream_header_time {
+        if let Some(t) = ex.upstream.header_time {
             self.upstream_by_operation[oi].observe(t.as_secs_f64());
         }
         if let Some(f) = ex.auth_failure {
             self.auth_failures[f as usize].inc();
         }
-        for kind in &ex.upstream_errors {
+        for kind in &ex.upstream.errors {
             self.upstream_errors[*kind as usize].inc();
         }
         if let Some(rule) = ex.validation_failure {
@@ -267,7 +267,7 @@ impl Telemetry {
                 .with_label_values(&[operation, rule.as_str()])
                 .inc();
         }
-        if ex.rate_limited {
+        if ex.rate_limited() {
             let agent = ex.agent_id.as_deref().unwrap_or("unknown");
             self.rate_limited.with_label_values(&[agent]).inc();
         }
@@ -283,7 +283,7 @@ impl Telemetry {
                         .map_or(0.0, |d| d.as_secs_f64()),
                 );
             }
-            if let Some(r) = ex.v1_refusal {
+            if let Some(r) = ex.v1_refusal() {
                 self.v1_refusals
                     .with_label_values(&[agent, r.reason()])
                     .inc();
@@ -300,7 +300,8 @@ impl Telemetry {
             path = %ex.client_path,
             // Without the query, like `path`: queries may carry data that must not be logged.
             upstream_path = ex
-                .upstream_path
+                .upstream
+                .path
                 .as_deref()
                 .map_or("", |p| p.split('?').next().unwrap_or(p)),
             api_version = version,
@@ -308,7 +309,7 @@ impl Telemetry {
             agent_id = ex.agent_id.as_deref().unwrap_or(""),
             status = ex.status,
             duration_ms = elapsed.as_secs_f64() * 1000.0,
-            upstream_ms = ex.upstream_duration.map(|d| d.as_secs_f64() * 1000.0),
+            upstream_ms = ex.upstream.duration.map(|d| d.as_secs_f64() * 1000.0),
             bytes_in = ex.bytes_in,
             bytes_out = ex.bytes_out,
             auth = ex.auth_outcome(),

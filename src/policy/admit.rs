@@ -1,17 +1,86 @@
-//! The per-request decision: route, authenticate, pick the service code, build the upstream path.
+//! Admission: everything the gateway decides about a request from its head, before any I/O.
 //!
-//! [`plan`] is the gateway's whole policy for one request header, as a pure function of the
-//! request line, the two auth headers and a config [`Snapshot`]. The pingora glue in
-//! [`crate::proxy`] only reads the headers, calls it, and carries out the answer.
+//! [`admit`] is the whole per-request policy as one pure function of the request's facts and
+//! a config [`Snapshot`], checked in this order: the head's size, its body framing, the
+//! route, the credentials, the service scope, the retirement policy, the content type and
+//! the declared body size. It returns either a [`Forward`] (with the rate-limit question and
+//! how to check the body) or a [`Refusal`] (with the answer to give); both say how far the
+//! request was understood, for metrics and logs. The data plane ([`crate::proxy`]) only
+//! carries the decision out, and `benches/hot_path.rs` calls this same function.
 
-use crate::api::reply::Reply;
-use crate::config::{Agent, Snapshot};
-use crate::policy::auth::{authenticate, AuthFailure};
-use crate::policy::retirement;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
+
+use http::HeaderValue;
 
 use crate::api::operation::{ApiVersion, Operation};
-use crate::api::route::{match_route, path_template, upstream_path, RouteError, RouteMatch};
+use crate::api::reply::Reply;
+use crate::api::route::{match_route, path_template, upstream_path, RouteError};
+use crate::api::schema::ObjectSchema;
+use crate::config::{Agent, RateLimit, Snapshot, ValidationMode};
+use crate::http1::{has_token, names_headers};
+use crate::policy::auth::{authenticate, AuthFailure, AGENT_ID_HEADER, AUTH_TOKEN_HEADER};
+use crate::policy::retirement;
+
+/// A request head, whatever protocol carried it.
+pub trait RequestView: Sync {
+    fn method(&self) -> &str;
+    /// The target's path, raw (still percent-encoded).
+    fn path(&self) -> &str;
+    fn query(&self) -> Option<&str>;
+    /// Bytes of the request target as sent.
+    fn target_len(&self) -> usize;
+    /// The authority the client addressed, when the request line carries one.
+    fn authority(&self) -> Option<&str>;
+    /// Every header field, in order.
+    fn headers(&self) -> impl Iterator<Item = (&[u8], &[u8])>;
+    fn header_count(&self) -> usize;
+    /// Every value of the header `name` (in lower case).
+    fn headers_named<'n>(&'n self, name: &'n str) -> impl Iterator<Item = &'n [u8]>;
+    /// What the head says about the body's length.
+    fn body_length(&self) -> BodyLength;
+
+    /// The first value of a header.
+    fn header<'n>(&'n self, name: &'n str) -> Option<&'n [u8]> {
+        self.headers_named(name).next()
+    }
+
+    /// The value of a header sent exactly once: `None` when it is absent or repeated, since a
+    /// repeated credential could be checked in one copy here and read in another upstream.
+    fn single_header<'n>(&'n self, name: &'n str) -> Option<&'n [u8]> {
+        let mut values = self.headers_named(name);
+        let first = values.next()?;
+        values.next().is_none().then_some(first)
+    }
+
+    /// Whether a comma-separated header has `token` among its values.
+    fn has_token(&self, name: &str, token: &str) -> bool {
+        self.headers_named(name)
+            .any(|v| has_token(v, token.as_bytes()))
+    }
+
+    /// Whether a `Connection` header lists `name`: such a header is hop-by-hop by the
+    /// client's declaration (RFC 9110 §7.6.1) and is not forwarded.
+    fn connection_lists(&self, name: &[u8]) -> bool {
+        self.headers_named("connection").any(|v| has_token(v, name))
+    }
+
+    /// Whether a `Connection` header names any header (anything but `close`/`keep-alive`):
+    /// only then is [`Self::connection_lists`] worth asking.
+    fn declares_hop_headers(&self) -> bool {
+        self.headers_named("connection").any(names_headers)
+    }
+}
+
+/// What a request head says about its body's length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyLength {
+    /// Exactly this many bytes.
+    Declared(u64),
+    /// Known only when the body ends (chunked, or HTTP/2 without `content-length`).
+    Unknown,
+    /// The framing could be read two ways: the request must be refused (request smuggling).
+    Ambiguous,
+}
 
 /// What a request is, as far as it was understood (for logs and metrics even when refused).
 #[derive(Debug, Clone, Copy, Default)]
@@ -21,12 +90,84 @@ pub struct Identified<'s> {
     pub agent: Option<&'s Agent>,
 }
 
-/// A request that may go upstream.
+/// The facts of a request head that admission looks at, whatever the protocol.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestFacts<'r> {
+    pub method: &'r str,
+    pub path: &'r str,
+    pub query: Option<&'r str>,
+    /// Bytes of the request target as sent (`limits.max_uri_bytes`).
+    pub target_len: usize,
+    /// Header fields, and bytes of their names and values (`limits.max_headers`,
+    /// `limits.max_header_bytes`).
+    pub header_count: usize,
+    pub header_bytes: usize,
+    /// The body's framing can be trusted: `false` when it could be read two ways.
+    pub framing_valid: bool,
+    /// The body's length, when the request declares it.
+    pub declared_body_len: Option<u64>,
+    pub agent_id: Option<&'r [u8]>,
+    pub token: Option<&'r [u8]>,
+    pub content_type: Option<&'r [u8]>,
+    /// Decides brownout membership, so a retry with the same id gets the same answer.
+    pub request_id: &'r str,
+    /// The time the retirement policy is judged at (injected, so tests need no real clock).
+    pub now: SystemTime,
+}
+
+impl<'r> RequestFacts<'r> {
+    /// The facts of `req`, whose request id is `request_id`, judged at `now`.
+    pub fn of<R: RequestView>(req: &'r R, request_id: &'r str, now: SystemTime) -> Self {
+        let body = req.body_length();
+        RequestFacts {
+            method: req.method(),
+            path: req.path(),
+            query: req.query(),
+            target_len: req.target_len(),
+            header_count: req.header_count(),
+            header_bytes: req.headers().map(|(k, v)| k.len() + v.len()).sum(),
+            framing_valid: body != BodyLength::Ambiguous,
+            declared_body_len: match body {
+                BodyLength::Declared(n) => Some(n),
+                _ => None,
+            },
+            agent_id: req.single_header(AGENT_ID_HEADER),
+            token: req.single_header(AUTH_TOKEN_HEADER),
+            content_type: req.header("content-type"),
+            request_id,
+            now,
+        }
+    }
+}
+
+/// How a forwarded request's body is read and checked.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyCheck {
+    /// Bytes past this are refused with 413, and never buffered.
+    pub max_bytes: usize,
+    /// The schema the body is checked against; `None` when it is not checked.
+    pub schema: Option<&'static ObjectSchema>,
+    /// What a body that breaks the schema gets.
+    pub mode: ValidationMode,
+}
+
+/// A request that may go upstream, once the rate limiter agrees.
 #[derive(Debug)]
 pub struct Forward<'s> {
     pub who: Identified<'s>,
     pub operation: Operation,
     pub upstream_path: String,
+    /// The agent whose budget this request spends, and its limit; `None` when unlimited.
+    pub rate_limit: Option<(&'s Agent, RateLimit)>,
+    pub body: BodyCheck,
+}
+
+impl Forward<'_> {
+    /// Whether the request may be sent again after a kept-alive connection failed under it:
+    /// only a read.
+    pub fn idempotent(&self) -> bool {
+        self.operation.method() == "GET"
+    }
 }
 
 /// A request that is answered by the gateway itself.
@@ -39,27 +180,73 @@ pub struct Refusal<'s> {
     pub hint: Option<String>,
 }
 
-/// The request-line facts and auth headers `plan` needs.
-#[derive(Debug, Clone, Copy)]
-pub struct RequestFacts<'r> {
-    pub method: &'r str,
-    pub path: &'r str,
-    pub query: Option<&'r str>,
-    pub agent_id: Option<&'r [u8]>,
-    pub token: Option<&'r [u8]>,
-    /// Decides brownout membership, so a retry with the same id gets the same answer.
-    pub request_id: &'r str,
-    /// The time the retirement policy is judged at (injected, so tests need no real clock).
-    pub now: SystemTime,
+impl<'s> Refusal<'s> {
+    fn new(who: Identified<'s>, reply: Reply) -> Self {
+        Refusal {
+            who,
+            reply,
+            auth_failure: None,
+            hint: None,
+        }
+    }
+
+    fn unauthorized(who: Identified<'s>, failure: AuthFailure) -> Self {
+        Refusal {
+            auth_failure: Some(failure),
+            ..Refusal::new(who, Reply::Unauthorized)
+        }
+    }
+}
+
+/// The refusal of a forwardable request whose agent is over its rate limit for `wait` more.
+pub fn rate_limited<'s>(forward: &Forward<'s>, wait: Duration) -> Refusal<'s> {
+    let retry_after_secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+    Refusal::new(forward.who, Reply::RateLimited { retry_after_secs })
+}
+
+/// The signal headers an answer carries: `Deprecation`, `Sunset` and `Link` on every v1
+/// answer, refusals included; none on v2 or on a request that named no version.
+pub fn retirement_signals<'s>(
+    snapshot: &'s Snapshot,
+    who: &Identified<'_>,
+) -> &'s [(&'static str, HeaderValue)] {
+    match who.version {
+        Some(ApiVersion::V1) => &snapshot.retirement.headers,
+        _ => &[],
+    }
+}
+
+/// Refuses request lines and headers over the configured limits.
+fn check_size(req: &RequestFacts<'_>, snapshot: &Snapshot) -> Result<(), Reply> {
+    let limits = &snapshot.limits;
+    if req.target_len > limits.max_uri_bytes {
+        return Err(Reply::UriTooLong);
+    }
+    if req.header_count > limits.max_headers || req.header_bytes > limits.max_header_bytes {
+        return Err(Reply::HeadersTooLarge);
+    }
+    Ok(())
+}
+
+/// Whether a request declares a JSON body (`application/json`, any parameters).
+fn is_json(content_type: Option<&[u8]>) -> bool {
+    content_type
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
 }
 
 /// Decides what happens to one request under one snapshot.
-pub fn plan<'s>(
+pub fn admit<'s>(
     snapshot: &'s Snapshot,
     req: &RequestFacts<'_>,
 ) -> Result<Forward<'s>, Refusal<'s>> {
     let mut who = Identified::default();
-    let route: RouteMatch<'_> = match match_route(&snapshot.bases, req.method, req.path) {
+    check_size(req, snapshot).map_err(|reply| Refusal::new(who, reply))?;
+    if !req.framing_valid {
+        return Err(Refusal::new(who, Reply::Malformed));
+    }
+    let route = match match_route(&snapshot.bases, req.method, req.path) {
         Ok(r) => r,
         Err(e) => {
             // A wrong method on a known path still counts against its version and operation.
@@ -67,27 +254,15 @@ pub fn plan<'s>(
                 who.version = Some(version);
                 who.operation = Some(operation);
             }
-            return Err(Refusal {
-                who,
-                reply: e.into(),
-                auth_failure: None,
-                hint: None,
-            });
+            return Err(Refusal::new(who, e.into()));
         }
     };
     who.version = Some(route.version);
     who.operation = Some(route.operation);
 
-    let needs_auth = route.operation.needs_auth(snapshot.auth.require_on_status);
-    let refuse = |who, failure| Refusal {
-        who,
-        reply: Reply::Unauthorized,
-        auth_failure: Some(failure),
-        hint: None,
-    };
-    if needs_auth {
-        let agent =
-            authenticate(&snapshot.auth, req.agent_id, req.token).map_err(|f| refuse(who, f))?;
+    if route.operation.needs_auth(snapshot.auth.require_on_status) {
+        let agent = authenticate(&snapshot.auth, req.agent_id, req.token)
+            .map_err(|f| Refusal::unauthorized(who, f))?;
         who.agent = Some(agent);
     }
 
@@ -103,7 +278,7 @@ pub fn plan<'s>(
     if route.operation.is_service_scoped() {
         if let Some(agent) = who.agent {
             if !agent.may_use(service) {
-                return Err(refuse(who, AuthFailure::ServiceNotAllowed));
+                return Err(Refusal::unauthorized(who, AuthFailure::ServiceNotAllowed));
             }
         }
     }
@@ -114,18 +289,34 @@ pub fn plan<'s>(
         {
             let v2 = path_template(snapshot.bases.v2.as_str(), ApiVersion::V2, route.operation);
             return Err(Refusal {
-                who,
-                reply: Reply::V1Gone(refusal),
-                auth_failure: None,
                 hint: Some(format!("use {} {v2} instead", route.operation.method())),
+                ..Refusal::new(who, Reply::V1Gone(refusal))
             });
         }
+    }
+
+    if route.operation.method() == "POST" && !is_json(req.content_type) {
+        return Err(Refusal::new(who, Reply::UnsupportedMediaType));
+    }
+    let max_bytes = snapshot.limits.max_body_bytes;
+    if req
+        .declared_body_len
+        .is_some_and(|n| usize::try_from(n).map_or(true, |n| n > max_bytes))
+    {
+        return Err(Refusal::new(who, Reply::PayloadTooLarge));
     }
 
     Ok(Forward {
         who,
         operation: route.operation,
         upstream_path: upstream_path(&snapshot.bases.upstream, &route, service, req.query),
+        rate_limit: who.agent.and_then(|a| Some((a, a.rate_limit?))),
+        body: BodyCheck {
+            max_bytes,
+            schema: (route.operation.schema())
+                .filter(|_| snapshot.validation != ValidationMode::Off),
+            mode: snapshot.validation,
+        },
     })
 }
 
@@ -156,8 +347,14 @@ mod tests {
             method,
             path,
             query: None,
+            target_len: path.len(),
+            header_count: 4,
+            header_bytes: 100,
+            framing_valid: true,
+            declared_body_len: None,
             agent_id: id.map(str::as_bytes),
             token: token.map(str::as_bytes),
+            content_type: Some(b"application/json"),
             request_id: "req-1",
             now: SystemTime::now(),
         }
@@ -169,7 +366,7 @@ mod tests {
         method: &str,
         path: &str,
     ) -> Result<Forward<'s>, Refusal<'s>> {
-        plan(s, &facts(method, path, Some("agent-1"), Some("secret")))
+        admit(s, &facts(method, path, Some("agent-1"), Some("secret")))
     }
 
     #[test]
@@ -194,7 +391,7 @@ mod tests {
         let ok = as_agent_1(&s, "POST", "/api/v2/verify/A/request");
         assert!(ok.is_ok());
         for path in ["/api/v2/verify/B/request", "/api/v1/verify/request"] {
-            let r = plan(&s, &facts("POST", path, Some("agent-1"), Some("secret"))).unwrap_err();
+            let r = admit(&s, &facts("POST", path, Some("agent-1"), Some("secret"))).unwrap_err();
             assert_eq!(r.reply, Reply::Unauthorized);
             assert_eq!(
                 r.auth_failure,
@@ -209,14 +406,14 @@ mod tests {
     #[test]
     fn status_auth_follows_require_on_status() {
         let strict = snapshot(unchanged, true);
-        let r = plan(
+        let r = admit(
             &strict,
             &facts("GET", "/api/v1/transaction/t/status", None, None),
         )
         .unwrap_err();
         assert_eq!(r.auth_failure, Some(AuthFailure::MissingHeaders));
         let lax = snapshot(unchanged, false);
-        let f = plan(
+        let f = admit(
             &lax,
             &facts("GET", "/api/v1/transaction/t/status", None, None),
         )
@@ -239,7 +436,7 @@ mod tests {
         );
         assert!(as_agent_1(&s, "POST", "/api/v2/credential/X/offer").is_ok());
         // Authentication comes first: a wrong token is still 401.
-        let r = plan(
+        let r = admit(
             &s,
             &facts(
                 "POST",
@@ -255,10 +452,10 @@ mod tests {
     #[test]
     fn routing_errors_come_before_auth() {
         let s = snapshot(unchanged, true);
-        let r = plan(&s, &facts("GET", "/nope", None, None)).unwrap_err();
+        let r = admit(&s, &facts("GET", "/nope", None, None)).unwrap_err();
         assert_eq!(r.reply, Reply::NotFound);
         assert_eq!(r.auth_failure, None);
-        let r = plan(&s, &facts("GET", "/api/v1/verify/request", None, None)).unwrap_err();
+        let r = admit(&s, &facts("GET", "/api/v1/verify/request", None, None)).unwrap_err();
         assert_eq!(r.reply, Reply::MethodNotAllowed { allow: "POST" });
         assert_eq!(r.who.version, Some(ApiVersion::V1));
         assert_eq!(r.who.operation, Some(Operation::VerifyRequest));

@@ -4,6 +4,8 @@ use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::admit::RequestView;
+
 pub const HEADER: &str = "x-request-id";
 
 /// Whether a client-sent id can be passed on: 1 to 128 of `A-Z a-z 0-9 - _ . : +`.
@@ -12,6 +14,13 @@ pub fn is_sane(value: &[u8]) -> bool {
         && value
             .iter()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':' | b'+'))
+}
+
+/// The id a client sent, when it can be passed on as is.
+pub fn client_value<R: RequestView>(req: &R) -> Option<String> {
+    req.header(HEADER)
+        .filter(|v| is_sane(v))
+        .map(|v| String::from_utf8_lossy(v).into_owned())
 }
 
 /// Mints ids `<process prefix>-<counter>`: unique within the process, unlikely to collide

@@ -1,9 +1,11 @@
 //! Active health checks of the upstream addresses, and readiness derived from them.
 //!
 //! [`HealthChecker`] probes every address of the current snapshot each
-//! `upstream.health_check_interval_ms` (a TCP connect, or `GET upstream.health_check_path`
-//! answered 2xx/3xx). An address that fails leaves the rotation until it passes again.
-//! Requests and `/readyz` only read the last result: a scrape never causes a probe.
+//! `upstream.health_check_interval_ms`: a connect (TCP, and TLS when `upstream.tls`), then,
+//! when `upstream.health_check_path` is set, a `GET` of it answered 2xx or 3xx, over the
+//! same connector and HTTP/1.1 client the proxy uses. An address that fails leaves the
+//! rotation until it passes again. Requests and `/readyz` only read the last result: a
+//! scrape never causes a probe.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,10 +16,11 @@ use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use pingora::upstreams::peer::{HttpPeer, Peer};
 
+use super::upstream::Connect;
 use crate::config::Snapshot;
+use crate::http1::client;
 
 /// The last result of the health checks.
 #[derive(Default)]
@@ -52,25 +55,38 @@ impl UpstreamHealth {
     }
 }
 
-/// Whether `addr` answers: a TCP connect, or a GET of `path` with a 2xx/3xx status.
-async fn check(addr: SocketAddr, path: Option<&str>, timeout: Duration) -> bool {
+/// The most of a health-check answer that is read.
+const MAX_CHECK_ANSWER: usize = 64 * 1024;
+
+/// Whether `peer` answers: a connect, or a GET of `path` with a 2xx/3xx status.
+async fn check(
+    connector: &dyn Connect,
+    peer: &HttpPeer,
+    path: Option<&str>,
+    limit: Duration,
+) -> bool {
     let attempt = async {
-        let mut stream = TcpStream::connect(addr).await.ok()?;
+        let mut stream = connector.connect(peer).await.ok()?;
         let Some(path) = path else { return Some(true) };
-        let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nUser-Agent: agent-gateway-health\r\n\r\n");
-        stream.write_all(request.as_bytes()).await.ok()?;
-        let mut head = [0u8; 12];
-        stream.read_exact(&mut head).await.ok()?;
-        // "HTTP/1.1 200"
-        Some(head.starts_with(b"HTTP/1.") && matches!(head[9], b'2' | b'3'))
+        let host = peer.sni().to_owned();
+        let host = if host.is_empty() {
+            peer.address().to_string()
+        } else {
+            host
+        };
+        let answer = client::get(&mut stream, &host, path, MAX_CHECK_ANSWER)
+            .await
+            .ok()?;
+        Some((200..400).contains(&answer.status()))
     };
-    matches!(tokio::time::timeout(timeout, attempt).await, Ok(Some(true)))
+    matches!(tokio::time::timeout(limit, attempt).await, Ok(Some(true)))
 }
 
 /// Background task that keeps [`UpstreamHealth`] current.
 pub struct HealthChecker {
     pub config: Arc<ArcSwap<Snapshot>>,
     pub health: Arc<UpstreamHealth>,
+    pub connector: Arc<dyn Connect>,
 }
 
 impl HealthChecker {
@@ -79,8 +95,14 @@ impl HealthChecker {
         let up = &snap.upstream;
         let timeout = up.connect_timeout + up.read_timeout.min(Duration::from_secs(2));
         let mut down = Vec::new();
-        for addr in &up.addresses {
-            let ok = check(*addr, up.health_check_path.as_deref(), timeout).await;
+        for (addr, peer) in up.addresses.iter().zip(&up.peers) {
+            let ok = check(
+                &*self.connector,
+                peer,
+                up.health_check_path.as_deref(),
+                timeout,
+            )
+            .await;
             if ok != self.health.is_up(addr) {
                 if ok {
                     tracing::info!(%addr, "upstream address is back in rotation");

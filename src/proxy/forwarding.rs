@@ -1,0 +1,159 @@
+//! Which headers cross each hop, in one place, and the request head sent upstream. Pure.
+//!
+//! A request is forwarded with its own headers minus those that describe the client's hop
+//! ([`NOT_FORWARDED`], and any the client named in `Connection`), and with the ones the
+//! gateway owns written by the gateway: the exact `Content-Length` of the body it read, the
+//! request id and `X-Forwarded-For`. An answer is relayed minus [`NOT_RELAYED`] and the
+//! headers the backend named in `Connection`; framing headers are then the client
+//! protocol's business ([`crate::proxy::relay`]).
+
+use bytes::{BufMut, BytesMut};
+
+use crate::http1::RequestWriter;
+use crate::policy::admit::RequestView;
+use crate::policy::request_id;
+
+/// Request headers that describe one hop, not the request, or that the gateway sets itself;
+/// never forwarded as sent.
+pub const NOT_FORWARDED: [&str; 11] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "expect",
+    "content-length",
+    request_id::HEADER,
+    "x-forwarded-for",
+];
+
+/// Response headers of the backend's that describe its hop, or that the gateway sets itself.
+pub const NOT_RELAYED: [&str; 4] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    request_id::HEADER,
+];
+
+/// Bodies up to this size travel in the same buffer as the head: one `send` per request.
+pub const INLINE_BODY_MAX: usize = 16 * 1024;
+
+/// Whether `name` is one of `list` (which is in lower case).
+pub fn is_listed(list: &[&str], name: &[u8]) -> bool {
+    list.iter().any(|n| name.eq_ignore_ascii_case(n.as_bytes()))
+}
+
+/// What goes upstream: the client's request as admitted, on the way to the backend.
+pub struct UpstreamRequest<'a, R> {
+    pub view: &'a R,
+    pub body: &'a [u8],
+    /// The backend path and query, from admission.
+    pub path: &'a str,
+    pub request_id: &'a str,
+    /// The client's IP address, appended to `X-Forwarded-For`.
+    pub client_ip: Option<&'a str>,
+}
+
+impl<R: RequestView> UpstreamRequest<'_, R> {
+    /// Writes the request head into `out`: the new path, the client's headers minus
+    /// hop-by-hop ones, an exact Content-Length for the buffered body, the request id and
+    /// `X-Forwarded-For`. A body up to [`INLINE_BODY_MAX`] is appended, so a small request
+    /// costs one `send`; a larger one is sent from where it lies ([`Self::separate_body`]).
+    pub fn write_head(&self, out: &mut BytesMut) {
+        let req = self.view;
+        out.clear();
+        let mut w = RequestWriter::new(out, req.method(), self.path);
+        let mut has_host = false;
+        let declares_hop_headers = req.declares_hop_headers();
+        for (name, value) in req.headers() {
+            if is_listed(&NOT_FORWARDED, name)
+                || (declares_hop_headers && req.connection_lists(name))
+            {
+                continue;
+            }
+            has_host |= name.eq_ignore_ascii_case(b"host");
+            w.header(name, value);
+        }
+        if !has_host {
+            // HTTP/1.1 upstreams need Host; an HTTP/1.0 client may not have sent one.
+            w.header("host", req.authority().unwrap_or("localhost"));
+        }
+        if !self.body.is_empty() || req.method() == "POST" {
+            w.number("content-length", self.body.len() as u64);
+        }
+        w.header(request_id::HEADER, self.request_id);
+        if let Some(ip) = self.client_ip {
+            w.start_value(b"x-forwarded-for");
+            for prior in req.headers_named("x-forwarded-for") {
+                w.value_part(prior).value_part(b", ");
+            }
+            w.value_part(ip.as_bytes()).end_value();
+        }
+        w.end();
+        if self.body.len() <= INLINE_BODY_MAX {
+            out.put_slice(self.body);
+        }
+    }
+
+    /// The body when it is too large to travel in the head's buffer.
+    pub fn separate_body(&self) -> Option<&[u8]> {
+        (self.body.len() > INLINE_BODY_MAX).then_some(self.body)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http1::RequestHead;
+
+    fn upstream_head(raw: &str, body: &[u8], client_ip: Option<&str>) -> String {
+        let mut head = RequestHead::default();
+        assert_eq!(head.parse(raw.as_bytes()), Ok(true));
+        let view = head.view(raw.as_bytes());
+        let request = UpstreamRequest {
+            view: &view,
+            body,
+            path: "/backend/v2/x?q=1",
+            request_id: "rid-1",
+            client_ip,
+        };
+        let mut out = BytesMut::new();
+        request.write_head(&mut out);
+        String::from_utf8(out.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn hop_headers_are_dropped_and_the_gateways_own_are_written() {
+        let got = upstream_head(
+            "POST /api/v1/x HTTP/1.1\r\nHost: gw\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\n\
+             Keep-Alive: 5\r\nTE: trailers\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\
+             X-Request-Id: client-id\r\nX-Forwarded-For: 10.0.0.1\r\nX-Auth-Token: t\r\n\r\n",
+            b"{}",
+            Some("127.0.0.1"),
+        );
+        assert_eq!(
+            got,
+            "POST /backend/v2/x?q=1 HTTP/1.1\r\nHost: gw\r\nX-Auth-Token: t\r\n\
+             content-length: 2\r\nx-request-id: rid-1\r\nx-forwarded-for: 10.0.0.1, 127.0.0.1\r\n\r\n{}"
+        );
+    }
+
+    #[test]
+    fn an_http10_request_without_host_gets_one_and_a_get_no_length() {
+        let got = upstream_head("GET http://gw:8080/a HTTP/1.0\r\n\r\n", b"", None);
+        assert_eq!(
+            got,
+            "GET /backend/v2/x?q=1 HTTP/1.1\r\nhost: gw:8080\r\nx-request-id: rid-1\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn a_large_body_is_not_copied_into_the_head() {
+        let body = vec![b'x'; INLINE_BODY_MAX + 1];
+        let got = upstream_head("POST / HTTP/1.1\r\nHost: gw\r\n\r\n", &body, None);
+        assert!(got.ends_with("\r\n\r\n"), "{got}");
+        assert!(got.contains(&format!("content-length: {}\r\n", body.len())));
+    }
+}

@@ -1,0 +1,507 @@
+//! HTTP/1.1 clients: the connection loop, and [`H1Connection`], the pipeline's
+//! [`Downstream`] for one HTTP/1.1 connection.
+//!
+//! pingora accepts the connection (TCP or TLS); from there the gateway speaks HTTP/1.1 with
+//! [`crate::http1`]: heads parsed into positions within one read buffer per connection, so a
+//! request costs one parse and no header maps, bodies held whole (up to
+//! `limits.max_body_bytes`) so that they are checked before a byte goes upstream, pipelined
+//! requests answered in order, and the connection's state (keep-alive, bytes still unread)
+//! kept here rather than passed around.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::Cache;
+use bytes::{Buf, BufMut, BytesMut};
+use pingora::protocols::Stream;
+use pingora::server::ShutdownWatch;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::timeout;
+
+use super::pipeline::Downstream;
+use super::ProxyApp;
+use crate::api::reply::Reply;
+use crate::config::{Limits, Snapshot};
+use crate::http1::{ChunkedDecoder, Framing, HeadError, Request, RequestHead, ResponseWriter};
+use crate::policy::admit::{BodyLength, RequestView};
+
+/// After a refusal that closes the connection with request bytes still unread, the gateway
+/// reads and drops them for this long (at most [`LINGER_BYTES`]) so that the client gets the
+/// answer rather than a reset.
+const LINGER: Duration = Duration::from_secs(2);
+const LINGER_BYTES: usize = 4 * 1024 * 1024;
+
+/// Buffers larger than this are not kept from one request to the next.
+const KEPT_BUFFER: usize = 64 * 1024;
+
+/// Where the current request's body stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BodyState {
+    /// The body is unread; `None` when its framing cannot be trusted.
+    Unread(Option<Framing>),
+    /// The body is read: `raw` bytes after the head in `buf` are this request's, and the body
+    /// is in `buf` (after the head) or, when it was chunked, in `decoded`.
+    Read { raw: usize, chunked: bool },
+    /// Unread bytes may be left that cannot be skipped: the connection must close.
+    Broken,
+}
+
+/// One client connection: its stream, what has been read, and buffers kept from one request
+/// to the next.
+pub(super) struct H1Connection {
+    stream: Stream,
+    /// The client's IP address, as written into `X-Forwarded-For`.
+    addr: Option<String>,
+    /// What has been read: the current request's head and body, then any pipelined bytes.
+    buf: BytesMut,
+    head: RequestHead,
+    /// The current request's body as decoded from chunked framing.
+    decoded: BytesMut,
+    /// The answer being written.
+    out: BytesMut,
+    body: BodyState,
+    /// The connection stays open after the current exchange.
+    keep_alive: bool,
+    /// The current request's snapshot's limits on the client's pace and its body.
+    send_timeout: Duration,
+    body_timeout: Duration,
+    max_body_bytes: usize,
+}
+
+impl ProxyApp {
+    /// Serves one HTTP/1.1 connection until either side ends it.
+    pub(super) async fn serve_h1(&self, stream: Stream, shutdown: &ShutdownWatch) {
+        let mut c = H1Connection::new(stream);
+        let mut config = Cache::new(&*self.config);
+        loop {
+            // The whole head must arrive in time (a slowloris client is cut off), and an idle
+            // kept-alive connection waits no longer, by the limits current when it starts.
+            let limits = config.load().limits.clone();
+            let head = timeout(limits.client_header_timeout, c.read_head(&limits)).await;
+            // One snapshot per request, from its complete head to its end: a reload never
+            // changes a request in flight.
+            let snap: Arc<Snapshot> = Arc::clone(config.load());
+            c.apply_limits(&snap.limits);
+            match head {
+                Ok(Ok(true)) => {
+                    c.start_request(!*shutdown.borrow());
+                    self.serve(&mut c, &snap).await;
+                }
+                Ok(Err(reply)) => {
+                    c.keep_alive = false;
+                    self.refuse_unreadable(&mut c, reply).await;
+                }
+                Ok(Ok(false)) => return,
+                Err(_) => {
+                    tracing::debug!("request header not received in time; closing");
+                    return;
+                }
+            }
+            if !c.keep_alive {
+                if !matches!(c.body, BodyState::Read { .. }) {
+                    // Request bytes may be left unread: let the client read its answer first.
+                    c.linger().await;
+                }
+                return;
+            }
+            c.finish_request();
+        }
+    }
+}
+
+impl H1Connection {
+    fn new(stream: Stream) -> Self {
+        let addr = stream.get_socket_digest().and_then(|d| {
+            d.peer_addr()
+                .and_then(|a| a.as_inet())
+                .map(|a| a.ip().to_string())
+        });
+        H1Connection {
+            stream,
+            addr,
+            // Allocated on first use: a connection that sends nothing costs no buffers.
+            buf: BytesMut::new(),
+            head: RequestHead::default(),
+            decoded: BytesMut::new(),
+            out: BytesMut::new(),
+            body: BodyState::Broken,
+            keep_alive: false,
+            send_timeout: Duration::ZERO,
+            body_timeout: Duration::ZERO,
+            max_body_bytes: 0,
+        }
+    }
+
+    fn view(&self) -> Request<'_> {
+        self.head.view(&self.buf)
+    }
+
+    /// Takes the current request's limits on the client's pace and body.
+    fn apply_limits(&mut self, limits: &Limits) {
+        self.send_timeout = limits.client_send_timeout;
+        self.body_timeout = limits.client_body_timeout;
+        self.max_body_bytes = limits.max_body_bytes;
+    }
+
+    /// Sets up the state of the request whose head was just read.
+    fn start_request(&mut self, may_keep_alive: bool) {
+        let req = self.view();
+        let (wants_keep_alive, framing) = (req.wants_keep_alive(), req.framing().ok());
+        self.keep_alive = may_keep_alive && wants_keep_alive;
+        self.body = BodyState::Unread(framing);
+    }
+
+    /// Reads more bytes; `Ok(0)` at the end of the stream.
+    async fn fill(&mut self) -> std::io::Result<usize> {
+        if self.buf.capacity() - self.buf.len() < 1024 {
+            self.buf.reserve(4096);
+        }
+        self.stream.read_buf(&mut self.buf).await
+    }
+
+    /// Reads until a whole request head is in: `Ok(false)` when the client closed (or broke)
+    /// the connection first, which needs no answer.
+    async fn read_head(&mut self, limits: &Limits) -> Result<bool, Reply> {
+        // Room for the largest head the limits admit, with each line's separators.
+        let most = limits.max_uri_bytes + limits.max_header_bytes + 4 * limits.max_headers + 64;
+        self.body = BodyState::Broken;
+        loop {
+            if !self.buf.is_empty() {
+                match self.head.parse(&self.buf) {
+                    Ok(true) => return Ok(true),
+                    Ok(false) => {}
+                    Err(HeadError::TooManyHeaders) => return Err(Reply::HeadersTooLarge),
+                    Err(HeadError::Malformed) => return Err(Reply::Malformed),
+                }
+                if self.buf.len() > most {
+                    return Err(if self.buf.contains(&b'\n') {
+                        Reply::HeadersTooLarge
+                    } else {
+                        Reply::UriTooLong
+                    });
+                }
+            }
+            if !matches!(self.fill().await, Ok(n) if n > 0) {
+                return Ok(false);
+            }
+        }
+    }
+
+    /// Reads the whole body, refusing it as soon as it is known to exceed `max` (the excess
+    /// is never buffered).
+    async fn read_body_framed(&mut self, framing: Framing, max: usize) -> Result<(), Reply> {
+        let start = self.head.len;
+        match framing {
+            Framing::Length(n) => {
+                let n = usize::try_from(n).unwrap_or(usize::MAX);
+                if n > max {
+                    return Err(Reply::PayloadTooLarge);
+                }
+                self.send_continue(start + n).await?;
+                while self.buf.len() < start + n {
+                    self.buf.reserve(start + n - self.buf.len());
+                    if !matches!(self.fill().await, Ok(got) if got > 0) {
+                        return Err(Reply::BadBody);
+                    }
+                }
+                self.body = BodyState::Read {
+                    raw: n,
+                    chunked: false,
+                };
+            }
+            Framing::Chunked => {
+                self.send_continue(usize::MAX).await?;
+                let mut decoder = ChunkedDecoder::default();
+                let mut raw = 0;
+                self.decoded.clear();
+                loop {
+                    let (decoded, input) = (&mut self.decoded, &self.buf[start + raw..]);
+                    let (used, done) = decoder
+                        .decode(input, |data| decoded.extend_from_slice(data))
+                        .map_err(|_| Reply::BadBody)?;
+                    raw += used;
+                    if self.decoded.len() > max {
+                        return Err(Reply::PayloadTooLarge);
+                    }
+                    if done {
+                        break;
+                    }
+                    // Decoded bytes are kept apart: drop the raw ones so a large body is not
+                    // held twice.
+                    self.buf.truncate(start);
+                    raw = 0;
+                    if !matches!(self.fill().await, Ok(got) if got > 0) {
+                        return Err(Reply::BadBody);
+                    }
+                }
+                self.body = BodyState::Read { raw, chunked: true };
+            }
+            Framing::UntilClose => return Err(Reply::BadBody),
+        }
+        Ok(())
+    }
+
+    /// Whether the client waits for `100 Continue` before sending a body that ends at `end`
+    /// in `buf`.
+    fn awaits_continue(&self, end: usize) -> bool {
+        let req = self.view();
+        self.buf.len() < end && !req.http10() && req.has_token("expect", "100-continue")
+    }
+
+    /// Answers `Expect: 100-continue` when the body (ending at `end` in `buf`) is not all in.
+    async fn send_continue(&mut self, end: usize) -> Result<(), Reply> {
+        if !self.awaits_continue(end) {
+            return Ok(());
+        }
+        self.out.clear();
+        self.out.put_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+        self.send_out().await.map_err(|_| Reply::BadBody)
+    }
+
+    /// Reads and drops an unread body of `n` declared bytes, keeping what follows it.
+    async fn skip_body(&mut self, n: usize) -> bool {
+        let start = self.head.len;
+        let mut left = n;
+        loop {
+            let have = self.buf.len() - start;
+            if have >= left {
+                self.body = BodyState::Read {
+                    raw: left,
+                    chunked: false,
+                };
+                return true;
+            }
+            left -= have;
+            self.buf.truncate(start);
+            if !matches!(self.fill().await, Ok(got) if got > 0) {
+                return false;
+            }
+        }
+    }
+
+    /// Before one of the gateway's own answers: a body left unread is skipped when it is
+    /// within the size limit, declared and not held back for `100 Continue` (so the client
+    /// reads the answer, not a reset); otherwise the connection closes after the answer.
+    async fn skip_unread_body(&mut self) {
+        let BodyState::Unread(framing) = self.body else {
+            return;
+        };
+        // A body that broke its framing, its size or its deadline is not worth waiting for.
+        // A client waiting for `100 Continue` gets the refusal now, and a close.
+        let skippable = match framing {
+            Some(Framing::Length(n)) => usize::try_from(n)
+                .ok()
+                .filter(|n| *n <= self.max_body_bytes && !self.awaits_continue(self.head.len + n)),
+            _ => None,
+        };
+        self.keep_alive &= match skippable {
+            Some(n) => timeout(self.body_timeout, self.skip_body(n))
+                .await
+                .unwrap_or(false),
+            None => false,
+        };
+    }
+
+    /// Writes `out` to the client, giving up when the client does not read it in time.
+    async fn send_out(&mut self) -> std::io::Result<()> {
+        let write = async {
+            self.stream.write_all(&self.out).await?;
+            self.stream.flush().await
+        };
+        let sent = timeout(self.send_timeout, write)
+            .await
+            .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()));
+        self.out.clear();
+        if sent.is_err() {
+            self.keep_alive = false;
+        }
+        sent
+    }
+
+    /// The `Connection` header that says whether the connection stays open, where the
+    /// client would not assume it.
+    fn connection_header(&self) -> Option<&'static str> {
+        if !self.keep_alive {
+            Some("close")
+        } else if self.head.http10 {
+            Some("keep-alive")
+        } else {
+            None
+        }
+    }
+
+    /// Writes a response head into `out`: status, `headers`, then the connection's own.
+    fn write_head<'h>(
+        &mut self,
+        status: u16,
+        reason: &[u8],
+        headers: impl Iterator<Item = (&'h [u8], &'h [u8])>,
+        content_length: Option<usize>,
+    ) {
+        let connection = self.connection_header();
+        self.out.clear();
+        let mut w = ResponseWriter::new(&mut self.out, status, reason);
+        for (name, value) in headers {
+            w.header(name, value);
+        }
+        if let Some(n) = content_length {
+            w.number("content-length", n as u64);
+        }
+        if let Some(value) = connection {
+            w.header("connection", value);
+        }
+        w.end();
+    }
+
+    /// Drops the finished request from the buffer, keeping any pipelined bytes.
+    fn finish_request(&mut self) {
+        if let BodyState::Read { raw, .. } = self.body {
+            self.buf.advance(self.head.len + raw);
+        }
+        self.body = BodyState::Broken;
+        // One large request must not pin its buffers for the connection's life.
+        if self.buf.capacity() > KEPT_BUFFER && self.buf.len() < 4096 {
+            self.buf = BytesMut::from(&self.buf[..]);
+        }
+        if self.decoded.capacity() > KEPT_BUFFER {
+            self.decoded = BytesMut::new();
+        }
+    }
+
+    /// Closes after an answer that left request bytes unread: stops writing, then reads and
+    /// drops what the client is still sending, for a while, so it can read the answer.
+    async fn linger(&mut self) {
+        let mut dropped = 0;
+        let _ = timeout(LINGER, async {
+            if self.stream.shutdown().await.is_err() {
+                return;
+            }
+            while dropped < LINGER_BYTES {
+                self.buf.clear();
+                match self.fill().await {
+                    Ok(n) if n > 0 => dropped += n,
+                    _ => return,
+                }
+            }
+        })
+        .await;
+    }
+}
+
+impl RequestView for Request<'_> {
+    fn method(&self) -> &str {
+        Request::method(self)
+    }
+
+    fn path(&self) -> &str {
+        Request::path(self)
+    }
+
+    fn query(&self) -> Option<&str> {
+        Request::query(self)
+    }
+
+    fn target_len(&self) -> usize {
+        self.target().len()
+    }
+
+    fn authority(&self) -> Option<&str> {
+        Request::authority(self)
+    }
+
+    fn headers(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        Request::headers(self)
+    }
+
+    fn header_count(&self) -> usize {
+        Request::header_count(self)
+    }
+
+    fn headers_named<'n>(&'n self, name: &'n str) -> impl Iterator<Item = &'n [u8]> {
+        Request::headers_named(self, name)
+    }
+
+    fn body_length(&self) -> BodyLength {
+        match self.framing() {
+            Ok(Framing::Length(n)) => BodyLength::Declared(n),
+            Ok(_) => BodyLength::Unknown,
+            Err(_) => BodyLength::Ambiguous,
+        }
+    }
+}
+
+impl Downstream for H1Connection {
+    type Request<'a> = Request<'a>;
+
+    fn request(&self) -> Request<'_> {
+        self.view()
+    }
+
+    fn client_ip(&self) -> Option<&str> {
+        self.addr.as_deref()
+    }
+
+    async fn read_body(&mut self, max_bytes: usize, body_timeout: Duration) -> Result<(), Reply> {
+        let BodyState::Unread(Some(framing)) = self.body else {
+            return Err(Reply::Malformed);
+        };
+        let read = timeout(body_timeout, self.read_body_framed(framing, max_bytes)).await;
+        let result = read.unwrap_or(Err(Reply::BodyTimeout));
+        if result.is_err() {
+            // Part of the body may be gone from the buffer: the connection cannot be reused.
+            self.body = BodyState::Broken;
+            self.keep_alive = false;
+        }
+        result
+    }
+
+    fn body(&self) -> &[u8] {
+        match self.body {
+            BodyState::Read { chunked: true, .. } => &self.decoded,
+            BodyState::Read { raw, .. } => &self.buf[self.head.len..self.head.len + raw],
+            _ => &[],
+        }
+    }
+
+    async fn send_answer(
+        &mut self,
+        status: u16,
+        headers: &[(&[u8], &[u8])],
+        body: &[u8],
+    ) -> std::io::Result<()> {
+        self.skip_unread_body().await;
+        self.write_head(status, b"", headers.iter().copied(), Some(body.len()));
+        self.out.put_slice(body);
+        self.send_out().await
+    }
+
+    fn wants_decoded(&self) -> bool {
+        // An HTTP/1.0 client cannot read chunked framing: it gets the data, then a close.
+        self.head.http10
+    }
+
+    fn start_response<'h>(
+        &mut self,
+        status: u16,
+        reason: &[u8],
+        headers: impl Iterator<Item = (&'h [u8], &'h [u8])>,
+        body: Framing,
+    ) {
+        if body == Framing::UntilClose {
+            self.keep_alive = false;
+        }
+        self.write_head(status, reason, headers, None);
+    }
+
+    fn out(&mut self) -> &mut BytesMut {
+        &mut self.out
+    }
+
+    async fn send(&mut self, _end: bool) -> std::io::Result<()> {
+        self.send_out().await
+    }
+
+    fn abort(&mut self) {
+        self.keep_alive = false;
+    }
+}

@@ -1,0 +1,267 @@
+//! Relaying the backend's answer to the client: a pure filter decides which of its headers
+//! pass ([`relayed_headers`]), then the body moves as it arrives from the backend's buffer
+//! into the client's, decoded when the client needs it so ([`BodyMover`]). The backend's
+//! connection goes back to the pool as soon as its part is over.
+
+use bytes::{Buf, BytesMut};
+use http::HeaderValue;
+use tokio::io::AsyncReadExt;
+use tokio::time::timeout;
+
+use super::forwarding::{is_listed, NOT_RELAYED};
+use super::pipeline::{header_bytes, Downstream};
+use super::pool::UpstreamConn;
+use super::upstream::Answered;
+use super::ProxyApp;
+use crate::config::Snapshot;
+use crate::http1::{ChunkError, ChunkedDecoder, Framing, ResponseHead};
+use crate::observe::exchange::{Exchange, UpstreamErrorKind};
+use crate::policy::request_id;
+
+/// The backend's headers that reach the client: all but those of its hop ([`NOT_RELAYED`],
+/// and any it named in `Connection`). With chunked framing a Content-Length is wrong (RFC
+/// 9112 §6.3) and goes; a client that gets the data `decoded` gets no Transfer-Encoding either.
+pub fn relayed_headers<'a>(
+    head: &'a ResponseHead,
+    buf: &'a [u8],
+    decoded: bool,
+) -> impl Iterator<Item = (&'a [u8], &'a [u8])> {
+    let chunked = head.framing == Framing::Chunked;
+    head.headers(buf).filter(move |(name, _)| {
+        !(is_listed(&NOT_RELAYED, name)
+            || (head.declares_hop_headers && head.connection_lists(buf, name))
+            || (chunked && name.eq_ignore_ascii_case(b"content-length"))
+            || (decoded && name.eq_ignore_ascii_case(b"transfer-encoding")))
+    })
+}
+
+/// Moves a response body from the backend's read buffer to the client's output as it
+/// arrives: as framed (chunked bytes pass through) or decoded.
+pub struct BodyMover {
+    framing: Framing,
+    decode: bool,
+    decoder: ChunkedDecoder,
+    /// Bytes still to come of a body of known length.
+    left: u64,
+}
+
+impl BodyMover {
+    pub fn new(framing: Framing, decode: bool) -> Self {
+        BodyMover {
+            framing,
+            decode,
+            decoder: ChunkedDecoder::default(),
+            left: match framing {
+                Framing::Length(n) => n,
+                _ => u64::MAX,
+            },
+        }
+    }
+
+    /// Moves what `input` holds of the body into `out`, taking it out of `input`; says
+    /// whether the body is complete.
+    pub fn step(&mut self, input: &mut BytesMut, out: &mut BytesMut) -> Result<bool, ChunkError> {
+        match self.framing {
+            Framing::Length(_) => {
+                let n = input
+                    .len()
+                    .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+                out.extend_from_slice(&input[..n]);
+                input.advance(n);
+                self.left -= n as u64;
+                Ok(self.left == 0)
+            }
+            Framing::Chunked => {
+                let (used, done) = if self.decode {
+                    self.decoder
+                        .decode(input, |data| out.extend_from_slice(data))?
+                } else {
+                    let (used, done) = self.decoder.decode(input, |_| {})?;
+                    out.extend_from_slice(&input[..used]);
+                    (used, done)
+                };
+                input.advance(used);
+                Ok(done)
+            }
+            Framing::UntilClose => {
+                out.extend_from_slice(input);
+                input.clear();
+                Ok(false)
+            }
+        }
+    }
+}
+
+/// Relays the answer whose head `answered` holds, with the request id and `signals` added.
+pub(super) async fn relay<D: Downstream>(
+    app: &ProxyApp,
+    d: &mut D,
+    answered: Answered,
+    snap: &Snapshot,
+    ex: &mut Exchange,
+    signals: &[(&'static str, HeaderValue)],
+) {
+    let Answered {
+        mut conn,
+        key,
+        started,
+    } = answered;
+    let framing = conn.head.framing;
+    let decode = framing == Framing::Chunked && d.wants_decoded();
+    ex.status = conn.head.status;
+    {
+        let up = &conn;
+        let headers = relayed_headers(&up.head, &up.buf, decode)
+            .chain([(request_id::HEADER.as_bytes(), ex.request_id.as_bytes())])
+            .chain(signals.iter().map(header_bytes));
+        // A decoded body has no framing left for the client: it ends when the connection does.
+        let to_client = if decode { Framing::UntilClose } else { framing };
+        d.start_response(up.head.status, up.head.reason(&up.buf), headers, to_client);
+    }
+    conn.buf.advance(conn.head.len);
+    // Only body bytes count as sent; the head goes out with the first of them.
+    let mut head_bytes = d.out().len();
+    let mut body = BodyMover::new(framing, decode);
+    let read_timeout = snap.upstream.read_timeout;
+    loop {
+        let done = match body.step(&mut conn.buf, d.out()) {
+            Ok(done) => done,
+            Err(ChunkError) => {
+                ex.upstream.errors.push(UpstreamErrorKind::Other);
+                tracing::warn!(request_id = %ex.request_id, "upstream sent broken chunked framing; closing client connection");
+                d.abort();
+                return;
+            }
+        };
+        if done {
+            break;
+        }
+        ex.bytes_out += d.out().len() - head_bytes;
+        head_bytes = 0;
+        if let Err(e) = d.send(false).await {
+            tracing::debug!(request_id = %ex.request_id, error = %e, "client went away mid-response");
+            ex.client_aborted = true;
+            return;
+        }
+        match read_more(&mut conn, read_timeout).await {
+            Ok(true) => {}
+            Ok(false) if framing == Framing::UntilClose => break,
+            result => {
+                // The head is already out: the only honest signal left is to close.
+                let kind = match result {
+                    Err(kind) => kind,
+                    Ok(_) => UpstreamErrorKind::Reset,
+                };
+                ex.upstream.errors.push(kind);
+                tracing::warn!(request_id = %ex.request_id, kind = kind.as_str(), "upstream broke mid-response; closing client connection");
+                d.abort();
+                return;
+            }
+        }
+    }
+    // The backend's part is over: its connection goes back to the pool before the client
+    // has the last bytes, so the client's next request can have it.
+    ex.upstream.duration = Some(started.elapsed());
+    if conn.head.keep_alive && conn.buf.is_empty() {
+        app.upstream.pool().put(key, conn);
+    }
+    ex.bytes_out += d.out().len() - head_bytes;
+    if let Err(e) = d.send(true).await {
+        tracing::debug!(request_id = %ex.request_id, error = %e, "client went away at the end of the response");
+        ex.client_aborted = true;
+    }
+}
+
+/// Reads more of the answer: `Ok(false)` when the backend closed the connection.
+async fn read_more(
+    conn: &mut UpstreamConn,
+    read_timeout: std::time::Duration,
+) -> Result<bool, UpstreamErrorKind> {
+    match timeout(read_timeout, conn.stream.read_buf(&mut conn.buf)).await {
+        Ok(Ok(n)) => Ok(n > 0),
+        Ok(Err(_)) => Err(UpstreamErrorKind::Reset),
+        Err(_) => Err(UpstreamErrorKind::Timeout),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(raw: &[u8]) -> ResponseHead {
+        let mut head = ResponseHead::default();
+        assert_eq!(head.parse(raw), Ok(true));
+        head
+    }
+
+    fn relayed(raw: &[u8], decoded: bool) -> Vec<String> {
+        let h = head(raw);
+        relayed_headers(&h, raw, decoded)
+            .map(|(n, v)| {
+                format!(
+                    "{}: {}",
+                    String::from_utf8_lossy(n),
+                    String::from_utf8_lossy(v)
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_backends_hop_and_framing_headers_are_filtered() {
+        let raw = b"HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\nKeep-Alive: 5\r\n\
+            X-Request-Id: backend\r\nTransfer-Encoding: chunked\r\nContent-Length: 9\r\nX-Kept: y\r\n\r\n";
+        assert_eq!(
+            relayed(raw, false),
+            ["Transfer-Encoding: chunked", "X-Kept: y"]
+        );
+        assert_eq!(relayed(raw, true), ["X-Kept: y"]);
+        let plain = b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n";
+        assert_eq!(relayed(plain, true), ["Content-Length: 9"]);
+    }
+
+    /// Feeds `wire` in pieces of `piece` bytes; returns what reached the client and whether
+    /// the mover saw the end.
+    fn moved(framing: Framing, decode: bool, wire: &[u8], piece: usize) -> (Vec<u8>, bool) {
+        let mut mover = BodyMover::new(framing, decode);
+        let (mut input, mut out) = (BytesMut::new(), BytesMut::new());
+        for part in wire.chunks(piece) {
+            input.extend_from_slice(part);
+            if mover.step(&mut input, &mut out).unwrap() {
+                return (out.to_vec(), true);
+            }
+        }
+        (out.to_vec(), false)
+    }
+
+    #[test]
+    fn bodies_move_as_framed_or_decoded_whatever_the_pieces() {
+        let chunked = b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n";
+        for piece in [1, 4, chunked.len()] {
+            assert_eq!(
+                moved(Framing::Chunked, false, chunked, piece),
+                (chunked.to_vec(), true)
+            );
+            assert_eq!(
+                moved(Framing::Chunked, true, chunked, piece),
+                (b"abcde".to_vec(), true)
+            );
+            assert_eq!(
+                moved(Framing::Length(5), false, b"hello", piece.min(5)),
+                (b"hello".to_vec(), true)
+            );
+        }
+        assert_eq!(
+            moved(Framing::UntilClose, false, b"to the end", 3),
+            (b"to the end".to_vec(), false)
+        );
+    }
+
+    #[test]
+    fn bytes_after_a_body_of_known_length_stay_in_the_input() {
+        let mut mover = BodyMover::new(Framing::Length(2), false);
+        let (mut input, mut out) = (BytesMut::from(&b"okEXTRA"[..]), BytesMut::new());
+        assert_eq!(mover.step(&mut input, &mut out), Ok(true));
+        assert_eq!((&out[..], &input[..]), (&b"ok"[..], &b"EXTRA"[..]));
+    }
+}

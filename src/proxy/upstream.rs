@@ -1,0 +1,277 @@
+//! The backend side of a request: pick an address, take a pooled connection or make one,
+//! send the request and read the answer's head.
+//!
+//! A request that may have reached a backend is never sent twice. Only a connect failure
+//! (nothing was sent) moves on to the next address, and a read (GET) whose kept-alive
+//! connection the backend had already closed goes once more, on a new connection.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Buf;
+use pingora::connectors::TransportConnector;
+use pingora::protocols::Stream;
+use pingora::upstreams::peer::HttpPeer;
+use pingora::{Error, ErrorType};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::timeout;
+
+use super::forwarding::UpstreamRequest;
+use super::health::UpstreamHealth;
+use super::pool::{UpstreamConn, UpstreamPool};
+use crate::api::reply::Reply;
+use crate::config::Snapshot;
+use crate::observe::exchange::{UpstreamErrorKind, UpstreamRecord};
+use crate::policy::admit::RequestView;
+
+/// Longest response head accepted from a backend.
+const MAX_UPSTREAM_HEAD: usize = 64 * 1024;
+
+/// A boxed connect: connecting (and TLS) is a large future, and rare; kept inline it would
+/// size every client connection's task, idle or not.
+pub type ConnectFuture<'a> = Pin<Box<dyn Future<Output = Result<Stream, Box<Error>>> + Send + 'a>>;
+
+/// Makes new connections to backends: pingora's [`TransportConnector`] (TCP, TLS) in the
+/// gateway, an in-memory stand-in in tests.
+pub trait Connect: Send + Sync {
+    fn connect<'a>(&'a self, peer: &'a HttpPeer) -> ConnectFuture<'a>;
+}
+
+impl Connect for TransportConnector {
+    fn connect<'a>(&'a self, peer: &'a HttpPeer) -> ConnectFuture<'a> {
+        Box::pin(self.new_stream(peer))
+    }
+}
+
+/// The backends of the current snapshot, as the proxy reaches them.
+pub struct Upstream {
+    connector: Arc<dyn Connect>,
+    pool: Arc<UpstreamPool>,
+    health: Arc<UpstreamHealth>,
+    next_peer: AtomicUsize,
+}
+
+/// A backend connection whose answer's head has been read.
+pub struct Answered {
+    pub conn: UpstreamConn,
+    /// The connection's pool key, to return it when the answer is done.
+    pub key: u64,
+    /// When the request was sent.
+    pub started: Instant,
+}
+
+/// What went wrong talking to a backend.
+#[derive(Debug)]
+struct Failure {
+    kind: UpstreamErrorKind,
+    what: &'static str,
+    cause: Option<String>,
+}
+
+impl Failure {
+    fn new(kind: UpstreamErrorKind, what: &'static str) -> Self {
+        Failure {
+            kind,
+            what,
+            cause: None,
+        }
+    }
+
+    fn io(what: &'static str, e: &std::io::Error) -> Self {
+        Failure {
+            kind: UpstreamErrorKind::Reset,
+            what,
+            cause: Some(e.to_string()),
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.what)?;
+        if let Some(c) = &self.cause {
+            write!(f, ": {c}")?;
+        }
+        Ok(())
+    }
+}
+
+impl Upstream {
+    pub fn new(
+        connector: Arc<dyn Connect>,
+        pool: Arc<UpstreamPool>,
+        health: Arc<UpstreamHealth>,
+    ) -> Self {
+        Upstream {
+            connector,
+            pool,
+            health,
+            next_peer: AtomicUsize::new(0),
+        }
+    }
+
+    pub fn pool(&self) -> &Arc<UpstreamPool> {
+        &self.pool
+    }
+
+    /// Sends `request` to one backend and reads the head of its answer; the failures on the
+    /// way are noted in `record`. `Err` is the answer the client gets instead.
+    pub async fn exchange<R: RequestView>(
+        &self,
+        snap: &Snapshot,
+        request: &UpstreamRequest<'_, R>,
+        idempotent: bool,
+        record: &mut UpstreamRecord,
+    ) -> Result<Answered, Reply> {
+        let request_id = request.request_id;
+        let upstream = &snap.upstream;
+        let count = upstream.peers.len();
+        let first = self.next_peer.fetch_add(1, Ordering::Relaxed);
+        // Addresses that failed their health check leave the rotation, unless all have.
+        let any_up = upstream.addresses.iter().any(|a| self.health.is_up(a));
+        let mut last_failure = Reply::UpstreamConnect;
+        let mut resent = false;
+        let mut rotation = (0..count).map(|i| (first + i) % count).peekable();
+        while let Some(&index) = rotation.peek() {
+            let (peer, key) = (&upstream.peers[index], upstream.pool_keys[index]);
+            if any_up && !self.health.is_up(&upstream.addresses[index]) {
+                rotation.next();
+                continue;
+            }
+            let started = Instant::now();
+            // A resent request goes on a new connection, never on another pooled one.
+            let pooled = if resent {
+                None
+            } else {
+                self.pool.take(key, upstream.idle_timeout)
+            };
+            let reused = pooled.is_some();
+            let mut conn = match pooled {
+                Some(conn) => conn,
+                None => match self.connector.connect(peer).await {
+                    Ok(stream) => UpstreamConn::new(stream),
+                    Err(e) => {
+                        let kind = classify(&e);
+                        record.errors.push(kind);
+                        tracing::warn!(request_id = %request_id, peer = %peer, error = %e, "upstream connect failed");
+                        last_failure = reply_for(kind);
+                        rotation.next();
+                        continue;
+                    }
+                },
+            };
+            match send_and_read_head(&mut conn, request, upstream.read_timeout).await {
+                Ok(()) => {
+                    record.header_time = Some(started.elapsed());
+                    return Ok(Answered { conn, key, started });
+                }
+                Err(failure) => {
+                    record.errors.push(failure.kind);
+                    tracing::warn!(request_id = %request_id, peer = %peer, reused, error = %failure, "upstream exchange failed");
+                    // A kept-alive connection the backend had already closed: a read goes
+                    // once more, on a new connection. A POST never does.
+                    if reused && idempotent && !resent && failure.kind == UpstreamErrorKind::Reset {
+                        resent = true;
+                        continue;
+                    }
+                    record.header_time = Some(started.elapsed());
+                    return Err(reply_for(failure.kind));
+                }
+            }
+        }
+        Err(last_failure)
+    }
+}
+
+/// Writes the request (its head, with a small body inside the same buffer, and any larger
+/// body from where it lies), then reads until the final (non-1xx) answer head is parsed.
+async fn send_and_read_head<R: RequestView>(
+    up: &mut UpstreamConn,
+    request: &UpstreamRequest<'_, R>,
+    read_timeout: Duration,
+) -> Result<(), Failure> {
+    request.write_head(&mut up.buf);
+    let write = async {
+        up.stream.write_all(&up.buf).await?;
+        if let Some(body) = request.separate_body() {
+            up.stream.write_all(body).await?;
+        }
+        up.stream.flush().await
+    };
+    match timeout(read_timeout, write).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(Failure::io("writing the request upstream", &e)),
+        Err(_) => {
+            return Err(Failure::new(
+                UpstreamErrorKind::Timeout,
+                "writing the request upstream",
+            ))
+        }
+    }
+    up.buf.clear();
+    loop {
+        match up.head.parse(&up.buf) {
+            Ok(true) if (100..200).contains(&up.head.status) => {
+                up.buf.advance(up.head.len);
+                continue;
+            }
+            Ok(true) => return Ok(()),
+            Ok(false) if up.buf.len() <= MAX_UPSTREAM_HEAD => {}
+            _ => {
+                return Err(Failure::new(
+                    UpstreamErrorKind::Other,
+                    "the backend's response head is not HTTP/1.x",
+                ))
+            }
+        }
+        if up.buf.capacity() - up.buf.len() < 1024 {
+            up.buf.reserve(4096);
+        }
+        match timeout(read_timeout, up.stream.read_buf(&mut up.buf)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            Ok(Ok(_)) => {
+                return Err(Failure::new(
+                    UpstreamErrorKind::Reset,
+                    "the backend closed the connection before answering",
+                ))
+            }
+            Ok(Err(e)) => return Err(Failure::io("reading the response head", &e)),
+            Err(_) => {
+                return Err(Failure::new(
+                    UpstreamErrorKind::Timeout,
+                    "no response head in time",
+                ))
+            }
+        }
+    }
+}
+
+/// Sorts a pingora error into the kinds that metrics and answers distinguish.
+fn classify(e: &Error) -> UpstreamErrorKind {
+    match e.etype() {
+        ErrorType::ConnectTimedout | ErrorType::ReadTimedout | ErrorType::WriteTimedout => {
+            UpstreamErrorKind::Timeout
+        }
+        ErrorType::ConnectRefused
+        | ErrorType::ConnectNoRoute
+        | ErrorType::ConnectError
+        | ErrorType::SocketError => UpstreamErrorKind::Connect,
+        ErrorType::ConnectionClosed | ErrorType::ReadError | ErrorType::WriteError => {
+            UpstreamErrorKind::Reset
+        }
+        _ => UpstreamErrorKind::Other,
+    }
+}
+
+/// The answer a client gets when the backend failed this way.
+fn reply_for(kind: UpstreamErrorKind) -> Reply {
+    match kind {
+        UpstreamErrorKind::Timeout => Reply::UpstreamTimeout,
+        UpstreamErrorKind::Connect => Reply::UpstreamConnect,
+        UpstreamErrorKind::Reset | UpstreamErrorKind::Other => Reply::UpstreamBroken,
+    }
+}
