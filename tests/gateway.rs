@@ -12,7 +12,7 @@ use common::*;
 #[test]
 fn every_route_of_both_versions_is_forwarded_as_the_table_says() {
     let backend = Backend::start();
-    let gw = Gateway::start(&[backend.addr], "");
+    let gw = Gateway::start(&[backend.addr]);
     let cases = [
         (
             "POST",
@@ -84,7 +84,7 @@ fn every_route_of_both_versions_is_forwarded_as_the_table_says() {
 #[test]
 fn auth_headers_pass_unchanged_and_request_id_and_forwarded_for_are_set() {
     let backend = Backend::start();
-    let gw = Gateway::start(&[backend.addr], "");
+    let gw = Gateway::start(&[backend.addr]);
     let resp = post(gw.proxy, "/api/v1/verify/request", BODY);
     let seen = backend.last();
     assert_eq!(seen.header("x-service-agent-id"), Some("agent-1"));
@@ -126,7 +126,7 @@ fn auth_headers_pass_unchanged_and_request_id_and_forwarded_for_are_set() {
 #[test]
 fn query_strings_pass_through_verbatim() {
     let backend = Backend::start();
-    let gw = Gateway::start(&[backend.addr], "");
+    let gw = Gateway::start(&[backend.addr]);
     post(gw.proxy, "/api/v1/verify/request?x=1&y=a%2Fb&z", BODY);
     assert_eq!(
         backend.last().target,
@@ -156,7 +156,7 @@ fn big_json(len: usize) -> Vec<u8> {
 #[test]
 fn large_bodies_arrive_byte_identical_with_content_length() {
     let backend = Backend::start();
-    let gw = Gateway::start(&[backend.addr], "");
+    let gw = Gateway::start(&[backend.addr]);
     let body = big_json(300 * 1024);
     let resp = request(gw.proxy, "POST", "/api/v1/credential/offer", &AUTH, &body);
     assert_eq!(resp.status, 200);
@@ -166,7 +166,7 @@ fn large_bodies_arrive_byte_identical_with_content_length() {
 #[test]
 fn chunked_request_bodies_arrive_byte_identical() {
     let backend = Backend::start();
-    let gw = Gateway::start(&[backend.addr], "");
+    let gw = Gateway::start(&[backend.addr]);
     let body = big_json(200 * 1024);
     let mut req = b"POST /api/v2/verify/S/request HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
     for c in body.chunks(7000) {
@@ -190,7 +190,7 @@ fn large_chunked_responses_come_back_byte_identical() {
     let payload = big_json(500 * 1024);
     let sent = payload.clone();
     let backend = Backend::with(move |_| Action::Chunked(sent.clone(), 10_000));
-    let gw = Gateway::start(&[backend.addr], "");
+    let gw = Gateway::start(&[backend.addr]);
     let resp = post(gw.proxy, "/api/v1/verify/request", BODY);
     assert_eq!(resp.status, 200);
     assert_eq!(resp.body, payload);
@@ -199,7 +199,7 @@ fn large_chunked_responses_come_back_byte_identical() {
 #[test]
 fn bodies_over_the_limit_get_413_and_are_not_forwarded() {
     let backend = Backend::start();
-    let gw = Gateway::start(&[backend.addr], "[limits]\nmax_body_bytes = 1000");
+    let gw = Gateway::start_extra(&[backend.addr], "[limits]\nmax_body_bytes = 1000");
     let resp = request(
         gw.proxy,
         "POST",
@@ -239,7 +239,7 @@ id = "agent-2"
 token_sha256 = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"
 services = ["ONLY"]
 "#;
-    let gw = Gateway::start(&[backend.addr], extra);
+    let gw = Gateway::start_extra(&[backend.addr], extra);
     let cases: Vec<(&str, Vec<(&str, &str)>)> = vec![
         ("/api/v1/verify/request", vec![]),
         ("/api/v1/verify/request", vec![("X-Auth-Token", "secret")]),
@@ -302,7 +302,7 @@ services = ["ONLY"]
 #[test]
 fn status_reads_without_credentials_when_configured() {
     let backend = Backend::start();
-    let gw = Gateway::start(&[backend.addr], "[auth]\nrequire_on_status = false");
+    let gw = Gateway::start_extra(&[backend.addr], "[auth]\nrequire_on_status = false");
     let resp = request(gw.proxy, "GET", "/api/v1/transaction/t1/status", &[], b"");
     assert_eq!(resp.status, 200);
     assert_eq!(backend.last().target, "/api/v2/transaction/t1/status");
@@ -329,7 +329,7 @@ id = "agent-3"
 token_sha256 = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"
 default_service = "AGENT3_SVC"
 "#;
-    let gw = Gateway::start(&[backend.addr], extra);
+    let gw = Gateway::start_extra(&[backend.addr], extra);
     let h = [
         ("X-Service-Agent-Id", "agent-3"),
         ("X-Auth-Token", "secret"),
@@ -351,7 +351,7 @@ default_service = "AGENT3_SVC"
 #[test]
 fn unknown_paths_wrong_methods_and_bad_segments_are_not_forwarded() {
     let backend = Backend::start();
-    let gw = Gateway::start(&[backend.addr], "");
+    let gw = Gateway::start(&[backend.addr]);
     for path in [
         "/",
         "/api/v1",
@@ -387,7 +387,7 @@ fn unknown_paths_wrong_methods_and_bad_segments_are_not_forwarded() {
 #[test]
 fn encoded_bytes_in_segments_are_forwarded_exactly() {
     let backend = Backend::start();
-    let gw = Gateway::start(&[backend.addr], "");
+    let gw = Gateway::start(&[backend.addr]);
     get(gw.proxy, "/api/v1/transaction/a%2Fb/status");
     assert_eq!(backend.last().target, "/api/v2/transaction/a%2Fb/status");
     post(gw.proxy, "/api/v2/credential/S%2Fx%20y/offer", BODY);
@@ -397,14 +397,14 @@ fn encoded_bytes_in_segments_are_forwarded_exactly() {
 #[test]
 fn refused_connection_is_502_and_the_next_address_is_tried() {
     let dead = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let gw = Gateway::start(&[dead], "");
+    let gw = Gateway::start(&[dead]);
     let resp = post(gw.proxy, "/api/v1/verify/request", BODY);
     assert_eq!(resp.status, 502);
     assert_eq!(resp.json()["message_code"], 50200);
 
     // With a live address beside the dead one, every request succeeds.
     let backend = Backend::start();
-    let gw = Gateway::start(&[dead, backend.addr], "");
+    let gw = Gateway::start(&[dead, backend.addr]);
     for _ in 0..6 {
         assert_eq!(post(gw.proxy, "/api/v1/verify/request", BODY).status, 200);
     }
@@ -414,7 +414,7 @@ fn refused_connection_is_502_and_the_next_address_is_tried() {
 #[test]
 fn requests_are_spread_round_robin() {
     let (a, b) = (Backend::start(), Backend::start());
-    let gw = Gateway::start(&[a.addr, b.addr], "");
+    let gw = Gateway::start(&[a.addr, b.addr]);
     for _ in 0..10 {
         assert_eq!(post(gw.proxy, "/api/v1/verify/request", BODY).status, 200);
     }
@@ -424,7 +424,7 @@ fn requests_are_spread_round_robin() {
 #[test]
 fn slow_backend_is_504() {
     let backend = Backend::with(|_| Action::Delay(Duration::from_millis(3000), "{}".into()));
-    let gw = Gateway::start(&[backend.addr], "");
+    let gw = Gateway::start(&[backend.addr]);
     let resp = post(gw.proxy, "/api/v1/verify/request", BODY);
     assert_eq!(resp.status, 504);
     assert_eq!(resp.json()["message_code"], 50400);
@@ -434,7 +434,7 @@ fn slow_backend_is_504() {
 #[test]
 fn a_post_the_backend_dropped_is_502_and_never_resent() {
     let backend = Backend::with(|_| Action::Close);
-    let gw = Gateway::start(&[backend.addr], "");
+    let gw = Gateway::start(&[backend.addr]);
     let resp = post(gw.proxy, "/api/v1/verify/request", BODY);
     assert_eq!(resp.status, 502);
     assert_eq!(resp.json()["message_code"], 50201);
@@ -444,7 +444,7 @@ fn a_post_the_backend_dropped_is_502_and_never_resent() {
 #[test]
 fn a_response_cut_mid_body_closes_the_client_connection() {
     let backend = Backend::with(|_| Action::CloseMidBody);
-    let gw = Gateway::start(&[backend.addr], "");
+    let gw = Gateway::start(&[backend.addr]);
     let mut s = std::net::TcpStream::connect(gw.proxy).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.write_all(b"POST /api/v1/verify/request HTTP/1.1\r\nHost: x\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\nContent-Type: application/json\r\nContent-Length: 21\r\n\r\n{\"business_code\":\"B\"}")
@@ -462,14 +462,14 @@ fn a_response_cut_mid_body_closes_the_client_connection() {
     // The gateway keeps serving.
     let ok_backend = Backend::start();
     drop(gw);
-    let gw = Gateway::start(&[ok_backend.addr], "");
+    let gw = Gateway::start(&[ok_backend.addr]);
     assert_eq!(post(gw.proxy, "/api/v1/verify/request", BODY).status, 200);
 }
 
 #[test]
 fn keep_alive_connections_serve_many_requests() {
     let backend = Backend::start();
-    let gw = Gateway::start(&[backend.addr], "");
+    let gw = Gateway::start(&[backend.addr]);
     let s = std::net::TcpStream::connect(gw.proxy).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut w = s.try_clone().unwrap();
@@ -592,7 +592,7 @@ fn the_mock_backend_serves_the_v2_operations_behind_the_gateway() {
         .unwrap();
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     wait_listening(addr);
-    let gw = Gateway::start(&[addr], "");
+    let gw = Gateway::start(&[addr]);
     let resp = post(
         gw.proxy,
         "/api/v1/verify/request",

@@ -48,7 +48,7 @@ fn load(gw: &Gateway, args: &[&str]) -> serde_json::Value {
 #[test]
 fn an_open_model_run_sends_on_schedule_and_reports_percentiles() {
     let mock = mock_backend();
-    let gw = Gateway::start(&[mock.1], "");
+    let gw = Gateway::start(&[mock.1]);
     let r = load(
         &gw,
         &["--rate", "200", "--duration", "1s", "--connections", "4"],
@@ -85,7 +85,7 @@ fn an_open_model_run_sends_on_schedule_and_reports_percentiles() {
 #[test]
 fn a_closed_model_run_on_v2_counts_refusals_by_status() {
     let mock = mock_backend();
-    let gw = Gateway::start(&[mock.1], "rate_limit_per_second = 50.0\nburst = 5\n");
+    let gw = Gateway::start_extra(&[mock.1], "rate_limit_per_second = 50.0\nburst = 5\n");
     let r = load(
         &gw,
         &[

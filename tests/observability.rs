@@ -202,7 +202,7 @@ fn metrics_count_a_known_mix_exactly() {
     let backend = backend_with_reset();
     let started_at = unix_now();
     let extra = format!("{AGENT_2}{MIX_AGENTS}{BROWNED_AGENT}");
-    let gw = Gateway::start(&[backend.addr], &extra);
+    let gw = Gateway::start_extra(&[backend.addr], &extra);
     let p = gw.proxy;
     let send = |method, path, agent: &str, body: &str| {
         let headers = agent_headers(agent);
@@ -508,7 +508,7 @@ fn check_labels_are_bounded(samples: &[Sample], agents: &[&str]) {
 #[test]
 fn a_dead_upstream_address_is_a_502_counted_as_a_connect_error() {
     let dead = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let gw = Gateway::start(&[dead], "");
+    let gw = Gateway::start(&[dead]);
     let resp = post(gw.proxy, "/api/v1/verify/request", VERIFY_BODY);
     assert_eq!(resp.status, 502);
     let samples = wait_counted(&gw, 1);
@@ -565,7 +565,7 @@ fn admin_get(gw: &Gateway, path: &str) -> Response {
 fn readiness_follows_the_upstream_and_liveness_does_not() {
     let backend = Backend::start();
     let upstream = backend.addr;
-    let gw = Gateway::start(&[upstream], "");
+    let gw = Gateway::start(&[upstream]);
     wait_until(10, "/readyz 200 with a live backend", || {
         admin_get(&gw, "/readyz").status == 200
     });
@@ -603,7 +603,7 @@ fn readiness_follows_the_upstream_and_liveness_does_not() {
 #[test]
 fn admin_listener_serves_only_its_endpoints() {
     let backend = Backend::start();
-    let gw = Gateway::start(&[backend.addr], "");
+    let gw = Gateway::start(&[backend.addr]);
     let metrics = admin_get(&gw, "/metrics");
     assert_eq!(metrics.status, 200);
     assert!(
@@ -742,7 +742,7 @@ struct Logged {
 #[test]
 fn every_access_log_line_is_json_with_the_documented_fields() {
     let backend = backend_with_reset();
-    let gw = Gateway::start(&[backend.addr], &format!("{AGENT_2}{MIX_AGENTS}"));
+    let gw = Gateway::start_extra(&[backend.addr], &format!("{AGENT_2}{MIX_AGENTS}"));
     let case = |method, target, agent, body, status| Logged {
         method,
         target,
@@ -1045,7 +1045,7 @@ fn the_dashboard_is_importable_and_reads_only_exported_metrics() {
 
     // A gateway that has seen one request of each kind the dashboard charts.
     let backend = Backend::start();
-    let gw = Gateway::start(&[backend.addr], MIX_AGENTS);
+    let gw = Gateway::start_extra(&[backend.addr], MIX_AGENTS);
     let n = send_traffic_mix(gw.proxy);
     wait_counted(&gw, n);
     let exposition = request(gw.admin, "GET", "/metrics", &[], b"").text();

@@ -54,7 +54,7 @@ link = "https://example.org/agent-api/v2"
 #[test]
 fn v1_responses_carry_the_deprecation_signals_and_v2_ones_do_not() {
     let backend = Backend::start();
-    let gw = Gateway::start(&[backend.addr], SIGNALS);
+    let gw = Gateway::start_extra(&[backend.addr], SIGNALS);
     let v1 = post(gw.proxy, "/api/v1/verify/request", BODY);
     assert_eq!(v1.status, 200);
     assert_eq!(v1.header("deprecation"), Some("@1780272000"));
@@ -84,7 +84,7 @@ fn v1_responses_carry_the_deprecation_signals_and_v2_ones_do_not() {
 #[test]
 fn blocked_agents_get_410_naming_the_v2_path_and_nothing_is_forwarded() {
     let backend = Backend::start();
-    let gw = Gateway::start(&[backend.addr], &agent("legacy", "block"));
+    let gw = Gateway::start_extra(&[backend.addr], &agent("legacy", "block"));
     let cases = [
         (
             "POST",
@@ -145,7 +145,7 @@ fn a_brownout_window_refuses_with_retry_after_and_spares_exempt_agents() {
         rfc3339(now - Duration::from_secs(3600)),
         rfc3339(end)
     );
-    let gw = Gateway::start(&[backend.addr], &extra);
+    let gw = Gateway::start_extra(&[backend.addr], &extra);
     let resp = as_agent(&gw, "plain", "POST", "/api/v1/verify/request", None);
     assert_eq!(resp.status, 410);
     assert_eq!(resp.json()["message_code"], 41002);
@@ -177,7 +177,7 @@ fn a_partial_brownout_answers_the_same_request_id_the_same_way() {
         rfc3339(now - Duration::from_secs(60)),
         rfc3339(now + Duration::from_secs(3600))
     );
-    let gw = Gateway::start(&[backend.addr], &extra);
+    let gw = Gateway::start_extra(&[backend.addr], &extra);
     let mut refused = 0;
     for i in 0..40 {
         let id = format!("retry-me-{i}");
@@ -199,7 +199,7 @@ fn sunset_is_enforced_only_when_configured() {
     let backend = Backend::start();
     let past = rfc3339(SystemTime::now() - Duration::from_secs(86_400));
     let lenient = format!("[retirement]\nsunset_at = \"{past}\"\n");
-    let gw = Gateway::start(&[backend.addr], &lenient);
+    let gw = Gateway::start_extra(&[backend.addr], &lenient);
     assert_eq!(
         post(gw.proxy, "/api/v1/verify/request", BODY).status,
         200,
@@ -211,7 +211,7 @@ fn sunset_is_enforced_only_when_configured() {
         agent("vip", "exempt"),
         lenient + "enforce_sunset = true\n"
     );
-    let gw = Gateway::start(&[backend.addr], &strict);
+    let gw = Gateway::start_extra(&[backend.addr], &strict);
     let resp = post(gw.proxy, "/api/v1/verify/request", BODY);
     assert_eq!(
         (resp.status, resp.json()["message_code"].as_i64()),
@@ -252,7 +252,7 @@ fn v1_usage_reports_a_known_mix() {
         agent("old", "allow"),
         agent("new", "block")
     );
-    let gw = Gateway::start(&[backend.addr], &extra);
+    let gw = Gateway::start_extra(&[backend.addr], &extra);
     for _ in 0..3 {
         as_agent(&gw, "old", "POST", "/api/v1/verify/request", None);
     }

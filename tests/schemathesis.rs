@@ -38,7 +38,7 @@ fn schemathesis_finds_nothing_wrong() {
         .unwrap();
     let backend = SocketAddr::from(([127, 0, 0, 1], backend_port));
     wait_listening(backend);
-    let gw = Gateway::start(&[backend], "");
+    let gw = Gateway::start(&[backend]);
     wait_until(10, "readiness", || get(gw.admin, "/readyz").status == 200);
 
     let examples =
