@@ -156,11 +156,10 @@ fn a_close_delimited_backend_answer_is_relayed_then_the_client_connection_closes
 #[test]
 fn backend_connections_are_reused_until_idle_timeout() {
     let backend = Backend::start();
-    let (proxy, admin) = (free_port(), free_port());
-    let text = config(proxy, admin, &[backend.addr], "")
-        .replace("threads = 2", "threads = 1")
-        .replace("[upstream]", "[upstream]\nidle_timeout_ms = 300");
-    let gw = Gateway::start_with(&text, proxy, admin, &[]);
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.server.threads = 1;
+    cfg.upstream.idle_timeout_ms = 300;
+    let gw = Gateway::builder(cfg).start();
     let on_connection = || {
         assert_eq!(post(gw.proxy, "/api/v1/verify/request", BODY).status, 200);
         backend.last().on_connection
@@ -235,15 +234,10 @@ fn backend_framing_headers_are_made_consistent_for_the_client() {
 #[test]
 fn a_refusal_does_not_wait_for_a_body_the_client_holds_back_for_100_continue() {
     let backend = Backend::start();
-    let (proxy, admin) = (free_port(), free_port());
     // A body timeout far past the socket's read timeout: waiting for the body fails the test.
-    let text = config(
-        proxy,
-        admin,
-        &[backend.addr],
-        "[limits]\nclient_body_timeout_ms = 60000",
-    );
-    let gw = Gateway::start_with(&text, proxy, admin, &[]);
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.limits.client_body_timeout_ms = 60_000;
+    let gw = Gateway::builder(cfg).start();
     let (mut w, mut r) = connect(&gw);
     write!(
         w,
@@ -262,14 +256,9 @@ fn a_client_that_does_not_read_its_answer_is_cut_off() {
     // Far more than the socket buffers between backend, gateway and client can hold.
     let big = vec![b'x'; 64 << 20];
     let backend = Backend::with(move |_| Action::Chunked(big.clone(), 1 << 20));
-    let (proxy, admin) = (free_port(), free_port());
-    let text = config(
-        proxy,
-        admin,
-        &[backend.addr],
-        "[limits]\nclient_send_timeout_ms = 500",
-    );
-    let gw = Gateway::start_with(&text, proxy, admin, &[]);
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.limits.client_send_timeout_ms = 500;
+    let gw = Gateway::builder(cfg).start();
     let (mut w, _never_read) = connect(&gw);
     write!(w, "GET /api/v1/transaction/big/status HTTP/1.1\r\nHost: x\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\n\r\n").unwrap();
     wait_until(5, "the request to start", || backend.count() == 1);
