@@ -6,6 +6,7 @@ mod common;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 
+use agent_gateway::config::testing::{AGENT_ID, TOKEN};
 use common::*;
 
 struct Mock(Child, SocketAddr);
@@ -33,7 +34,7 @@ fn load(gw: &Gateway, args: &[&str]) -> serde_json::Value {
     let out = Command::new(BIN)
         .arg("load")
         .args(["--target", &format!("http://{}", gw.proxy)])
-        .args(["--agent-id", "agent-1", "--token", "secret", "--json"])
+        .args(["--agent-id", AGENT_ID, "--token", TOKEN, "--json"])
         .args(args)
         .output()
         .unwrap();
@@ -85,7 +86,11 @@ fn an_open_model_run_sends_on_schedule_and_reports_percentiles() {
 #[test]
 fn a_closed_model_run_on_v2_counts_refusals_by_status() {
     let mock = mock_backend();
-    let gw = Gateway::start_extra(&[mock.1], "rate_limit_per_second = 50.0\nburst = 5\n");
+    let mut cfg = test_config(&[mock.1]);
+    let agent = cfg.agent_mut(AGENT_ID);
+    agent.rate_limit_per_second = Some(50.0);
+    agent.burst = Some(5);
+    let gw = Gateway::builder(cfg).start();
     let r = load(
         &gw,
         &[
