@@ -582,15 +582,8 @@ fn hash_token_prints_the_hex_sha256_of_stdin() {
 
 #[test]
 fn the_mock_backend_serves_the_v2_operations_behind_the_gateway() {
-    let port = free_port();
-    let mut mock = Command::new(BIN)
-        .args(["mock-backend", "--listen", &format!("127.0.0.1:{port}")])
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let addr = loopback(port);
-    wait_listening(addr);
-    let gw = Gateway::start(&[addr]);
+    let mock = MockBackend::start();
+    let gw = Gateway::start(&[mock.addr]);
     let resp = post(
         gw.proxy,
         "/api/v1/verify/request",
@@ -612,6 +605,4 @@ fn the_mock_backend_serves_the_v2_operations_behind_the_gateway() {
         r#"{"organization_name":"o"}"#,
     );
     assert_eq!(resp.status, 400);
-    let _ = mock.kill();
-    let _ = mock.wait();
 }

@@ -48,6 +48,35 @@ pub fn test_config(upstreams: &[SocketAddr]) -> FileConfig {
     cfg
 }
 
+/// `agent-gateway mock-backend`, the v2 backend the demo runs, on a free loopback port.
+/// Killed on drop.
+pub struct MockBackend {
+    pub addr: SocketAddr,
+    child: Child,
+}
+
+impl MockBackend {
+    /// Spawns it and waits until it accepts connections.
+    pub fn start() -> MockBackend {
+        let addr = loopback(free_port());
+        let child = Command::new(BIN)
+            .args(["mock-backend", "--listen", &addr.to_string()])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mock = MockBackend { addr, child };
+        wait_listening(addr);
+        mock
+    }
+}
+
+impl Drop for MockBackend {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A running gateway process. Killed on drop.
 pub struct Gateway {
     pub proxy: SocketAddr,
