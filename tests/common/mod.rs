@@ -1,6 +1,7 @@
-//! Shared test harness: the real `agent-gateway` binary on free loopback ports, a recording
-//! backend that stores every request it receives, and a raw HTTP/1.1 client that sends bytes
-//! exactly as written (so tests control framing, encodings and bad input).
+//! Shared test harness: the real `agent-gateway` binary on free loopback ports, run on a typed
+//! config ([`test_config`], changed field by field, spawned by [`Gateway::builder`]), a
+//! recording backend that stores every request it receives, and a raw HTTP/1.1 client that
+//! sends bytes exactly as written (so tests control framing, encodings and bad input).
 #![allow(dead_code)]
 
 pub mod python;
@@ -148,7 +149,7 @@ impl GatewayBuilder {
             .map(|a| listener(a, "listen.admin"))
             .expect("the harness needs an admin listener (test_config sets one)");
         let (dir, config_path, child, log_path) = self.spawn();
-        let gw = Gateway {
+        let mut gw = Gateway {
             proxy,
             admin,
             config: self.config,
@@ -157,8 +158,7 @@ impl GatewayBuilder {
             config_path,
             log_path,
         };
-        wait_listening(gw.proxy);
-        wait_listening(gw.admin);
+        gw.wait_listening();
         gw
     }
 
@@ -216,6 +216,28 @@ fn listener(addr: &str, key: &str) -> SocketAddr {
 }
 
 impl Gateway {
+    /// Polls until both listeners accept connections (up to 20 s each). A process that exits
+    /// first fails the test at once, with its log.
+    fn wait_listening(&mut self) {
+        for addr in [self.proxy, self.admin] {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+                if let Some(status) = self.child.try_wait().unwrap() {
+                    panic!(
+                        "the gateway exited ({status}) before listening on {addr}; log:\n{}",
+                        self.log()
+                    );
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{addr} never started listening; log:\n{}",
+                    self.log()
+                );
+                thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }
