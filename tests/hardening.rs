@@ -10,6 +10,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
+use agent_gateway::config::testing::AGENT_ID;
+use agent_gateway::config::ValidationMode;
 use common::*;
 
 fn json_post(gw: &Gateway, path: &str, body: &str) -> Response {
@@ -19,7 +21,7 @@ fn json_post(gw: &Gateway, path: &str, body: &str) -> Response {
 #[test]
 fn each_schema_rule_gets_400_naming_field_and_rule_and_nothing_is_forwarded() {
     let backend = Backend::start();
-    let gw = Gateway::start(&[backend.addr], "");
+    let gw = Gateway::start(&[backend.addr]);
     let cases = [
         ("/api/v1/verify/request", "not json", "rule not_json"),
         ("/api/v1/verify/request", "[1,2]", "rule not_object"),
@@ -82,7 +84,7 @@ fn each_schema_rule_gets_400_naming_field_and_rule_and_nothing_is_forwarded() {
 #[test]
 fn valid_bodies_are_forwarded_byte_identical_whatever_their_formatting() {
     let backend = Backend::start();
-    let gw = Gateway::start(&[backend.addr], "");
+    let gw = Gateway::start(&[backend.addr]);
     let bodies = [
         // Whitespace, key order, unicode escapes, unknown fields and nulls all kept as sent.
         "{\n  \"zeta\": [1, 2, {\"deep\": null}],\n  \"business_code\" : \"caf\\u00e9 \u{1F600}\"\n}",
@@ -115,7 +117,9 @@ fn valid_bodies_are_forwarded_byte_identical_whatever_their_formatting() {
 #[test]
 fn report_mode_forwards_and_counts_and_off_mode_skips() {
     let backend = Backend::start();
-    let gw = Gateway::start(&[backend.addr], "[validation]\nmode = \"report\"");
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.validation.mode = ValidationMode::Report;
+    let gw = Gateway::builder(cfg).start();
     assert_eq!(json_post(&gw, "/api/v1/verify/request", "{}").status, 200);
     assert_eq!(backend.last().body, b"{}");
     assert_eq!(
@@ -123,7 +127,9 @@ fn report_mode_forwards_and_counts_and_off_mode_skips() {
         1.0
     );
     drop(gw);
-    let gw = Gateway::start(&[backend.addr], "[validation]\nmode = \"off\"");
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.validation.mode = ValidationMode::Off;
+    let gw = Gateway::builder(cfg).start();
     assert_eq!(
         json_post(&gw, "/api/v1/verify/request", "not json").status,
         200
@@ -138,7 +144,7 @@ fn report_mode_forwards_and_counts_and_off_mode_skips() {
 #[test]
 fn a_post_that_is_not_json_gets_415() {
     let backend = Backend::start();
-    let gw = Gateway::start(&[backend.addr], "");
+    let gw = Gateway::start(&[backend.addr]);
     let auth = [
         ("X-Service-Agent-Id", "agent-1"),
         ("X-Auth-Token", "secret"),
@@ -172,10 +178,11 @@ fn a_post_that_is_not_json_gets_415() {
 #[test]
 fn oversized_targets_and_headers_get_414_and_431() {
     let backend = Backend::start();
-    let gw = Gateway::start(
-        &[backend.addr],
-        "[limits]\nmax_uri_bytes = 200\nmax_header_bytes = 2000\nmax_headers = 20",
-    );
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.limits.max_uri_bytes = 200;
+    cfg.limits.max_header_bytes = 2000;
+    cfg.limits.max_headers = 20;
+    let gw = Gateway::builder(cfg).start();
     let long = format!("/api/v1/transaction/{}/status", "x".repeat(300));
     assert_eq!(get(gw.proxy, &long).status, 414);
     let long_query = format!("/api/v1/transaction/t/status?{}", "q".repeat(300));
@@ -226,7 +233,7 @@ fn oversized_targets_and_headers_get_414_and_431() {
 #[test]
 fn control_bytes_and_broken_requests_get_400_and_never_reach_the_backend() {
     let backend = Backend::start();
-    let gw = Gateway::start(&[backend.addr], "");
+    let gw = Gateway::start(&[backend.addr]);
     let cases: [&[u8]; 5] = [
         b"GET /api/v1/transaction/a\x00b/status HTTP/1.1\r\nHost: x\r\n\r\n",
         b"GET /api/v1/transaction/a%00b/status HTTP/1.1\r\nHost: x\r\n\r\n",
@@ -265,10 +272,10 @@ fn slowloris(addr: SocketAddr, stop: Arc<AtomicBool>) -> thread::JoinHandle<bool
 #[test]
 fn a_slowloris_client_is_cut_off_while_others_are_served() {
     let backend = Backend::start();
-    let gw = Gateway::start(
-        &[backend.addr],
-        "[limits]\nclient_header_timeout_ms = 800\nclient_body_timeout_ms = 800",
-    );
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.limits.client_header_timeout_ms = 800;
+    cfg.limits.client_body_timeout_ms = 800;
+    let gw = Gateway::builder(cfg).start();
     let stop = Arc::new(AtomicBool::new(false));
     let slow_header = slowloris(gw.proxy, stop.clone());
     // A slow body: full header, then a byte now and then.
@@ -318,8 +325,11 @@ fn a_slowloris_client_is_cut_off_while_others_are_served() {
 #[test]
 fn an_agent_over_its_rate_limit_gets_429_and_strangers_cannot_spend_its_budget() {
     let backend = Backend::start();
-    let extra = "rate_limit_per_second = 0.5\nburst = 3\n";
-    let gw = Gateway::start(&[backend.addr], extra);
+    let mut cfg = test_config(&[backend.addr]);
+    let agent = cfg.agent_mut(AGENT_ID);
+    agent.rate_limit_per_second = Some(0.5);
+    agent.burst = Some(3);
+    let gw = Gateway::builder(cfg).start();
     // Unauthenticated and wrong-token traffic in the agent's name first.
     for _ in 0..10 {
         let h = [("X-Service-Agent-Id", "agent-1"), ("X-Auth-Token", "wrong")];
@@ -354,12 +364,9 @@ fn an_agent_over_its_rate_limit_gets_429_and_strangers_cannot_spend_its_budget()
 fn a_dead_address_leaves_the_rotation_and_returns() {
     let (a, b) = (Backend::start(), Backend::start());
     let a_addr = a.addr;
-    let (proxy, admin) = (free_port(), free_port());
-    let text = config(proxy, admin, &[a.addr, b.addr], "").replace(
-        "[upstream]\n",
-        "[upstream]\nhealth_check_interval_ms = 100\n",
-    );
-    let gw = Gateway::start_with(&text, proxy, admin, &[]);
+    let mut cfg = test_config(&[a.addr, b.addr]);
+    cfg.upstream.health_check_interval_ms = 100;
+    let gw = Gateway::builder(cfg).start();
     wait_until(5, "ready", || get(gw.admin, "/readyz").status == 200);
     drop(a);
     // Once the check notices, every request goes to b, none fails.
@@ -406,7 +413,7 @@ fn failing_backends_never_get_a_post_twice_and_the_gateway_keeps_serving() {
             Some(a) => a,
             None => Action::Json("{}".into()),
         });
-        let gw = Gateway::start(&[backend.addr], "");
+        let gw = Gateway::start(&[backend.addr]);
         let mut s = TcpStream::connect(gw.proxy).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let body = BODY;
@@ -458,7 +465,7 @@ fn a_kept_alive_connection_closed_after_reading_never_gets_a_post_twice() {
             Action::Json("{}".into())
         }
     });
-    let gw = Gateway::start(&[backend.addr], "");
+    let gw = Gateway::start(&[backend.addr]);
     assert_eq!(json_post(&gw, "/api/v1/verify/request", BODY).status, 200);
     let resp = json_post(&gw, "/api/v1/verify/request", BODY);
     assert_eq!(resp.status, 502);
@@ -471,7 +478,7 @@ fn a_kept_alive_connection_closed_after_reading_never_gets_a_post_twice() {
 
     drop(gw);
     let before = backend.count();
-    let gw = Gateway::start(&[backend.addr], "");
+    let gw = Gateway::start(&[backend.addr]);
     assert_eq!(get(gw.proxy, "/api/v1/transaction/t/status").status, 200);
     assert_eq!(get(gw.proxy, "/api/v1/transaction/t/status").status, 200);
     let seen: Vec<usize> = backend.all()[before..]

@@ -21,7 +21,7 @@ fn connect(gw: &Gateway) -> (TcpStream, BufReader<TcpStream>) {
 #[test]
 fn pipelined_requests_are_answered_in_order_and_forwarded_once_each() {
     let backend = Backend::start();
-    let gw = Gateway::start(&[backend.addr], "");
+    let gw = Gateway::start(&[backend.addr]);
     let (mut w, mut r) = connect(&gw);
     let mut burst = format!("{VERIFY_HEAD}Content-Length: {}\r\n\r\n{BODY}", BODY.len());
     burst.push_str("GET /api/v1/transaction/tx-9/status HTTP/1.1\r\nHost: x\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\n\r\n");
@@ -48,7 +48,7 @@ fn pipelined_requests_are_answered_in_order_and_forwarded_once_each() {
 #[test]
 fn expect_100_continue_is_answered_before_the_body_is_sent() {
     let backend = Backend::start();
-    let gw = Gateway::start(&[backend.addr], "");
+    let gw = Gateway::start(&[backend.addr]);
     let (mut w, mut r) = connect(&gw);
     write!(
         w,
@@ -69,7 +69,7 @@ fn expect_100_continue_is_answered_before_the_body_is_sent() {
 #[test]
 fn framing_that_could_be_read_two_ways_is_400_and_never_forwarded() {
     let backend = Backend::start();
-    let gw = Gateway::start(&[backend.addr], "");
+    let gw = Gateway::start(&[backend.addr]);
     for framing in [
         "Content-Length: 71\r\nTransfer-Encoding: chunked\r\n",
         "Content-Length: 71\r\nContent-Length: 72\r\n",
@@ -98,7 +98,7 @@ fn http10_clients_get_close_unless_they_ask_and_never_chunked() {
             Action::Json("{}".into())
         }
     });
-    let gw = Gateway::start(&[backend.addr], "");
+    let gw = Gateway::start(&[backend.addr]);
     let auth = "X-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\n";
 
     // Keep-alive asked for: kept, and said so.
@@ -136,7 +136,7 @@ fn http10_clients_get_close_unless_they_ask_and_never_chunked() {
 #[test]
 fn a_close_delimited_backend_answer_is_relayed_then_the_client_connection_closes() {
     let backend = Backend::with(|_| Action::CloseDelimited(r#"{"status_code":200}"#.into()));
-    let gw = Gateway::start(&[backend.addr], "");
+    let gw = Gateway::start(&[backend.addr]);
     let (mut w, mut r) = connect(&gw);
     write!(
         w,
@@ -156,11 +156,10 @@ fn a_close_delimited_backend_answer_is_relayed_then_the_client_connection_closes
 #[test]
 fn backend_connections_are_reused_until_idle_timeout() {
     let backend = Backend::start();
-    let (proxy, admin) = (free_port(), free_port());
-    let text = config(proxy, admin, &[backend.addr], "")
-        .replace("threads = 2", "threads = 1")
-        .replace("[upstream]", "[upstream]\nidle_timeout_ms = 300");
-    let gw = Gateway::start_with(&text, proxy, admin, &[]);
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.server.threads = 1;
+    cfg.upstream.idle_timeout_ms = 300;
+    let gw = Gateway::builder(cfg).start();
     let on_connection = || {
         assert_eq!(post(gw.proxy, "/api/v1/verify/request", BODY).status, 200);
         backend.last().on_connection
@@ -178,7 +177,7 @@ fn backend_connections_are_reused_until_idle_timeout() {
 #[test]
 fn a_backend_connection_closed_while_idle_is_not_used_for_the_next_post() {
     let backend = Backend::with(|_| Action::JsonThenClose(r#"{"status_code":200}"#.into()));
-    let gw = Gateway::start(&[backend.addr], "");
+    let gw = Gateway::start(&[backend.addr]);
     for _ in 0..5 {
         assert_eq!(post(gw.proxy, "/api/v1/verify/request", BODY).status, 200);
         // The backend's close has arrived before the next request is sent.
@@ -192,7 +191,7 @@ fn a_backend_connection_closed_while_idle_is_not_used_for_the_next_post() {
 #[test]
 fn a_chunked_body_ended_by_a_bare_lf_is_refused_not_read_past() {
     let backend = Backend::start();
-    let gw = Gateway::start(&[backend.addr], "");
+    let gw = Gateway::start(&[backend.addr]);
     // Another parser could end this body at `0\r\n\n` and see a second request after it.
     let smuggled = format!(
         "{VERIFY_HEAD}Transfer-Encoding: chunked\r\n\r\n{:x}\r\n{BODY}\r\n0\r\n\nGET /api/v1/transaction/t/status HTTP/1.1\r\nHost: x\r\n\r\n",
@@ -217,7 +216,7 @@ fn backend_framing_headers_are_made_consistent_for_the_client() {
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\nConnection: close\r\n\r\nzipped".to_vec()
         })
     });
-    let gw = Gateway::start(&[backend.addr], "");
+    let gw = Gateway::start(&[backend.addr]);
     let resp = get(gw.proxy, "/api/v1/transaction/both/status");
     assert_eq!((resp.status, resp.text().as_str()), (200, "hello"));
     assert_eq!(resp.header("content-length"), None);
@@ -235,15 +234,10 @@ fn backend_framing_headers_are_made_consistent_for_the_client() {
 #[test]
 fn a_refusal_does_not_wait_for_a_body_the_client_holds_back_for_100_continue() {
     let backend = Backend::start();
-    let (proxy, admin) = (free_port(), free_port());
     // A body timeout far past the socket's read timeout: waiting for the body fails the test.
-    let text = config(
-        proxy,
-        admin,
-        &[backend.addr],
-        "[limits]\nclient_body_timeout_ms = 60000",
-    );
-    let gw = Gateway::start_with(&text, proxy, admin, &[]);
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.limits.client_body_timeout_ms = 60_000;
+    let gw = Gateway::builder(cfg).start();
     let (mut w, mut r) = connect(&gw);
     write!(
         w,
@@ -262,14 +256,9 @@ fn a_client_that_does_not_read_its_answer_is_cut_off() {
     // Far more than the socket buffers between backend, gateway and client can hold.
     let big = vec![b'x'; 64 << 20];
     let backend = Backend::with(move |_| Action::Chunked(big.clone(), 1 << 20));
-    let (proxy, admin) = (free_port(), free_port());
-    let text = config(
-        proxy,
-        admin,
-        &[backend.addr],
-        "[limits]\nclient_send_timeout_ms = 500",
-    );
-    let gw = Gateway::start_with(&text, proxy, admin, &[]);
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.limits.client_send_timeout_ms = 500;
+    let gw = Gateway::builder(cfg).start();
     let (mut w, _never_read) = connect(&gw);
     write!(w, "GET /api/v1/transaction/big/status HTTP/1.1\r\nHost: x\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\n\r\n").unwrap();
     wait_until(5, "the request to start", || backend.count() == 1);
@@ -287,7 +276,7 @@ fn a_client_that_does_not_read_its_answer_is_cut_off() {
 #[test]
 fn a_credential_sent_twice_is_refused_whichever_copy_is_right() {
     let backend = Backend::start();
-    let gw = Gateway::start(&[backend.addr], "");
+    let gw = Gateway::start(&[backend.addr]);
     for (first, second) in [("secret", "wrong"), ("wrong", "secret")] {
         let h = [
             ("X-Service-Agent-Id", "agent-1"),
@@ -312,7 +301,7 @@ fn headers_named_in_connection_are_hop_by_hop_both_ways() {
     let backend = Backend::with(|_| {
         Action::Raw(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: X-Backend-Hop\r\nX-Backend-Hop: 1\r\nX-Kept: 1\r\n\r\n{}".to_vec())
     });
-    let gw = Gateway::start(&[backend.addr], "");
+    let gw = Gateway::start(&[backend.addr]);
     let h = [
         ("X-Service-Agent-Id", "agent-1"),
         ("X-Auth-Token", "secret"),

@@ -3,37 +3,16 @@
 
 mod common;
 
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
+use agent_gateway::config::testing::{AGENT_ID, TOKEN};
 use common::*;
-
-struct Mock(Child, SocketAddr);
-
-impl Drop for Mock {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn mock_backend() -> Mock {
-    let port = free_port();
-    let child = Command::new(BIN)
-        .args(["mock-backend", "--listen", &format!("127.0.0.1:{port}")])
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    wait_listening(addr);
-    Mock(child, addr)
-}
 
 fn load(gw: &Gateway, args: &[&str]) -> serde_json::Value {
     let out = Command::new(BIN)
         .arg("load")
         .args(["--target", &format!("http://{}", gw.proxy)])
-        .args(["--agent-id", "agent-1", "--token", "secret", "--json"])
+        .args(["--agent-id", AGENT_ID, "--token", TOKEN, "--json"])
         .args(args)
         .output()
         .unwrap();
@@ -47,8 +26,8 @@ fn load(gw: &Gateway, args: &[&str]) -> serde_json::Value {
 
 #[test]
 fn an_open_model_run_sends_on_schedule_and_reports_percentiles() {
-    let mock = mock_backend();
-    let gw = Gateway::start(&[mock.1], "");
+    let mock = MockBackend::start();
+    let gw = Gateway::start(&[mock.addr]);
     let r = load(
         &gw,
         &["--rate", "200", "--duration", "1s", "--connections", "4"],
@@ -84,8 +63,12 @@ fn an_open_model_run_sends_on_schedule_and_reports_percentiles() {
 
 #[test]
 fn a_closed_model_run_on_v2_counts_refusals_by_status() {
-    let mock = mock_backend();
-    let gw = Gateway::start(&[mock.1], "rate_limit_per_second = 50.0\nburst = 5\n");
+    let mock = MockBackend::start();
+    let mut cfg = test_config(&[mock.addr]);
+    let agent = cfg.agent_mut(AGENT_ID);
+    agent.rate_limit_per_second = Some(50.0);
+    agent.burst = Some(5);
+    let gw = Gateway::builder(cfg).start();
     let r = load(
         &gw,
         &[

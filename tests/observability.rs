@@ -5,9 +5,11 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use agent_gateway::config::file::{AgentFile, BrownoutFile};
+use agent_gateway::config::{testing, FileConfig};
 use common::*;
 
 // ---------------------------------------------------------------------------------------------
@@ -161,23 +163,27 @@ fn wait_counted(gw: &Gateway, n: usize) -> Vec<Sample> {
 // (a) exact metric values
 // ---------------------------------------------------------------------------------------------
 
-const AGENT_2: &str = r#"
-[[auth.agents]]
-id = "agent-2"
-token_sha256 = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"
-services = ["ONLY"]
-"#;
+/// Agent `agent-2` (token [`testing::TOKEN`]), allowed only the service `ONLY`.
+fn agent_2() -> AgentFile {
+    AgentFile {
+        services: Some(vec!["ONLY".into()]),
+        ..AgentFile::new("agent-2", testing::TOKEN)
+    }
+}
 
-/// Agent `browned` (token `secret`), inside a brownout that refuses all its v1 calls.
-const BROWNED_AGENT: &str = r#"
-[[auth.agents]]
-id = "browned"
-token_sha256 = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"
-[[retirement.brownouts]]
-start = "2000-01-01T00:00:00Z"
-end = "2100-01-01T00:00:00Z"
-agents = ["browned"]
-"#;
+/// Adds agent `browned` (token [`testing::TOKEN`]), inside a brownout that refuses all its v1
+/// calls.
+fn add_browned_agent(cfg: &mut FileConfig) {
+    cfg.auth
+        .agents
+        .push(AgentFile::new("browned", testing::TOKEN));
+    cfg.retirement.brownouts.push(BrownoutFile {
+        start: "2000-01-01T00:00:00Z".into(),
+        end: "2100-01-01T00:00:00Z".into(),
+        percent: None,
+        agents: Some(vec!["browned".into()]),
+    });
+}
 
 fn unix_now() -> f64 {
     SystemTime::now()
@@ -201,8 +207,11 @@ fn backend_with_reset() -> Backend {
 fn metrics_count_a_known_mix_exactly() {
     let backend = backend_with_reset();
     let started_at = unix_now();
-    let extra = format!("{AGENT_2}{MIX_AGENTS}{BROWNED_AGENT}");
-    let gw = Gateway::start(&[backend.addr], &extra);
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.auth.agents.push(agent_2());
+    cfg.auth.agents.extend(mix_agents());
+    add_browned_agent(&mut cfg);
+    let gw = Gateway::builder(cfg).start();
     let p = gw.proxy;
     let send = |method, path, agent: &str, body: &str| {
         let headers = agent_headers(agent);
@@ -507,8 +516,8 @@ fn check_labels_are_bounded(samples: &[Sample], agents: &[&str]) {
 
 #[test]
 fn a_dead_upstream_address_is_a_502_counted_as_a_connect_error() {
-    let dead = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let gw = Gateway::start(&[dead], "");
+    let dead = loopback(free_port());
+    let gw = Gateway::start(&[dead]);
     let resp = post(gw.proxy, "/api/v1/verify/request", VERIFY_BODY);
     assert_eq!(resp.status, 502);
     let samples = wait_counted(&gw, 1);
@@ -565,7 +574,7 @@ fn admin_get(gw: &Gateway, path: &str) -> Response {
 fn readiness_follows_the_upstream_and_liveness_does_not() {
     let backend = Backend::start();
     let upstream = backend.addr;
-    let gw = Gateway::start(&[upstream], "");
+    let gw = Gateway::start(&[upstream]);
     wait_until(10, "/readyz 200 with a live backend", || {
         admin_get(&gw, "/readyz").status == 200
     });
@@ -603,7 +612,7 @@ fn readiness_follows_the_upstream_and_liveness_does_not() {
 #[test]
 fn admin_listener_serves_only_its_endpoints() {
     let backend = Backend::start();
-    let gw = Gateway::start(&[backend.addr], "");
+    let gw = Gateway::start(&[backend.addr]);
     let metrics = admin_get(&gw, "/metrics");
     assert_eq!(metrics.status, 200);
     assert!(
@@ -640,13 +649,9 @@ fn the_token_never_appears_in_the_log_even_at_trace_level() {
     const TOKEN: &str = "tok-Zq81-ZEBRA-7f3c-never-log-me";
     const WRONG: &str = "tok-Wr0ng-OKAPI-91ad-never-log-me";
     let backend = Backend::start();
-    let (proxy, admin) = (free_port(), free_port());
-    let extra = format!(
-        "[[auth.agents]]\nid = \"tracer\"\ntoken_sha256 = \"{}\"\n",
-        token_sha256(TOKEN)
-    );
-    let text = config(proxy, admin, &[backend.addr], &extra);
-    let gw = Gateway::start_with_env(&text, proxy, admin, &[("RUST_LOG", "trace")]);
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.auth.agents.push(AgentFile::new("tracer", TOKEN));
+    let gw = Gateway::builder(cfg).env("RUST_LOG", "trace").start();
     let p = gw.proxy;
     let good = [
         ("X-Service-Agent-Id", "tracer"),
@@ -742,7 +747,10 @@ struct Logged {
 #[test]
 fn every_access_log_line_is_json_with_the_documented_fields() {
     let backend = backend_with_reset();
-    let gw = Gateway::start(&[backend.addr], &format!("{AGENT_2}{MIX_AGENTS}"));
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.auth.agents.push(agent_2());
+    cfg.auth.agents.extend(mix_agents());
+    let gw = Gateway::builder(cfg).start();
     let case = |method, target, agent, body, status| Logged {
         method,
         target,
@@ -1045,7 +1053,9 @@ fn the_dashboard_is_importable_and_reads_only_exported_metrics() {
 
     // A gateway that has seen one request of each kind the dashboard charts.
     let backend = Backend::start();
-    let gw = Gateway::start(&[backend.addr], MIX_AGENTS);
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.auth.agents.extend(mix_agents());
+    let gw = Gateway::builder(cfg).start();
     let n = send_traffic_mix(gw.proxy);
     wait_counted(&gw, n);
     let exposition = request(gw.admin, "GET", "/metrics", &[], b"").text();

@@ -18,28 +18,9 @@ use agent_gateway::api::openapi::{self, document};
 use agent_gateway::api::operation::{ApiVersion, Operation};
 use agent_gateway::api::reply::Reply;
 use agent_gateway::api::schema;
-use agent_gateway::config::Snapshot;
+use agent_gateway::config::testing;
 use common::python::{run, venv_bin};
-use common::SECRET_SHA256;
 use serde_json::{json, Value};
-
-fn snapshot(extra: &str) -> Snapshot {
-    Snapshot::parse(&format!(
-        r#"
-[listen]
-proxy = "127.0.0.1:8080"
-[v1]
-default_service = "ORG_DEFAULT"
-[upstream]
-addresses = ["127.0.0.1:9000"]
-[[auth.agents]]
-id = "agent-1"
-token_sha256 = "{SECRET_SHA256}"
-{extra}
-"#
-    ))
-    .unwrap()
-}
 
 /// The Python of the shared test virtualenv (`tests/common/python.rs`).
 fn python() -> PathBuf {
@@ -57,12 +38,16 @@ fn write_temp(name: &str, v: &Value) -> (tempfile::TempDir, PathBuf) {
 #[test]
 fn the_document_is_valid_openapi_3_1() {
     let python = python();
-    for extra in [
-        "",
-        "[auth]\nrequire_on_status = false",
-        "[retirement]\nsunset_at = \"2027-06-01T00:00:00Z\"",
+    let mut open_status = testing::config();
+    open_status.auth.require_on_status = false;
+    let mut sunset = testing::config();
+    sunset.retirement.sunset_at = Some("2027-06-01T00:00:00Z".into());
+    for (variant, config) in [
+        ("the test config", testing::config()),
+        ("auth.require_on_status = false", open_status),
+        ("retirement.sunset_at set", sunset),
     ] {
-        let doc = document(&snapshot(extra));
+        let doc = document(&config.snapshot());
         let (_dir, file) = write_temp("openapi.json", &doc);
         let out = Command::new(&python)
             .args([
@@ -79,7 +64,7 @@ fn the_document_is_valid_openapi_3_1() {
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success() && stdout.contains("OK"),
-            "openapi-spec-validator refused the document ({extra:?}):\n{stdout}\n{}",
+            "openapi-spec-validator refused the document ({variant}):\n{stdout}\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
     }
@@ -172,7 +157,7 @@ fn sample_bodies() -> Vec<(Operation, Value)> {
 #[test]
 fn published_schemas_agree_with_the_validator() {
     let python = python();
-    let doc = document(&snapshot(""));
+    let doc = document(&testing::snapshot());
     let cases: Vec<Value> = sample_bodies()
         .iter()
         .map(|(op, body)| json!({"schema": op.schema().unwrap().name, "body": body}))
@@ -209,7 +194,7 @@ print(json.dumps(verdicts))
 
 #[test]
 fn every_route_and_status_is_documented() {
-    let s = snapshot("");
+    let s = testing::snapshot();
     let doc = document(&s);
     for version in ApiVersion::ALL {
         for op in Operation::ALL {

@@ -402,13 +402,10 @@ fn a_real_prometheus_scrapes_the_gateway_and_runs_every_dashboard_and_alert_quer
 
     // The gateway reloads only when asked, so the reload counter moves only when the test says.
     let backend = Backend::start();
-    let (proxy, admin) = (free_port(), free_port());
-    let text = replace_once(
-        &config(proxy, admin, &[backend.addr], MIX_AGENTS),
-        "[server]\n",
-        "[server]\nwatch_config = false\n",
-    );
-    let gw = Gateway::start_with(&text, proxy, admin, &[]);
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.server.watch_config = false;
+    cfg.auth.agents.extend(mix_agents());
+    let gw = Gateway::builder(cfg).start();
 
     // Traffic of every kind the dashboard charts, until the queries have been run.
     let stop = Arc::new(AtomicBool::new(false));

@@ -10,17 +10,26 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use agent_gateway::config::file::AgentFile;
+use agent_gateway::config::testing::{AGENT_ID, TOKEN};
+use agent_gateway::config::FileConfig;
 use common::*;
 
-/// A gateway whose v1 default service is `code`; `extra` is appended to [`config`].
-fn text(gw_ports: (u16, u16), backend: SocketAddr, code: &str, extra: &str) -> String {
-    config(gw_ports.0, gw_ports.1, &[backend], extra).replace("ORG_DEFAULT", code)
+/// `cfg` with v1 default service `code`: the change most tests here reload, seen in the path
+/// the backend receives.
+fn with_code(mut cfg: FileConfig, code: &str) -> FileConfig {
+    cfg.v1.default_service = code.into();
+    cfg
 }
 
-fn start(backend: SocketAddr, code: &str, extra: &str) -> (Gateway, (u16, u16)) {
-    let ports = (free_port(), free_port());
-    let gw = Gateway::start_with(&text(ports, backend, code, extra), ports.0, ports.1, &[]);
-    (gw, ports)
+/// The harness config in front of `backend`, with v1 default service `code`.
+fn config_with_code(backend: SocketAddr, code: &str) -> FileConfig {
+    with_code(test_config(&[backend]), code)
+}
+
+/// Writes `cfg` over the file `gw` runs on, in place.
+fn rewrite(gw: &Gateway, cfg: &FileConfig) {
+    std::fs::write(&gw.config_path, cfg.to_toml()).unwrap();
 }
 
 /// Sends v1 verify requests until the backend sees `code` in the path; panics after 1 s.
@@ -50,9 +59,9 @@ fn atomic_write(path: &Path, contents: &str) {
 #[test]
 fn an_in_place_write_applies() {
     let backend = Backend::start();
-    let (gw, ports) = start(backend.addr, "FIRST", "");
+    let gw = Gateway::builder(config_with_code(backend.addr, "FIRST")).start();
     seen_within_a_second(&gw, &backend, "FIRST");
-    std::fs::write(&gw.config_path, text(ports, backend.addr, "SECOND", "")).unwrap();
+    rewrite(&gw, &with_code(gw.config.clone(), "SECOND"));
     seen_within_a_second(&gw, &backend, "SECOND");
     assert_eq!(gw.metric("agent_gateway_config_generation"), 2.0);
 }
@@ -60,14 +69,13 @@ fn an_in_place_write_applies() {
 #[test]
 fn an_atomic_rename_over_the_file_applies() {
     let backend = Backend::start();
-    let (gw, ports) = start(backend.addr, "FIRST", "");
-    atomic_write(&gw.config_path, &text(ports, backend.addr, "RENAMED", ""));
+    let gw = Gateway::builder(config_with_code(backend.addr, "FIRST")).start();
+    let renamed = with_code(gw.config.clone(), "RENAMED");
+    atomic_write(&gw.config_path, &renamed.to_toml());
     seen_within_a_second(&gw, &backend, "RENAMED");
     // And again: the watch survives the inode being replaced.
-    atomic_write(
-        &gw.config_path,
-        &text(ports, backend.addr, "RENAMED_AGAIN", ""),
-    );
+    let renamed_again = with_code(gw.config.clone(), "RENAMED_AGAIN");
+    atomic_write(&gw.config_path, &renamed_again.to_toml());
     seen_within_a_second(&gw, &backend, "RENAMED_AGAIN");
 }
 
@@ -75,28 +83,25 @@ fn an_atomic_rename_over_the_file_applies() {
 fn a_kubernetes_configmap_symlink_swap_applies() {
     use std::os::unix::fs::symlink;
     let backend = Backend::start();
-    let ports = (free_port(), free_port());
+    let cfg = config_with_code(backend.addr, "CM_ONE");
     let dir = tempfile::tempdir().unwrap();
-    let d = dir.path().to_path_buf();
+    let d = dir.path();
     // The layout the kubelet makes: gateway.toml -> ..data/gateway.toml, ..data -> ..v1
     std::fs::create_dir(d.join("..v1")).unwrap();
-    std::fs::write(
-        d.join("..v1/gateway.toml"),
-        text(ports, backend.addr, "CM_ONE", ""),
-    )
-    .unwrap();
+    std::fs::write(d.join("..v1/gateway.toml"), cfg.to_toml()).unwrap();
     symlink("..v1", d.join("..data")).unwrap();
     symlink("..data/gateway.toml", d.join("gateway.toml")).unwrap();
 
-    let config_path = d.join("gateway.toml");
-    let cm = Gateway::run_file(dir, config_path, ports.0, ports.1, &[]);
+    let cm = Gateway::builder(cfg.clone())
+        .config_path(d.join("gateway.toml"))
+        .start();
     seen_within_a_second(&cm, &backend, "CM_ONE");
 
     // The swap: a new timestamped dir, a new ..data link renamed over the old one.
     std::fs::create_dir(d.join("..v2")).unwrap();
     std::fs::write(
         d.join("..v2/gateway.toml"),
-        text(ports, backend.addr, "CM_TWO", ""),
+        with_code(cfg, "CM_TWO").to_toml(),
     )
     .unwrap();
     symlink("..v2", d.join("..data_tmp")).unwrap();
@@ -108,13 +113,10 @@ fn a_kubernetes_configmap_symlink_swap_applies() {
 #[test]
 fn sighup_reloads() {
     let backend = Backend::start();
-    let extra = "[server]\nwatch_config = false";
-    let no_watch = |code: &str, ports| {
-        text(ports, backend.addr, code, "").replace("[server]", &format!("{extra}\n"))
-    };
-    let ports = (free_port(), free_port());
-    let gw = Gateway::start_with(&no_watch("BEFORE_HUP", ports), ports.0, ports.1, &[]);
-    std::fs::write(&gw.config_path, no_watch("AFTER_HUP", ports)).unwrap();
+    let mut cfg = config_with_code(backend.addr, "BEFORE_HUP");
+    cfg.server.watch_config = false;
+    let gw = Gateway::builder(cfg).start();
+    rewrite(&gw, &with_code(gw.config.clone(), "AFTER_HUP"));
     // Without the watcher nothing changes until the signal.
     thread::sleep(Duration::from_millis(400));
     post(gw.proxy, "/api/v1/verify/request", BODY);
@@ -130,12 +132,10 @@ fn sighup_reloads() {
 #[test]
 fn post_reload_on_the_admin_listener_reloads_and_reports() {
     let backend = Backend::start();
-    let ports = (free_port(), free_port());
-    let no_watch = |code: &str| {
-        text(ports, backend.addr, code, "").replace("[server]", "[server]\nwatch_config = false")
-    };
-    let gw = Gateway::start_with(&no_watch("BEFORE_POST"), ports.0, ports.1, &[]);
-    std::fs::write(&gw.config_path, no_watch("AFTER_POST")).unwrap();
+    let mut cfg = config_with_code(backend.addr, "BEFORE_POST");
+    cfg.server.watch_config = false;
+    let gw = Gateway::builder(cfg).start();
+    rewrite(&gw, &with_code(gw.config.clone(), "AFTER_POST"));
     let resp = request(gw.admin, "POST", "/-/reload", &[], b"");
     assert_eq!(resp.status, 200, "{}", resp.text());
     assert_eq!(resp.json()["result"], "success");
@@ -143,11 +143,9 @@ fn post_reload_on_the_admin_listener_reloads_and_reports() {
     seen_within_a_second(&gw, &backend, "AFTER_POST");
 
     // A changed listener is reported as needing a restart and keeps its value.
-    let moved = no_watch("MOVED").replace(
-        &format!("127.0.0.1:{}", ports.0),
-        &format!("127.0.0.1:{}", free_port()),
-    );
-    std::fs::write(&gw.config_path, moved).unwrap();
+    let mut moved = with_code(gw.config.clone(), "MOVED");
+    moved.listen.proxy = loopback(free_port()).to_string();
+    rewrite(&gw, &moved);
     let resp = request(gw.admin, "POST", "/-/reload", &[], b"");
     assert_eq!(
         resp.json()["restart_required"],
@@ -156,8 +154,10 @@ fn post_reload_on_the_admin_listener_reloads_and_reports() {
     seen_within_a_second(&gw, &backend, "MOVED");
 
     // A bad file: 422 with every problem by key path.
-    let bad = no_watch("bad code!").replace("token_sha256 = \"", "token_sha256 = \"zz");
-    std::fs::write(&gw.config_path, bad).unwrap();
+    let mut bad = with_code(gw.config.clone(), "bad code!");
+    let agent = bad.agent_mut(AGENT_ID);
+    agent.token_sha256 = format!("zz{}", agent.token_sha256);
+    rewrite(&gw, &bad);
     let resp = request(gw.admin, "POST", "/-/reload", &[], b"");
     assert_eq!(resp.status, 422);
     let keys: Vec<String> = resp.json()["problems"]
@@ -175,7 +175,8 @@ fn post_reload_on_the_admin_listener_reloads_and_reports() {
 #[test]
 fn an_invalid_file_keeps_the_old_config_and_a_later_valid_one_applies() {
     let backend = Backend::start();
-    let (gw, ports) = start(backend.addr, "GOOD_ONE", "");
+    let gw = Gateway::builder(config_with_code(backend.addr, "GOOD_ONE")).start();
+    // Not TOML at all, so written as text.
     std::fs::write(&gw.config_path, "this is [not toml").unwrap();
     wait_until(2, "the failure to be counted", || {
         gw.metric("agent_gateway_config_reloads_total{result=\"failure\"}") == 1.0
@@ -185,7 +186,7 @@ fn an_invalid_file_keeps_the_old_config_and_a_later_valid_one_applies() {
     assert_eq!(gw.metric("agent_gateway_config_generation"), 1.0);
     assert!(gw.log().contains("config reload refused"));
 
-    std::fs::write(&gw.config_path, text(ports, backend.addr, "GOOD_TWO", "")).unwrap();
+    rewrite(&gw, &with_code(gw.config.clone(), "GOOD_TWO"));
     seen_within_a_second(&gw, &backend, "GOOD_TWO");
     assert_eq!(gw.metric("agent_gateway_config_generation"), 2.0);
     assert!(gw.metric("agent_gateway_config_last_reload_success_timestamp_seconds") > 1.7e9);
@@ -194,8 +195,9 @@ fn an_invalid_file_keeps_the_old_config_and_a_later_valid_one_applies() {
 #[test]
 fn a_revoked_agent_is_refused_on_its_next_request() {
     let backend = Backend::start();
-    let extra = format!("[[auth.agents]]\nid = \"agent-2\"\ntoken_sha256 = \"{SECRET_SHA256}\"\n");
-    let (gw, ports) = start(backend.addr, "C", &extra);
+    let mut cfg = config_with_code(backend.addr, "C");
+    cfg.auth.agents.push(AgentFile::new("agent-2", TOKEN));
+    let gw = Gateway::builder(cfg).start();
     let as_agent2 = || {
         request(
             gw.proxy,
@@ -203,7 +205,7 @@ fn a_revoked_agent_is_refused_on_its_next_request() {
             "/api/v1/verify/request",
             &[
                 ("X-Service-Agent-Id", "agent-2"),
-                ("X-Auth-Token", "secret"),
+                ("X-Auth-Token", TOKEN),
                 ("Content-Type", "application/json"),
             ],
             BODY.as_bytes(),
@@ -211,7 +213,9 @@ fn a_revoked_agent_is_refused_on_its_next_request() {
         .status
     };
     assert_eq!(as_agent2(), 200);
-    std::fs::write(&gw.config_path, text(ports, backend.addr, "C", "")).unwrap();
+    let mut revoked = gw.config.clone();
+    revoked.auth.agents.retain(|a| a.id != "agent-2");
+    rewrite(&gw, &revoked);
     wait_until(1, "agent-2 to be revoked", || as_agent2() == 401);
     assert_eq!(
         post(gw.proxy, "/api/v1/verify/request", BODY).status,
@@ -224,14 +228,13 @@ fn a_revoked_agent_is_refused_on_its_next_request() {
 fn under_load_with_50_reloads_every_request_sees_one_whole_snapshot() {
     let backend = Backend::start();
     // Each generation changes two settings at once: the upstream base and the default code.
-    let gen_text = |ports, n: usize| {
-        text(ports, backend.addr, &format!("CODE{n}"), "").replace(
-            "[upstream]",
-            &format!("[upstream]\nbase_path = \"/gen{n}/api\""),
-        )
+    let first = test_config(&[backend.addr]);
+    let generation = |n: usize| {
+        let mut cfg = with_code(first.clone(), &format!("CODE{n}"));
+        cfg.upstream.base_path = format!("/gen{n}/api");
+        cfg
     };
-    let ports = (free_port(), free_port());
-    let gw = Gateway::start_with(&gen_text(ports, 0), ports.0, ports.1, &[]);
+    let gw = Gateway::builder(generation(0)).start();
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicUsize::new(0));
     let workers: Vec<_> = (0..4)
@@ -251,7 +254,7 @@ fn under_load_with_50_reloads_every_request_sees_one_whole_snapshot() {
         })
         .collect();
     for n in 1..=50 {
-        atomic_write(&gw.config_path, &gen_text(ports, n));
+        atomic_write(&gw.config_path, &generation(n).to_toml());
         thread::sleep(Duration::from_millis(60));
         if n % 10 == 0 {
             signal(gw.child.id(), "HUP");
@@ -288,10 +291,9 @@ fn under_load_with_50_reloads_every_request_sees_one_whole_snapshot() {
 fn sigterm_lets_a_slow_response_finish_then_exits() {
     let backend =
         Backend::with(|_| Action::Delay(Duration::from_millis(1500), r#"{"slow":true}"#.into()));
-    let ports = (free_port(), free_port());
-    let with_grace = text(ports, backend.addr, "C", "")
-        .replace("grace_period_seconds = 1", "grace_period_seconds = 5");
-    let mut gw = Gateway::start_with(&with_grace, ports.0, ports.1, &[]);
+    let mut cfg = config_with_code(backend.addr, "C");
+    cfg.server.grace_period_seconds = 5;
+    let mut gw = Gateway::builder(cfg).start();
     let proxy = gw.proxy;
     let pending = thread::spawn(move || post(proxy, "/api/v1/verify/request", BODY));
     wait_until(2, "the request to reach the backend", || {
@@ -323,24 +325,19 @@ fn sigterm_lets_a_slow_response_finish_then_exits() {
 #[test]
 fn sigquit_hands_the_listeners_to_a_process_started_with_upgrade() {
     let backend = Backend::start();
-    let ports = (free_port(), free_port());
     let sock_dir = tempfile::tempdir().unwrap();
     let sock = sock_dir.path().join("upgrade.sock");
-    let cfg = text(ports, backend.addr, "C", "").replace(
-        "[server]",
-        &format!("[server]\nupgrade_sock = \"{}\"", sock.display()),
-    );
-    let mut old = Gateway::start_with(&cfg, ports.0, ports.1, &[]);
+    let mut cfg = config_with_code(backend.addr, "C");
+    cfg.server.upgrade_sock = sock.display().to_string();
+    let mut old = Gateway::builder(cfg).start();
     assert_eq!(post(old.proxy, "/api/v1/verify/request", BODY).status, 200);
 
-    // The new binary waits on the upgrade socket for the old one's listeners.
-    let log = std::fs::File::create(sock_dir.path().join("new.log")).unwrap();
-    let mut new = std::process::Command::new(BIN)
-        .args(["run", "--upgrade", "--config"])
-        .arg(&old.config_path)
-        .stderr(log)
-        .spawn()
-        .unwrap();
+    // The new binary waits on the upgrade socket for the old one's listeners (on the same
+    // ports, so they are already accepting when it starts).
+    let mut new = Gateway::builder(old.config.clone())
+        .arg("--upgrade")
+        .config_path(&old.config_path)
+        .start();
     wait_until(10, "the upgrade socket", || sock.exists());
     signal(old.child.id(), "QUIT");
 
@@ -359,9 +356,7 @@ fn sigquit_hands_the_listeners_to_a_process_started_with_upgrade() {
         assert_eq!(post(old.proxy, "/api/v1/verify/request", BODY).status, 200);
     }
     assert!(
-        new.try_wait().unwrap().is_none(),
+        new.child.try_wait().unwrap().is_none(),
         "the new process must still be serving"
     );
-    let _ = new.kill();
-    let _ = new.wait();
 }

@@ -6,14 +6,31 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, SystemTime};
 
+use agent_gateway::config::file::{AgentFile, BrownoutFile};
+use agent_gateway::config::testing::TOKEN;
+use agent_gateway::config::V1Policy;
 use common::*;
 
 fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_seconds(t).to_string()
 }
 
-fn agent(id: &str, policy: &str) -> String {
-    format!("[[auth.agents]]\nid = \"{id}\"\ntoken_sha256 = \"{SECRET_SHA256}\"\nv1_policy = \"{policy}\"\n")
+/// Agent `id` (token [`TOKEN`]) with v1 policy `policy`.
+fn agent(id: &str, policy: V1Policy) -> AgentFile {
+    AgentFile {
+        v1_policy: policy,
+        ..AgentFile::new(id, TOKEN)
+    }
+}
+
+/// A brownout from `start` to `end` for every agent that is not exempt.
+fn brownout(start: SystemTime, end: SystemTime, percent: Option<u8>) -> BrownoutFile {
+    BrownoutFile {
+        start: rfc3339(start),
+        end: rfc3339(end),
+        percent,
+        agents: None,
+    }
 }
 
 fn as_agent(
@@ -25,7 +42,7 @@ fn as_agent(
 ) -> Response {
     let mut h = vec![
         ("X-Service-Agent-Id", id),
-        ("X-Auth-Token", "secret"),
+        ("X-Auth-Token", TOKEN),
         ("Content-Type", "application/json"),
     ];
     if let Some(r) = request_id {
@@ -44,17 +61,14 @@ fn as_agent(
     )
 }
 
-const SIGNALS: &str = r#"
-[retirement]
-deprecated_at = "2026-06-01T00:00:00Z"
-sunset_at = "2027-06-01T00:00:00Z"
-link = "https://example.org/agent-api/v2"
-"#;
-
 #[test]
 fn v1_responses_carry_the_deprecation_signals_and_v2_ones_do_not() {
     let backend = Backend::start();
-    let gw = Gateway::start(&[backend.addr], SIGNALS);
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.retirement.deprecated_at = Some("2026-06-01T00:00:00Z".into());
+    cfg.retirement.sunset_at = Some("2027-06-01T00:00:00Z".into());
+    cfg.retirement.link = Some("https://example.org/agent-api/v2".into());
+    let gw = Gateway::builder(cfg).start();
     let v1 = post(gw.proxy, "/api/v1/verify/request", BODY);
     assert_eq!(v1.status, 200);
     assert_eq!(v1.header("deprecation"), Some("@1780272000"));
@@ -84,7 +98,9 @@ fn v1_responses_carry_the_deprecation_signals_and_v2_ones_do_not() {
 #[test]
 fn blocked_agents_get_410_naming_the_v2_path_and_nothing_is_forwarded() {
     let backend = Backend::start();
-    let gw = Gateway::start(&[backend.addr], &agent("legacy", "block"));
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.auth.agents.push(agent("legacy", V1Policy::Block));
+    let gw = Gateway::builder(cfg).start();
     let cases = [
         (
             "POST",
@@ -138,14 +154,12 @@ fn a_brownout_window_refuses_with_retry_after_and_spares_exempt_agents() {
     let backend = Backend::start();
     let now = SystemTime::now();
     let end = now + Duration::from_secs(3600);
-    let extra = format!(
-        "{}{}[[retirement.brownouts]]\nstart = \"{}\"\nend = \"{}\"\n",
-        agent("vip", "exempt"),
-        agent("plain", "allow"),
-        rfc3339(now - Duration::from_secs(3600)),
-        rfc3339(end)
-    );
-    let gw = Gateway::start(&[backend.addr], &extra);
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.auth.agents.push(agent("vip", V1Policy::Exempt));
+    cfg.auth.agents.push(agent("plain", V1Policy::Allow));
+    let started = now - Duration::from_secs(3600);
+    cfg.retirement.brownouts.push(brownout(started, end, None));
+    let gw = Gateway::builder(cfg).start();
     let resp = as_agent(&gw, "plain", "POST", "/api/v1/verify/request", None);
     assert_eq!(resp.status, 410);
     assert_eq!(resp.json()["message_code"], 41002);
@@ -172,12 +186,15 @@ fn a_brownout_window_refuses_with_retry_after_and_spares_exempt_agents() {
 fn a_partial_brownout_answers_the_same_request_id_the_same_way() {
     let backend = Backend::start();
     let now = SystemTime::now();
-    let extra = format!(
-        "[[retirement.brownouts]]\nstart = \"{}\"\nend = \"{}\"\npercent = 50\n",
-        rfc3339(now - Duration::from_secs(60)),
-        rfc3339(now + Duration::from_secs(3600))
+    let mut cfg = test_config(&[backend.addr]);
+    let (start, end) = (
+        now - Duration::from_secs(60),
+        now + Duration::from_secs(3600),
     );
-    let gw = Gateway::start(&[backend.addr], &extra);
+    cfg.retirement
+        .brownouts
+        .push(brownout(start, end, Some(50)));
+    let gw = Gateway::builder(cfg).start();
     let mut refused = 0;
     for i in 0..40 {
         let id = format!("retry-me-{i}");
@@ -198,20 +215,20 @@ fn a_partial_brownout_answers_the_same_request_id_the_same_way() {
 fn sunset_is_enforced_only_when_configured() {
     let backend = Backend::start();
     let past = rfc3339(SystemTime::now() - Duration::from_secs(86_400));
-    let lenient = format!("[retirement]\nsunset_at = \"{past}\"\n");
-    let gw = Gateway::start(&[backend.addr], &lenient);
+    let mut lenient = test_config(&[backend.addr]);
+    lenient.retirement.sunset_at = Some(past.clone());
+    let gw = Gateway::builder(lenient).start();
     assert_eq!(
         post(gw.proxy, "/api/v1/verify/request", BODY).status,
         200,
         "no cut-off by a clock alone"
     );
     drop(gw);
-    let strict = format!(
-        "{}{}",
-        agent("vip", "exempt"),
-        lenient + "enforce_sunset = true\n"
-    );
-    let gw = Gateway::start(&[backend.addr], &strict);
+    let mut strict = test_config(&[backend.addr]);
+    strict.retirement.sunset_at = Some(past);
+    strict.auth.agents.push(agent("vip", V1Policy::Exempt));
+    strict.retirement.enforce_sunset = true;
+    let gw = Gateway::builder(strict).start();
     let resp = post(gw.proxy, "/api/v1/verify/request", BODY);
     assert_eq!(
         (resp.status, resp.json()["message_code"].as_i64()),
@@ -227,18 +244,23 @@ fn sunset_is_enforced_only_when_configured() {
 #[test]
 fn a_policy_change_applies_on_hot_reload() {
     let backend = Backend::start();
-    let (proxy, admin) = (free_port(), free_port());
-    let text = |policy: &str| config(proxy, admin, &[backend.addr], &agent("moving", policy));
-    let gw = Gateway::start_with(&text("allow"), proxy, admin, &[]);
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.auth.agents.push(agent("moving", V1Policy::Allow));
+    let gw = Gateway::builder(cfg).start();
+    let with_policy = |policy| {
+        let mut cfg = gw.config.clone();
+        cfg.agent_mut("moving").v1_policy = policy;
+        cfg.to_toml()
+    };
     assert_eq!(
         as_agent(&gw, "moving", "POST", "/api/v1/verify/request", None).status,
         200
     );
-    std::fs::write(&gw.config_path, text("block")).unwrap();
+    std::fs::write(&gw.config_path, with_policy(V1Policy::Block)).unwrap();
     wait_until(2, "the block to apply", || {
         as_agent(&gw, "moving", "POST", "/api/v1/verify/request", None).status == 410
     });
-    std::fs::write(&gw.config_path, text("exempt")).unwrap();
+    std::fs::write(&gw.config_path, with_policy(V1Policy::Exempt)).unwrap();
     wait_until(2, "the exemption to apply", || {
         as_agent(&gw, "moving", "POST", "/api/v1/verify/request", None).status == 200
     });
@@ -247,12 +269,11 @@ fn a_policy_change_applies_on_hot_reload() {
 #[test]
 fn v1_usage_reports_a_known_mix() {
     let backend = Backend::start();
-    let extra = format!(
-        "{}{}[retirement]\nquiet_days = 0\n",
-        agent("old", "allow"),
-        agent("new", "block")
-    );
-    let gw = Gateway::start(&[backend.addr], &extra);
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.auth.agents.push(agent("old", V1Policy::Allow));
+    cfg.auth.agents.push(agent("new", V1Policy::Block));
+    cfg.retirement.quiet_days = 0;
+    let gw = Gateway::builder(cfg).start();
     for _ in 0..3 {
         as_agent(&gw, "old", "POST", "/api/v1/verify/request", None);
     }

@@ -14,8 +14,7 @@
 
 mod common;
 
-use std::net::SocketAddr;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use common::python::venv_bin;
 use common::*;
@@ -26,19 +25,8 @@ const MAX_EXAMPLES: &str = "30";
 #[test]
 fn schemathesis_finds_nothing_wrong() {
     let bin = venv_bin();
-    let backend_port = free_port();
-    let mut mock = Command::new(BIN)
-        .args([
-            "mock-backend",
-            "--listen",
-            &format!("127.0.0.1:{backend_port}"),
-        ])
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let backend = SocketAddr::from(([127, 0, 0, 1], backend_port));
-    wait_listening(backend);
-    let gw = Gateway::start(&[backend], "");
+    let mock = MockBackend::start();
+    let gw = Gateway::start(&[mock.addr]);
     wait_until(10, "readiness", || get(gw.admin, "/readyz").status == 200);
 
     let examples =
@@ -68,8 +56,7 @@ fn schemathesis_finds_nothing_wrong() {
         .env("SCHEMATHESIS_HOOKS", "")
         .current_dir(env!("CARGO_TARGET_TMPDIR"));
     let out = run.output().unwrap();
-    let _ = mock.kill();
-    let _ = mock.wait();
+    drop(mock);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

@@ -130,15 +130,10 @@ fn the_proxy_listener_speaks_tls() {
     let dir = tempfile::tempdir().unwrap();
     let pki = make_pki(dir.path(), "gw");
     let backend = Backend::start();
-    let (proxy, admin) = (free_port(), free_port());
-    let text = config(proxy, admin, &[backend.addr], "").replace(
-        "[server]",
-        &format!(
-            "tls_cert = \"{}\"\ntls_key = \"{}\"\n[server]",
-            pki.cert, pki.key
-        ),
-    );
-    let gw = Gateway::start_with(&text, proxy, admin, &[]);
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.listen.tls_cert = Some(pki.cert.clone());
+    cfg.listen.tls_key = Some(pki.key.clone());
+    let gw = Gateway::builder(cfg).start();
 
     let tls = rustls::ClientConnection::new(
         client_config(&pki.ca),
@@ -166,19 +161,16 @@ fn the_proxy_listener_speaks_tls() {
     assert!(plain.is_none_or(|r| r.status != 200));
 }
 
-fn tls_upstream(dir: &Path, backend: SocketAddr, upstream: &str) -> Gateway {
-    let (proxy, admin) = (free_port(), free_port());
-    let _ = dir;
-    let text = config(proxy, admin, &[backend], "")
-        .replace(
-            &format!("\"{backend}\""),
-            &format!("\"localhost:{}\"", backend.port()),
-        )
-        .replace(
-            "[upstream]\n",
-            &format!("[upstream]\ntls = true\n{upstream}\n"),
-        );
-    Gateway::start_with(&text, proxy, admin, &[])
+/// A gateway speaking TLS to `backend`, addressed as `localhost` (the name its certificate
+/// carries), verifying against `ca_file` (default: the system roots) and sending `sni`
+/// (default: that host name).
+fn tls_upstream(backend: SocketAddr, ca_file: Option<&str>, sni: Option<&str>) -> Gateway {
+    let mut cfg = test_config(&[]);
+    cfg.upstream.addresses = vec![format!("localhost:{}", backend.port())];
+    cfg.upstream.tls = true;
+    cfg.upstream.tls_ca_file = ca_file.map(Into::into);
+    cfg.upstream.tls_sni = sni.map(Into::into);
+    Gateway::builder(cfg).start()
 }
 
 #[test]
@@ -187,11 +179,7 @@ fn tls_to_the_backend_verifies_its_certificate_against_the_configured_ca() {
     let pki = make_pki(dir.path(), "backend");
     let (backend, count) = tls_backend(&pki);
 
-    let gw = tls_upstream(
-        dir.path(),
-        backend,
-        &format!("tls_ca_file = \"{}\"", pki.ca),
-    );
+    let gw = tls_upstream(backend, Some(&pki.ca), None);
     let resp = post(gw.proxy, "/api/v1/verify/request", BODY);
     assert_eq!(resp.status, 200, "{}", resp.text());
     assert_eq!(resp.json()["seen"], "/api/v2/verify/ORG_DEFAULT/request");
@@ -206,26 +194,15 @@ fn an_untrusted_or_misnamed_backend_certificate_is_refused() {
     let (backend, count) = tls_backend(&pki);
 
     // Verification is on by default: a CA that did not sign the backend's certificate...
-    let gw = tls_upstream(
-        dir.path(),
-        backend,
-        &format!("tls_ca_file = \"{}\"", other.ca),
-    );
+    let gw = tls_upstream(backend, Some(&other.ca), None);
     assert_eq!(post(gw.proxy, "/api/v1/verify/request", BODY).status, 502);
     drop(gw);
     // ...and the system roots, which know nothing of the test CA...
-    let gw = tls_upstream(dir.path(), backend, "");
+    let gw = tls_upstream(backend, None, None);
     assert_eq!(post(gw.proxy, "/api/v1/verify/request", BODY).status, 502);
     drop(gw);
     // ...and the right CA but a name the certificate does not carry.
-    let gw = tls_upstream(
-        dir.path(),
-        backend,
-        &format!(
-            "tls_ca_file = \"{}\"\ntls_sni = \"not-localhost.example\"",
-            pki.ca
-        ),
-    );
+    let gw = tls_upstream(backend, Some(&pki.ca), Some("not-localhost.example"));
     assert_eq!(post(gw.proxy, "/api/v1/verify/request", BODY).status, 502);
     assert_eq!(
         count.load(Ordering::SeqCst),

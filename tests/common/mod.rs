@@ -1,6 +1,7 @@
-//! Shared test harness: the real `agent-gateway` binary on free loopback ports, a recording
-//! backend that stores every request it receives, and a raw HTTP/1.1 client that sends bytes
-//! exactly as written (so tests control framing, encodings and bad input).
+//! Shared test harness: the real `agent-gateway` binary on free loopback ports, run on a typed
+//! config ([`test_config`], changed field by field, spawned by [`Gateway::builder`]), a
+//! recording backend that stores every request it receives, and a raw HTTP/1.1 client that
+//! sends bytes exactly as written (so tests control framing, encodings and bad input).
 #![allow(dead_code)]
 
 pub mod python;
@@ -8,15 +9,17 @@ pub mod python;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use agent_gateway::config::file::AgentFile;
+use agent_gateway::config::testing::{AGENT_ID, TOKEN};
+use agent_gateway::config::{FileConfig, V1Policy};
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_agent-gateway");
-/// SHA-256 of "secret", the token of `agent-1` in [`config`].
-pub const SECRET_SHA256: &str = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b";
 
 /// A loopback port that was free a moment ago.
 pub fn free_port() -> u16 {
@@ -27,102 +30,212 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// A config with `agent-1`/`secret` and the given upstream addresses; `extra` is appended.
-pub fn config(proxy: u16, admin: u16, upstreams: &[SocketAddr], extra: &str) -> String {
-    let addrs: Vec<String> = upstreams.iter().map(|a| format!("\"{a}\"")).collect();
-    format!(
-        r#"
-[listen]
-proxy = "127.0.0.1:{proxy}"
-admin = "127.0.0.1:{admin}"
-[server]
-threads = 2
-grace_period_seconds = 1
-[v1]
-default_service = "ORG_DEFAULT"
-[upstream]
-addresses = [{}]
-connect_timeout_ms = 500
-read_timeout_ms = 2000
-[[auth.agents]]
-id = "agent-1"
-token_sha256 = "{SECRET_SHA256}"
-{extra}
-"#,
-        addrs.join(", ")
-    )
+/// `127.0.0.1:port`.
+pub fn loopback(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// The harness's config: [`FileConfig::for_test`] (agent [`AGENT_ID`], token [`TOKEN`]) in
+/// front of `upstreams`, with proxy and admin listeners on free loopback ports. Two threads and
+/// a one-second grace period keep start and stop quick; the upstream timeouts are short so
+/// tests of a dead or slow backend finish in a few seconds.
+pub fn test_config(upstreams: &[SocketAddr]) -> FileConfig {
+    let mut cfg = FileConfig::for_test(loopback(free_port()), upstreams);
+    cfg.listen.admin = Some(loopback(free_port()).to_string());
+    cfg.server.threads = 2;
+    cfg.server.grace_period_seconds = 1;
+    cfg.upstream.connect_timeout_ms = 500;
+    cfg.upstream.read_timeout_ms = 2000;
+    cfg
+}
+
+/// `agent-gateway mock-backend`, the v2 backend the demo runs, on a free loopback port.
+/// Killed on drop.
+pub struct MockBackend {
+    pub addr: SocketAddr,
+    child: Child,
+}
+
+impl MockBackend {
+    /// Spawns it and waits until it accepts connections.
+    pub fn start() -> MockBackend {
+        let addr = loopback(free_port());
+        let child = Command::new(BIN)
+            .args(["mock-backend", "--listen", &addr.to_string()])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mock = MockBackend { addr, child };
+        wait_listening(addr);
+        mock
+    }
+}
+
+impl Drop for MockBackend {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// A running gateway process. Killed on drop.
 pub struct Gateway {
     pub proxy: SocketAddr,
     pub admin: SocketAddr,
+    /// The config it was started with; reload tests change a copy and write it back.
+    pub config: FileConfig,
     pub child: Child,
+    /// Holds the log (and the config file, unless the test gave its own path) until drop.
     pub dir: tempfile::TempDir,
     pub config_path: PathBuf,
     pub log_path: PathBuf,
 }
 
+/// How a test gateway is run: the config, the process's arguments and environment, and where
+/// its config file is. [`GatewayBuilder::start`] is the one place a gateway is spawned.
+pub struct GatewayBuilder {
+    config: FileConfig,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    config_path: Option<PathBuf>,
+}
+
 impl Gateway {
-    /// Starts a gateway on free ports with [`config`]`(.., upstreams, extra)`.
-    pub fn start(upstreams: &[SocketAddr], extra: &str) -> Gateway {
-        let (proxy, admin) = (free_port(), free_port());
-        Self::start_with(&config(proxy, admin, upstreams, extra), proxy, admin, &[])
+    /// A gateway on `config`; its listeners are read from `config.listen`.
+    pub fn builder(config: FileConfig) -> GatewayBuilder {
+        GatewayBuilder {
+            config,
+            args: Vec::new(),
+            env: Vec::new(),
+            config_path: None,
+        }
     }
 
-    /// Starts a gateway on an exact config text whose listeners are `proxy` and `admin`.
-    pub fn start_with(text: &str, proxy: u16, admin: u16, args: &[&str]) -> Gateway {
+    /// The common case: a gateway on [`test_config`]`(upstreams)` as it is.
+    pub fn start(upstreams: &[SocketAddr]) -> Gateway {
+        Self::builder(test_config(upstreams)).start()
+    }
+}
+
+impl GatewayBuilder {
+    /// An extra argument after `run --config <path>`.
+    pub fn arg(mut self, arg: &str) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// An environment variable for the process; wins over the harness's `RUST_LOG=debug`.
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Runs on a config file the test has already written (a layout the harness does not make,
+    /// or the file of another running gateway) instead of writing the config to a fresh one.
+    /// The file must hold the builder's config: the listeners waited for are taken from it.
+    pub fn config_path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.config_path = Some(path.into());
+        self
+    }
+
+    /// Spawns the gateway and waits until both its listeners accept connections.
+    pub fn start(self) -> Gateway {
+        let proxy = listener(&self.config.listen.proxy, "listen.proxy");
+        let admin = self
+            .config
+            .listen
+            .admin
+            .as_deref()
+            .map(|a| listener(a, "listen.admin"))
+            .expect("the harness needs an admin listener (test_config sets one)");
+        let (dir, config_path, child, log_path) = self.spawn();
+        let mut gw = Gateway {
+            proxy,
+            admin,
+            config: self.config,
+            child,
+            dir,
+            config_path,
+            log_path,
+        };
+        gw.wait_listening();
+        gw
+    }
+
+    /// Runs the gateway on a config it must refuse and returns how it exited; panics if it is
+    /// still running after 10 s.
+    pub fn exit_status(self) -> ExitStatus {
+        let (_dir, _, mut child, log_path) = self.spawn();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+                panic!("the gateway kept running on a config it should refuse; log:\n{log}");
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `agent-gateway run --config <path> <args>`, stderr to a log file in a fresh directory.
+    fn spawn(&self) -> (tempfile::TempDir, PathBuf, Child, PathBuf) {
         let dir = tempfile::tempdir().unwrap();
-        let config_path = dir.path().join("gateway.toml");
-        std::fs::write(&config_path, text).unwrap();
-        Self::run_file(dir, config_path, proxy, admin, args)
-    }
-
-    /// Starts a gateway on a config file already in place (inside `dir`, kept until drop).
-    pub fn run_file(
-        dir: tempfile::TempDir,
-        config_path: PathBuf,
-        proxy: u16,
-        admin: u16,
-        args: &[&str],
-    ) -> Gateway {
-        Self::spawn(dir, config_path, proxy, admin, args, &[])
-    }
-
-    /// Runs the binary on `config_path` with `args`; `env` wins over the harness's own
-    /// (`RUST_LOG=debug`).
-    fn spawn(
-        dir: tempfile::TempDir,
-        config_path: PathBuf,
-        proxy: u16,
-        admin: u16,
-        args: &[&str],
-        env: &[(&str, &str)],
-    ) -> Gateway {
+        let config_path = match &self.config_path {
+            Some(path) => path.clone(),
+            None => {
+                let path = dir.path().join("gateway.toml");
+                std::fs::write(&path, self.config.to_toml()).unwrap();
+                path
+            }
+        };
         let log_path = dir.path().join("gateway.log");
         let log = std::fs::File::create(&log_path).unwrap();
         let child = Command::new(BIN)
             .arg("run")
             .arg("--config")
             .arg(&config_path)
-            .args(args)
+            .args(&self.args)
             .env("RUST_LOG", "debug")
-            .envs(env.iter().copied())
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .unwrap();
-        let gw = Gateway {
-            proxy: SocketAddr::from(([127, 0, 0, 1], proxy)),
-            admin: SocketAddr::from(([127, 0, 0, 1], admin)),
-            child,
-            dir,
-            config_path,
-            log_path,
-        };
-        wait_listening(gw.proxy);
-        wait_listening(gw.admin);
-        gw
+        (dir, config_path, child, log_path)
+    }
+}
+
+/// A listener address of the config, as the harness connects to it.
+fn listener(addr: &str, key: &str) -> SocketAddr {
+    addr.parse()
+        .unwrap_or_else(|e| panic!("{key} = {addr:?} is not an address to connect to: {e}"))
+}
+
+impl Gateway {
+    /// Polls until both listeners accept connections (up to 20 s each). A process that exits
+    /// first fails the test at once, with its log.
+    fn wait_listening(&mut self) {
+        for addr in [self.proxy, self.admin] {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+                if let Some(status) = self.child.try_wait().unwrap() {
+                    panic!(
+                        "the gateway exited ({status}) before listening on {addr}; log:\n{}",
+                        self.log()
+                    );
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{addr} never started listening; log:\n{}",
+                    self.log()
+                );
+                thread::sleep(Duration::from_millis(20));
+            }
+        }
     }
 
     pub fn log(&self) -> String {
@@ -147,6 +260,15 @@ impl Gateway {
             }
             thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// The access-log lines written so far (target `agent_gateway::access`), parsed.
+    pub fn access_log(&self) -> Vec<serde_json::Value> {
+        self.log()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["target"] == "agent_gateway::access")
+            .collect()
     }
 }
 
@@ -342,9 +464,10 @@ pub fn request(
 /// A body valid for every POST operation: it has the required fields of all four schemas.
 pub const BODY: &str = r#"{"business_code":"B","organization_name":"O","credential_def_id":"D"}"#;
 
+/// The headers of an authenticated JSON request by [`AGENT_ID`].
 pub const AUTH: [(&str, &str); 3] = [
-    ("X-Service-Agent-Id", "agent-1"),
-    ("X-Auth-Token", "secret"),
+    ("X-Service-Agent-Id", AGENT_ID),
+    ("X-Auth-Token", TOKEN),
     ("Content-Type", "application/json"),
 ];
 
@@ -571,47 +694,8 @@ fn read_request(reader: &mut BufReader<TcpStream>) -> Option<Recorded> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Observability: gateways with a chosen environment, the shipped dashboard's queries
+// Observability: the shipped dashboard's queries, a mix of traffic for them
 // ---------------------------------------------------------------------------------------------
-
-impl Gateway {
-    /// Like [`Gateway::start_with`], with extra environment variables for the process; they
-    /// win over the harness's own (`RUST_LOG=debug`).
-    pub fn start_with_env(text: &str, proxy: u16, admin: u16, env: &[(&str, &str)]) -> Gateway {
-        let dir = tempfile::tempdir().unwrap();
-        let config_path = dir.path().join("gateway.toml");
-        std::fs::write(&config_path, text).unwrap();
-        Self::spawn(dir, config_path, proxy, admin, &[], env)
-    }
-
-    /// The access-log lines written so far (target `agent_gateway::access`), parsed.
-    pub fn access_log(&self) -> Vec<serde_json::Value> {
-        self.log()
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|v| v["target"] == "agent_gateway::access")
-            .collect()
-    }
-}
-
-/// The hex SHA-256 of `token`, as `agent-gateway hash-token` prints it.
-pub fn token_sha256(token: &str) -> String {
-    let mut child = Command::new(BIN)
-        .arg("hash-token")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(token.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "hash-token failed");
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
 
 /// The shipped Grafana dashboard.
 pub const DASHBOARD: &str = concat!(
@@ -719,33 +803,33 @@ pub const INVITATION_BODY: &str = r#"{"organization_name":"Org"}"#;
 pub const OFFER_BODY: &str = r#"{"organization_name":"Org","credential_def_id":"cred-def-1"}"#;
 pub const VERIFY_RESPONSE_BODY: &str = r#"{"presentation_id":"p-1"}"#;
 
-/// Config lines (for `extra`) adding two agents with token `secret`: `retired`, whose v1
-/// calls the retirement policy refuses with 410, and `throttled`, allowed one request and
-/// then (for the next 1000 s) refused with 429.
-pub const MIX_AGENTS: &str = r#"
-[[auth.agents]]
-id = "retired"
-token_sha256 = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"
-v1_policy = "block"
+/// Two agents with token [`TOKEN`]: `retired`, whose v1 calls the retirement policy refuses
+/// with 410, and `throttled`, allowed one request and then (for the next 1000 s) refused with
+/// 429.
+pub fn mix_agents() -> [AgentFile; 2] {
+    let retired = AgentFile {
+        v1_policy: V1Policy::Block,
+        ..AgentFile::new("retired", TOKEN)
+    };
+    let throttled = AgentFile {
+        rate_limit_per_second: Some(0.001),
+        burst: Some(1),
+        ..AgentFile::new("throttled", TOKEN)
+    };
+    [retired, throttled]
+}
 
-[[auth.agents]]
-id = "throttled"
-token_sha256 = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"
-rate_limit_per_second = 0.001
-burst = 1
-"#;
-
-/// Headers of an authenticated JSON request by `agent` (token `secret`).
+/// Headers of an authenticated JSON request by `agent` (token [`TOKEN`]).
 pub fn agent_headers(agent: &str) -> [(&str, &str); 3] {
     [
         ("X-Service-Agent-Id", agent),
-        ("X-Auth-Token", "secret"),
+        ("X-Auth-Token", TOKEN),
         ("Content-Type", "application/json"),
     ]
 }
 
 /// Sends one request of every kind the dashboard charts, through `proxy` (which must reach a
-/// backend that answers 200, and know `agent-1` and [`MIX_AGENTS`]): v1 and v2 by a
+/// backend that answers 200, and know `agent-1` and [`mix_agents`]): v1 and v2 by a
 /// configured agent, a v1 call refused by the retirement policy, a body that breaks the
 /// schema, a rate-limited call, a 401, a 404. Returns how many requests it sent.
 pub fn send_traffic_mix(proxy: SocketAddr) -> usize {
