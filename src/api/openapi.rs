@@ -32,8 +32,7 @@ pub const SECURITY_SCHEMES: [(&str, &str); 2] = [
 
 /// Statuses the gateway answers by itself, each with a one-line meaning. Any status of
 /// [`Reply::ALL_CODES`] missing here is added too, and every status lists the causes
-/// (message codes) [`Reply`] has for it. 415 and 429 are listed ahead of their `Reply`
-/// variants, which are being added (Content-Type check, rate limits).
+/// (message codes) [`Reply`] has for it.
 const GATEWAY_STATUSES: [(u16, &str); 10] = [
     (400, "The request is malformed."),
     (401, "Authentication failed."),

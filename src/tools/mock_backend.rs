@@ -20,6 +20,7 @@ use crate::api::route::match_route;
 use crate::config::BasePath;
 use crate::config::Bases;
 use crate::policy::auth::{AGENT_ID_HEADER, AUTH_TOKEN_HEADER};
+use crate::policy::request_id;
 
 /// Largest body the mock reads; it is a test double, not a limit anyone tunes.
 const MAX_BODY: usize = 16 * 1024 * 1024;
@@ -132,8 +133,8 @@ impl ServeHttp for MockBackend {
             .status(status)
             .header(http::header::CONTENT_TYPE, "application/json")
             .header(http::header::CONTENT_LENGTH, out.len());
-        if let Some(id) = req.headers.get("x-request-id") {
-            resp = resp.header("x-request-id", id.clone());
+        if let Some(id) = req.headers.get(request_id::HEADER) {
+            resp = resp.header(request_id::HEADER, id.clone());
         }
         resp.body(out).expect("static response parts are valid")
     }

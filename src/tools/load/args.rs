@@ -1,0 +1,225 @@
+//! The command line's values, parsed and checked: targets, rates, durations, the mix,
+//! credentials.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::api::operation::{ApiVersion, Operation};
+
+use super::LoadError;
+
+/// Where to send: `Host` header value, socket address to resolve, and a path prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// The URL as given, for the report.
+    pub url: String,
+    /// The `Host` header (`host[:port]` as written in the URL).
+    pub authority: String,
+    /// `host:port` to resolve.
+    pub host_port: String,
+    /// Path prefix without a trailing slash (usually empty).
+    pub prefix: String,
+}
+
+impl FromStr for Target {
+    type Err = LoadError;
+
+    fn from_str(s: &str) -> Result<Self, LoadError> {
+        let bad = |why| LoadError::Target(s.to_owned(), why);
+        let uri: http::Uri = s.parse().map_err(|_| bad("not a URL"))?;
+        match uri.scheme_str() {
+            Some("http") => {}
+            Some(_) => return Err(bad("only http:// is supported")),
+            None => return Err(bad("needs http://")),
+        }
+        let authority = uri.authority().ok_or_else(|| bad("no host"))?;
+        if uri.query().is_some() {
+            return Err(bad("no query string, please"));
+        }
+        let port = authority.port_u16().unwrap_or(80);
+        let prefix = uri.path().trim_end_matches('/').to_owned();
+        Ok(Target {
+            url: s.to_owned(),
+            authority: authority.as_str().to_owned(),
+            host_port: format!("{}:{port}", authority.host()),
+            prefix,
+        })
+    }
+}
+
+/// Checks `--target` while the arguments are parsed; kept as text so `LoadArgs` stays small.
+pub(super) fn check_target(s: &str) -> Result<String, LoadError> {
+    s.parse::<Target>().map(|_| s.to_owned())
+}
+
+/// Requests per second, or as fast as the connections go.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Rate {
+    Max,
+    PerSecond(f64),
+}
+
+impl FromStr for Rate {
+    type Err = LoadError;
+
+    fn from_str(s: &str) -> Result<Self, LoadError> {
+        if s.eq_ignore_ascii_case("max") {
+            return Ok(Rate::Max);
+        }
+        match s.parse::<f64>() {
+            Ok(r) if r.is_finite() && r > 0.0 => Ok(Rate::PerSecond(r)),
+            _ => Err(LoadError::Rate(s.to_owned())),
+        }
+    }
+}
+
+/// Parses `10s`, `500ms`, `2m`, `1h`, `1.5s` or plain seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, LoadError> {
+    let bad = || LoadError::Duration(s.to_owned());
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().map_err(|_| bad())?;
+    let secs = match unit {
+        "" | "s" => n,
+        "ms" => n / 1000.0,
+        "us" | "µs" => n / 1_000_000.0,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(bad()),
+    };
+    if !secs.is_finite() || secs <= 0.0 {
+        return Err(bad());
+    }
+    Duration::try_from_secs_f64(secs).map_err(|_| bad())
+}
+
+/// The interface version to call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Api {
+    V1,
+    V2,
+}
+
+impl Api {
+    pub(super) fn version(self) -> ApiVersion {
+        match self {
+            Api::V1 => ApiVersion::V1,
+            Api::V2 => ApiVersion::V2,
+        }
+    }
+}
+
+/// Relative weights of the operations (indexed like [`Operation::ALL`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mix {
+    pub(super) weights: [u32; Operation::COUNT],
+    total: u64,
+}
+
+impl FromStr for Mix {
+    type Err = LoadError;
+
+    fn from_str(s: &str) -> Result<Self, LoadError> {
+        let mut weights = [0u32; Operation::COUNT];
+        let mut seen = [false; Operation::COUNT];
+        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let (name, weight) = item
+                .split_once('=')
+                .ok_or_else(|| LoadError::Mix(format!("{item:?} is not name=weight")))?;
+            let name = name.trim();
+            let op = Operation::ALL
+                .into_iter()
+                .find(|o| o.as_str() == name)
+                .ok_or_else(|| {
+                    LoadError::Mix(format!(
+                        "unknown operation {name:?} (known: {})",
+                        Operation::ALL.map(Operation::as_str).join(", ")
+                    ))
+                })?;
+            let weight: u32 = weight
+                .trim()
+                .parse()
+                .map_err(|_| LoadError::Mix(format!("weight of {name} is not a whole number")))?;
+            let i = op as usize;
+            if seen[i] {
+                return Err(LoadError::Mix(format!("{name} given twice")));
+            }
+            seen[i] = true;
+            weights[i] = weight;
+        }
+        let total = weights.iter().map(|&w| u64::from(w)).sum();
+        if total == 0 {
+            return Err(LoadError::Mix("all weights are zero".into()));
+        }
+        Ok(Mix { weights, total })
+    }
+}
+
+impl fmt::Display for Mix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        for (op, w) in Operation::ALL.iter().zip(self.weights) {
+            if w > 0 {
+                if !first {
+                    f.write_str(",")?;
+                }
+                write!(f, "{}={w}", op.as_str())?;
+                first = false;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A well-mixed 64-bit hash (splitmix64's finalizer): request index → pseudo-random draw.
+pub(super) fn splitmix64(i: u64) -> u64 {
+    let mut z = i.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+impl Mix {
+    /// The operation of request `i`: a deterministic draw with the mix's weights.
+    pub fn pick(&self, i: u64) -> Operation {
+        let mut r = splitmix64(i) % self.total;
+        for (op, w) in Operation::ALL.iter().zip(self.weights) {
+            let w = u64::from(w);
+            if r < w {
+                return *op;
+            }
+            r -= w;
+        }
+        unreachable!("r < total, the sum of the weights")
+    }
+}
+
+/// Agent credentials as read from `--credentials`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Credentials {
+    pub agent_id: String,
+    pub token: String,
+}
+
+/// Parses a credentials file's text: JSON when it starts with `{`, TOML otherwise.
+pub fn parse_credentials(text: &str, path: &str) -> Result<Credentials, LoadError> {
+    let format = |message: String| LoadError::CredentialsFormat {
+        path: path.to_owned(),
+        message,
+    };
+    let creds: Credentials = if text.trim_start().starts_with('{') {
+        serde_json::from_str(text).map_err(|e| format(e.to_string()))?
+    } else {
+        toml::from_str(text).map_err(|e| format(e.to_string()))?
+    };
+    if creds.agent_id.is_empty() || creds.token.is_empty() {
+        return Err(format("agent_id and token must not be empty".into()));
+    }
+    Ok(creds)
+}
