@@ -876,3 +876,22 @@ pub fn send_traffic_mix(proxy: SocketAddr) -> usize {
     );
     sent.len()
 }
+
+/// Agent `agent-2` (token [`testing::TOKEN`]), allowed only the service `ONLY`.
+pub fn agent_2() -> AgentFile {
+    AgentFile {
+        services: Some(vec!["ONLY".into()]),
+        ..AgentFile::new("agent-2", TOKEN)
+    }
+}
+
+/// A backend that answers 200, except that it drops the connection on anything for `RESET`.
+pub fn backend_with_reset() -> Backend {
+    Backend::with(|r| {
+        if r.target.contains("/RESET/") {
+            Action::Close
+        } else {
+            Action::Json(r#"{"status_code":200,"message_code":0,"message":"OK"}"#.into())
+        }
+    })
+}
