@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
+use agent_gateway::config::FileConfig;
 use common::*;
 use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
 use rustls::pki_types::pem::PemObject;
@@ -107,11 +108,13 @@ fn tls_backend(pki: &TestPki) -> (SocketAddr, Arc<AtomicUsize>) {
                     stream.read_exact(&mut body).unwrap();
                     seen.fetch_add(1, Ordering::SeqCst);
                     let path = head.split(' ').nth(1).unwrap_or_default().to_string();
+                    // A path with `unhealthy` in it is what a failing health check reads.
+                    let status = if path.contains("unhealthy") { 503 } else { 200 };
                     let answer = format!(
-                        r#"{{"status_code":200,"message_code":0,"message":"OK","seen":"{path}"}}"#
+                        r#"{{"status_code":{status},"message_code":0,"message":"OK","seen":"{path}"}}"#
                     );
                     let out = format!(
-                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{answer}",
+                        "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{answer}",
                         answer.len()
                     );
                     if stream.get_mut().write_all(out.as_bytes()).is_err() {
@@ -165,12 +168,44 @@ fn the_proxy_listener_speaks_tls() {
 /// carries), verifying against `ca_file` (default: the system roots) and sending `sni`
 /// (default: that host name).
 fn tls_upstream(backend: SocketAddr, ca_file: Option<&str>, sni: Option<&str>) -> Gateway {
+    Gateway::builder(tls_upstream_config(backend, ca_file, sni)).start()
+}
+
+fn tls_upstream_config(
+    backend: SocketAddr,
+    ca_file: Option<&str>,
+    sni: Option<&str>,
+) -> FileConfig {
     let mut cfg = test_config(&[]);
     cfg.upstream.addresses = vec![format!("localhost:{}", backend.port())];
     cfg.upstream.tls = true;
     cfg.upstream.tls_ca_file = ca_file.map(Into::into);
     cfg.upstream.tls_sni = sni.map(Into::into);
-    Gateway::builder(cfg).start()
+    cfg
+}
+
+#[test]
+fn http_health_checks_work_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = make_pki(dir.path(), "backend");
+    let (backend, count) = tls_backend(&pki);
+    let ready = |path: &str| {
+        let mut cfg = tls_upstream_config(backend, Some(&pki.ca), None);
+        cfg.upstream.health_check_path = Some(path.into());
+        cfg.upstream.health_check_interval_ms = 100;
+        let gw = Gateway::builder(cfg).start();
+        let mut verdict = get(gw.admin, "/readyz");
+        // "Not checked yet" is a 503 too: wait for the checker's first verdict.
+        wait_until(5, "a health-check verdict", || {
+            verdict = get(gw.admin, "/readyz");
+            !verdict.text().contains("not checked yet")
+        });
+        assert!(count.load(Ordering::SeqCst) > 0, "the check reached the backend");
+        verdict.status
+    };
+    assert_eq!(ready("/healthz"), 200, "a 200 over TLS is healthy");
+    count.store(0, Ordering::SeqCst);
+    assert_eq!(ready("/unhealthy"), 503, "a 503 over TLS is not");
 }
 
 #[test]

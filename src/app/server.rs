@@ -24,7 +24,7 @@ use crate::observe::telemetry::Telemetry;
 use crate::proxy::health::{HealthChecker, UpstreamHealth};
 use crate::proxy::pool::{PoolSweeper, UpstreamPool};
 use crate::proxy::upstream::{Connect, Upstream};
-use crate::proxy::ProxyApp;
+use crate::proxy::{InFlight, ProxyApp};
 use crate::tools::mock_backend::MockBackend;
 
 /// Why the server could not be assembled.
@@ -96,7 +96,13 @@ pub fn build(
     let connector: Arc<dyn Connect> =
         Arc::new(TransportConnector::new(Some(ConnectorOptions::new(0))));
     let upstream = Upstream::new(connector.clone(), pool.clone(), health.clone());
-    let proxy_app = ProxyApp::new(config.clone(), telemetry.clone(), upstream);
+    let in_flight = Arc::new(InFlight::default());
+    let proxy_app = ProxyApp::new(
+        config.clone(),
+        telemetry.clone(),
+        upstream,
+        in_flight.clone(),
+    );
     let mut proxy = Service::new("agent-gateway proxy".into(), proxy_app);
     // The proxy buffers what it reads itself (src/proxy/h1.rs): pingora's 64 KiB read buffer per
     // connection would only add a copy and 64 MiB of memory per 1000 clients.
@@ -148,7 +154,7 @@ pub fn build(
     }
     let signals = Signals {
         store,
-        telemetry,
+        in_flight,
         grace: Duration::from_secs(startup.grace_period_seconds),
     };
     Ok(Gateway { server, signals })

@@ -13,26 +13,26 @@ use pingora::server::{ShutdownSignal, ShutdownSignalWatch};
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::app::reload::{ConfigStore, Trigger};
-use crate::observe::telemetry::Telemetry;
+use crate::proxy::InFlight;
 
 /// Time for the listeners to close after SIGTERM before in-flight requests are counted.
 const LISTENER_CLOSE: Duration = Duration::from_millis(200);
 
 pub struct Signals {
     pub store: Arc<ConfigStore>,
-    pub telemetry: Arc<Telemetry>,
+    pub in_flight: Arc<InFlight>,
     pub grace: Duration,
 }
 
 impl Signals {
     /// Exits the process once nothing is in flight; pingora's grace sleep is the upper bound.
     fn exit_when_drained(&self) {
-        let telemetry = self.telemetry.clone();
+        let in_flight = self.in_flight.clone();
         let deadline = Instant::now() + self.grace;
         std::thread::spawn(move || {
             std::thread::sleep(LISTENER_CLOSE);
             while Instant::now() < deadline {
-                if telemetry.in_flight_now() == 0 {
+                if in_flight.count() == 0 {
                     tracing::info!("drained: no request in flight, exiting");
                     std::process::exit(0);
                 }

@@ -79,12 +79,6 @@ pub(super) fn upstream(f: &UpstreamFile, p: &mut Problems) -> UpstreamConfig {
         f.health_check_interval_ms,
         p,
     );
-    if f.tls && f.health_check_path.is_some() {
-        p.push(
-            "upstream.health_check_path",
-            "HTTP health checks are not supported over upstream.tls; the check is then a TCP connect",
-        );
-    }
     if let Some(path) = &f.health_check_path {
         if !path.starts_with('/') || !path.bytes().all(|b| b.is_ascii_graphic()) {
             p.push(

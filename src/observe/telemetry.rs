@@ -232,11 +232,6 @@ impl Telemetry {
         InFlight(&self.in_flight)
     }
 
-    /// Requests in flight right now.
-    pub fn in_flight_now(&self) -> i64 {
-        self.in_flight.get()
-    }
-
     /// Counts a finished request and writes its access log line.
     pub fn record(&self, ex: &Exchange) {
         let elapsed = ex.started.elapsed();

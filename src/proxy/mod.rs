@@ -15,6 +15,7 @@ pub mod pool;
 mod relay;
 pub mod upstream;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -36,6 +37,7 @@ pub struct ProxyApp {
     ids: RequestIds,
     telemetry: Arc<Telemetry>,
     rate_limits: RateLimiter,
+    in_flight: Arc<InFlight>,
 }
 
 impl ProxyApp {
@@ -43,6 +45,7 @@ impl ProxyApp {
         config: Arc<ArcSwap<Snapshot>>,
         telemetry: Arc<Telemetry>,
         upstream: Upstream,
+        in_flight: Arc<InFlight>,
     ) -> Self {
         Self {
             config,
@@ -50,7 +53,33 @@ impl ProxyApp {
             ids: RequestIds::default(),
             telemetry,
             rate_limits: RateLimiter::default(),
+            in_flight,
         }
+    }
+}
+
+/// Requests being served now: what a draining process waits for. (The metric
+/// `agent_gateway_in_flight_requests` shows the same count; this one decides.)
+#[derive(Debug, Default)]
+pub struct InFlight(AtomicUsize);
+
+impl InFlight {
+    pub fn count(&self) -> usize {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// Counts a request until the guard drops, however it ends.
+    fn enter(&self) -> InFlightGuard<'_> {
+        self.0.fetch_add(1, Ordering::AcqRel);
+        InFlightGuard(self)
+    }
+}
+
+struct InFlightGuard<'a>(&'a InFlight);
+
+impl Drop for InFlightGuard<'_> {
+    fn drop(&mut self) {
+        self.0 .0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

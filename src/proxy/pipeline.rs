@@ -92,7 +92,7 @@ pub(super) fn header_bytes<'a>(
 impl ProxyApp {
     /// Serves the request whose head `d` holds, under one snapshot from start to end.
     pub(super) async fn serve<D: Downstream>(&self, d: &mut D, snap: &Snapshot) {
-        let _in_flight = self.telemetry.in_flight();
+        let _in_flight = (self.in_flight.enter(), self.telemetry.in_flight());
         let mut ex = {
             let req = d.request();
             let method =
@@ -107,7 +107,7 @@ impl ProxyApp {
 
     /// Answers a request whose head could not be read at all.
     pub(super) async fn refuse_unreadable<D: Downstream>(&self, d: &mut D, reply: Reply) {
-        let _in_flight = self.telemetry.in_flight();
+        let _in_flight = (self.in_flight.enter(), self.telemetry.in_flight());
         tracing::debug!(status = reply.status(), "unreadable request");
         let mut ex = Exchange::start(&http::Method::GET, "");
         ex.request_id = self.ids.next_id();
