@@ -200,7 +200,10 @@ fn http_health_checks_work_over_tls() {
             verdict = get(gw.admin, "/readyz");
             !verdict.text().contains("not checked yet")
         });
-        assert!(count.load(Ordering::SeqCst) > 0, "the check reached the backend");
+        assert!(
+            count.load(Ordering::SeqCst) > 0,
+            "the check reached the backend"
+        );
         verdict.status
     };
     assert_eq!(ready("/healthz"), 200, "a 200 over TLS is healthy");

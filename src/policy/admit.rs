@@ -460,4 +460,79 @@ mod tests {
         assert_eq!(r.who.version, Some(ApiVersion::V1));
         assert_eq!(r.who.operation, Some(Operation::VerifyRequest));
     }
+
+    #[test]
+    fn the_head_is_checked_before_anything_else_in_a_fixed_order() {
+        let s = snapshot(unchanged, true);
+        let ok = || {
+            facts(
+                "POST",
+                "/api/v1/verify/request",
+                Some("agent-1"),
+                Some("secret"),
+            )
+        };
+        let refused = |f: RequestFacts<'_>| admit(&s, &f).unwrap_err().reply;
+        // Size first, then framing: neither needs a route or credentials.
+        let long = RequestFacts {
+            target_len: s.limits.max_uri_bytes + 1,
+            token: Some(b"wrong"),
+            ..ok()
+        };
+        assert_eq!(refused(long), Reply::UriTooLong);
+        let many = RequestFacts {
+            header_count: s.limits.max_headers + 1,
+            ..ok()
+        };
+        assert_eq!(refused(many), Reply::HeadersTooLarge);
+        let ambiguous = RequestFacts {
+            framing_valid: false,
+            path: "/nope",
+            ..ok()
+        };
+        assert_eq!(refused(ambiguous), Reply::Malformed);
+        // The body's declaration comes after the credentials: a stranger learns nothing.
+        let not_json = RequestFacts {
+            content_type: Some(b"text/plain"),
+            ..ok()
+        };
+        assert_eq!(refused(not_json), Reply::UnsupportedMediaType);
+        let stranger = RequestFacts {
+            content_type: Some(b"text/plain"),
+            token: Some(b"wrong"),
+            ..ok()
+        };
+        assert_eq!(refused(stranger), Reply::Unauthorized);
+        let too_big = RequestFacts {
+            declared_body_len: Some(s.limits.max_body_bytes as u64 + 1),
+            ..ok()
+        };
+        assert_eq!(refused(too_big), Reply::PayloadTooLarge);
+        let json_with_charset = RequestFacts {
+            content_type: Some(b"Application/JSON; charset=utf-8"),
+            ..ok()
+        };
+        assert!(admit(&s, &json_with_charset).is_ok());
+    }
+
+    #[test]
+    fn a_forward_says_how_its_body_is_checked_and_whose_budget_it_spends() {
+        let limited = snapshot(|a| a.rate_limit_per_second = Some(5.0), true);
+        let f = as_agent_1(&limited, "POST", "/api/v1/verify/request").unwrap();
+        let (agent, limit) = f.rate_limit.expect("agent-1 has a limit");
+        assert_eq!((agent.id.as_str(), limit.per_second), ("agent-1", 5.0));
+        assert_eq!(f.body.schema.map(|s| s.name), Some("VerifyRequest"));
+        assert_eq!(f.body.mode, ValidationMode::Enforce);
+        assert!(!f.idempotent());
+
+        let unlimited = snapshot(unchanged, true);
+        let f = as_agent_1(&unlimited, "GET", "/api/v1/transaction/t/status").unwrap();
+        assert!(f.rate_limit.is_none() && f.body.schema.is_none() && f.idempotent());
+
+        let mut off = testing::config();
+        off.validation.mode = ValidationMode::Off;
+        let off = off.snapshot();
+        let f = as_agent_1(&off, "POST", "/api/v1/verify/request").unwrap();
+        assert!(f.body.schema.is_none(), "validation off checks nothing");
+    }
 }

@@ -13,6 +13,8 @@ pub mod health;
 mod pipeline;
 pub mod pool;
 mod relay;
+#[cfg(test)]
+mod tests;
 pub mod upstream;
 
 use std::sync::atomic::{AtomicUsize, Ordering};

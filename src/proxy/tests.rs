@@ -1,0 +1,520 @@
+//! In-process tests of the data plane's branches: a client and scripted backends on tokio's
+//! in-memory streams (pingora implements its IO trait for `DuplexStream`), so each branch of
+//! the pipeline, the HTTP/1.1 downstream, the backend side and the relay is driven without a
+//! socket or a process. The black-box tests in `tests/` run the same paths over the wire.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use bytes::BytesMut;
+use pingora::protocols::Stream;
+use pingora::upstreams::peer::HttpPeer;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+
+use super::health::UpstreamHealth;
+use super::pool::UpstreamPool;
+use super::upstream::{Connect, ConnectFuture, Upstream};
+use super::{InFlight, ProxyApp};
+use crate::config::file::AgentFile;
+use crate::config::{testing, FileConfig};
+use crate::http1::client::ResponseReader;
+use crate::http1::RequestHead;
+use crate::observe::telemetry::Telemetry;
+
+/// Bytes an in-memory stream buffers each way.
+const PIPE: usize = 256 * 1024;
+
+/// A request as the scripted backend read it.
+#[derive(Debug, Clone)]
+struct Seen {
+    method: String,
+    target: String,
+    head: String,
+    body: Vec<u8>,
+    /// Which backend connection it came on (0, 1, ...) and its place there.
+    connection: usize,
+    on_connection: usize,
+}
+
+impl Seen {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.head.lines().find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.eq_ignore_ascii_case(name).then(|| v.trim())
+        })
+    }
+}
+
+/// What the scripted backend does with a request it read.
+enum Act {
+    /// Write these bytes; keep the connection.
+    Answer(Vec<u8>),
+    /// Write these bytes, then close.
+    AnswerThenClose(Vec<u8>),
+    /// Close without answering.
+    Close,
+}
+
+type Script = Arc<dyn Fn(&Seen) -> Act + Send + Sync>;
+
+/// A connector to an in-memory backend that records what it reads and answers per `script`.
+struct ScriptedBackend {
+    script: Script,
+    connects: AtomicUsize,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl Connect for ScriptedBackend {
+    fn connect<'a>(&'a self, _peer: &'a HttpPeer) -> ConnectFuture<'a> {
+        let connection = self.connects.fetch_add(1, Ordering::SeqCst);
+        let (gateway_end, backend_end) = tokio::io::duplex(PIPE);
+        tokio::spawn(serve_backend(
+            backend_end,
+            connection,
+            self.script.clone(),
+            self.seen.clone(),
+        ));
+        Box::pin(async move { Ok(Box::new(gateway_end) as Stream) })
+    }
+}
+
+async fn serve_backend(
+    mut io: DuplexStream,
+    connection: usize,
+    script: Script,
+    seen: Arc<Mutex<Vec<Seen>>>,
+) {
+    let mut buf = BytesMut::new();
+    let mut head = RequestHead::default();
+    for on_connection in 0.. {
+        let request = loop {
+            if let Ok(true) = head.parse(&buf) {
+                let view = head.view(&buf);
+                let length = view
+                    .headers_named("content-length")
+                    .next()
+                    .map_or(0, |v| std::str::from_utf8(v).unwrap().parse().unwrap());
+                if buf.len() >= head.len + length {
+                    let text = String::from_utf8_lossy(&buf[..head.len]).into_owned();
+                    let seen = Seen {
+                        method: view.method().to_owned(),
+                        target: view.target().to_owned(),
+                        head: text,
+                        body: buf[head.len..head.len + length].to_vec(),
+                        connection,
+                        on_connection,
+                    };
+                    let _ = buf.split_to(head.len + length);
+                    break seen;
+                }
+            }
+            if !matches!(io.read_buf(&mut buf).await, Ok(n) if n > 0) {
+                return;
+            }
+        };
+        seen.lock().unwrap().push(request.clone());
+        match script(&request) {
+            Act::Answer(bytes) => {
+                if io.write_all(&bytes).await.is_err() {
+                    return;
+                }
+            }
+            Act::AnswerThenClose(bytes) => {
+                let _ = io.write_all(&bytes).await;
+                return;
+            }
+            Act::Close => return,
+        }
+    }
+}
+
+/// A 200 with a JSON body naming the path the backend saw.
+fn ok(seen: &Seen) -> Vec<u8> {
+    let body = format!(r#"{{"seen":"{}"}}"#, seen.target);
+    format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// A gateway on in-memory streams in front of one scripted backend.
+struct Harness {
+    app: Arc<ProxyApp>,
+    backend: Arc<ScriptedBackend>,
+}
+
+impl Harness {
+    fn new(cfg: FileConfig, script: impl Fn(&Seen) -> Act + Send + Sync + 'static) -> Self {
+        let backend = Arc::new(ScriptedBackend {
+            script: Arc::new(script),
+            connects: AtomicUsize::new(0),
+            seen: Arc::default(),
+        });
+        let telemetry = Telemetry::register(&prometheus::Registry::new()).unwrap();
+        let upstream = Upstream::new(
+            backend.clone(),
+            Arc::new(UpstreamPool::new(8)),
+            Arc::new(UpstreamHealth::default()),
+        );
+        let app = ProxyApp::new(
+            Arc::new(ArcSwap::from_pointee(cfg.snapshot())),
+            Arc::new(telemetry),
+            upstream,
+            Arc::new(InFlight::default()),
+        );
+        Harness {
+            app: Arc::new(app),
+            backend,
+        }
+    }
+
+    /// A client connection to the gateway.
+    fn connect(&self) -> Client {
+        let (client_end, gateway_end) = tokio::io::duplex(PIPE);
+        let app = self.app.clone();
+        let (_shutdown_tx, shutdown) = tokio::sync::watch::channel(false);
+        let served = tokio::spawn(async move {
+            let _keep_the_sender = _shutdown_tx;
+            app.serve_h1(Box::new(gateway_end), &shutdown).await;
+        });
+        Client {
+            io: client_end,
+            responses: ResponseReader::default(),
+            served,
+        }
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.backend.seen.lock().unwrap().clone()
+    }
+
+    fn connects(&self) -> usize {
+        self.backend.connects.load(Ordering::SeqCst)
+    }
+}
+
+/// The client side of one connection to the gateway.
+struct Client {
+    io: DuplexStream,
+    responses: ResponseReader,
+    served: tokio::task::JoinHandle<()>,
+}
+
+/// One answer as the client read it.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    body: String,
+    keep_alive: bool,
+    headers: Vec<(String, String)>,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+impl Client {
+    async fn send(&mut self, raw: &[u8]) {
+        self.io.write_all(raw).await.unwrap();
+    }
+
+    /// The next answer, or `None` when the gateway closed the connection first.
+    async fn answer(&mut self) -> Option<Answer> {
+        self.responses.read(&mut self.io, 1 << 20).await.ok()?;
+        let headers = [
+            "content-type",
+            "x-request-id",
+            "deprecation",
+            "retry-after",
+            "allow",
+            "connection",
+            "transfer-encoding",
+            "content-length",
+        ]
+        .iter()
+        .filter_map(|n| {
+            let v = self.responses.header(n)?;
+            Some((n.to_string(), String::from_utf8_lossy(v).into_owned()))
+        })
+        .collect();
+        Some(Answer {
+            status: self.responses.status(),
+            body: String::from_utf8_lossy(self.responses.body()).into_owned(),
+            keep_alive: self.responses.keep_alive(),
+            headers,
+        })
+    }
+
+    async fn exchange(&mut self, raw: &[u8]) -> Answer {
+        self.send(raw).await;
+        self.answer().await.expect("an answer")
+    }
+
+    /// Whether the gateway has closed its side (after what was read).
+    async fn closed(mut self) -> bool {
+        // Done sending: a gateway lingering to drain a refused body sees the end at once.
+        let _ = self.io.shutdown().await;
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), self.io.read_to_end(&mut rest));
+        let closed = matches!(read.await, Ok(Ok(_)));
+        let _ = tokio::time::timeout(Duration::from_secs(5), &mut self.served).await;
+        closed
+    }
+}
+
+/// An authenticated JSON POST with `body`.
+fn post(path: &str, body: &str) -> Vec<u8> {
+    format!(
+        "POST {path} HTTP/1.1\r\nHost: gw\r\nX-Service-Agent-Id: {}\r\nX-Auth-Token: {}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        testing::AGENT_ID,
+        testing::TOKEN,
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// An authenticated GET.
+fn get(path: &str) -> Vec<u8> {
+    format!(
+        "GET {path} HTTP/1.1\r\nHost: gw\r\nX-Service-Agent-Id: {}\r\nX-Auth-Token: {}\r\n\r\n",
+        testing::AGENT_ID,
+        testing::TOKEN
+    )
+    .into_bytes()
+}
+
+const VERIFY: &str = r#"{"business_code":"KYC"}"#;
+
+#[tokio::test]
+async fn an_admitted_v1_call_is_rewritten_forwarded_once_and_relayed_with_its_signals() {
+    let mut cfg = testing::config();
+    cfg.retirement.deprecated_at = Some("2026-06-01T00:00:00Z".into());
+    let h = Harness::new(cfg, |s| Act::Answer(ok(s)));
+    let mut c = h.connect();
+    let v1 = c
+        .exchange(&post("/api/v1/verify/request?x=1", VERIFY))
+        .await;
+    assert_eq!(v1.status, 200, "{v1:?}");
+    assert_eq!(
+        v1.body,
+        r#"{"seen":"/api/v2/verify/ORG_DEFAULT/request?x=1"}"#
+    );
+    assert_eq!(v1.header("deprecation"), Some("@1780272000"));
+    let seen = h.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].body, VERIFY.as_bytes());
+    assert_eq!(seen[0].header("content-length"), Some("23"));
+    assert_eq!(seen[0].header("x-request-id"), v1.header("x-request-id"));
+    let v2 = c
+        .exchange(&post("/api/v2/verify/SVC/request", VERIFY))
+        .await;
+    assert_eq!((v2.status, v2.header("deprecation")), (200, None));
+}
+
+#[tokio::test]
+async fn every_refusal_is_answered_by_the_gateway_and_none_reaches_the_backend() {
+    let mut cfg = testing::config();
+    cfg.limits.max_body_bytes = 64;
+    let h = Harness::new(cfg, |s| Act::Answer(ok(s)));
+    let no_json = b"POST /api/v1/verify/request HTTP/1.1\r\nHost: gw\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\n{}";
+    let bad_token = b"POST /api/v1/verify/request HTTP/1.1\r\nHost: gw\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: wrong\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+    let big = post(
+        "/api/v1/verify/request",
+        &format!(r#"{{"business_code":"{}"}}"#, "x".repeat(64)),
+    );
+    let cases: [(&[u8], u16, &str); 5] = [
+        (bad_token, 401, "\"not authorized\""),
+        (&get("/nope"), 404, "40400"),
+        (&get("/api/v1/verify/request"), 405, "40500"),
+        (no_json, 415, "41500"),
+        (&post("/api/v1/verify/request", "{}"), 400, "business_code"),
+    ];
+    let mut c = h.connect();
+    for (raw, status, body) in cases {
+        let a = c.exchange(raw).await;
+        assert_eq!(a.status, status, "{a:?}");
+        assert!(a.body.contains(body), "{a:?}");
+        assert!(
+            a.keep_alive,
+            "a refusal with a skippable body keeps the connection"
+        );
+    }
+    // A body over the limit is not read past it: the connection cannot go on.
+    let mut c = h.connect();
+    let a = c.exchange(&big).await;
+    assert_eq!((a.status, a.keep_alive), (413, false), "{a:?}");
+    assert_eq!(a_405_allows(&h).await, Some("POST".into()));
+    assert!(h.seen().is_empty(), "{:?}", h.seen());
+}
+
+async fn a_405_allows(h: &Harness) -> Option<String> {
+    let a = h.connect().exchange(&get("/api/v2/verify/response")).await;
+    a.header("allow").map(str::to_owned)
+}
+
+#[tokio::test]
+async fn framing_that_could_be_read_two_ways_is_refused_and_the_connection_closed() {
+    let h = Harness::new(testing::config(), |s| Act::Answer(ok(s)));
+    let mut c = h.connect();
+    let a = c
+        .exchange(b"POST /api/v1/verify/request HTTP/1.1\r\nHost: gw\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n{}")
+        .await;
+    assert_eq!((a.status, a.keep_alive), (400, false));
+    assert!(c.closed().await);
+    assert!(h.seen().is_empty());
+}
+
+#[tokio::test]
+async fn an_agent_over_its_rate_limit_gets_429_after_its_burst() {
+    let mut cfg = testing::config();
+    let agent = cfg.agent_mut(testing::AGENT_ID);
+    agent.rate_limit_per_second = Some(0.001);
+    agent.burst = Some(2);
+    let h = Harness::new(cfg, |s| Act::Answer(ok(s)));
+    let mut c = h.connect();
+    for _ in 0..2 {
+        assert_eq!(
+            c.exchange(&post("/api/v1/verify/request", VERIFY))
+                .await
+                .status,
+            200
+        );
+    }
+    let a = c.exchange(&post("/api/v1/verify/request", VERIFY)).await;
+    assert_eq!(a.status, 429);
+    assert!(a.header("retry-after").is_some());
+    assert_eq!(h.seen().len(), 2);
+}
+
+#[tokio::test]
+async fn pipelined_requests_are_answered_in_order_on_one_backend_connection() {
+    let h = Harness::new(testing::config(), |s| Act::Answer(ok(s)));
+    let mut c = h.connect();
+    let mut both = post("/api/v2/verify/A/request", VERIFY);
+    both.extend(post("/api/v2/verify/B/request", VERIFY));
+    c.send(&both).await;
+    let (first, second) = (c.answer().await.unwrap(), c.answer().await.unwrap());
+    assert!(first.body.contains("/verify/A/"), "{first:?}");
+    assert!(second.body.contains("/verify/B/"), "{second:?}");
+    assert_eq!(
+        h.connects(),
+        1,
+        "the backend connection is pooled and reused"
+    );
+    assert_eq!(h.seen()[1].on_connection, 1);
+}
+
+#[tokio::test]
+async fn a_read_whose_pooled_connection_died_goes_again_on_a_new_one_and_a_post_never_does() {
+    // Each backend connection answers its first request and closes on reading the second:
+    // a kept-alive connection that looks alive when taken, and dies under the request.
+    let h = Harness::new(testing::config(), |s| match s.on_connection {
+        0 => Act::Answer(ok(s)),
+        _ => Act::Close,
+    });
+    let mut c = h.connect();
+    assert_eq!(
+        c.exchange(&get("/api/v1/transaction/t1/status"))
+            .await
+            .status,
+        200
+    );
+    let a = c.exchange(&get("/api/v1/transaction/t2/status")).await;
+    assert_eq!(a.status, 200, "{a:?}");
+    let resent: Vec<_> = h
+        .seen()
+        .iter()
+        .map(|s| (s.connection, s.on_connection))
+        .collect();
+    assert_eq!(
+        resent,
+        [(0, 0), (0, 1), (1, 0)],
+        "the resend went on a new connection"
+    );
+    assert_eq!(
+        c.exchange(&post("/api/v1/verify/request", VERIFY))
+            .await
+            .status,
+        502
+    );
+    let posts = h.seen().iter().filter(|s| s.method == "POST").count();
+    assert_eq!(posts, 1, "a POST is sent once, whatever happens to it");
+}
+
+#[tokio::test]
+async fn a_chunked_answer_passes_through_to_http11_and_is_decoded_for_http10() {
+    let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 99\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n";
+    let h = Harness::new(testing::config(), move |_| Act::Answer(chunked.to_vec()));
+    let mut c = h.connect();
+    let a = c.exchange(&get("/api/v1/transaction/t/status")).await;
+    assert_eq!((a.status, a.body.as_str()), (200, "abcde"));
+    assert_eq!(a.header("transfer-encoding"), Some("chunked"));
+    assert_eq!(a.header("content-length"), None, "chunked framing wins");
+    assert!(a.keep_alive);
+
+    let mut old = h.connect();
+    let a = old
+        .exchange(b"GET /api/v1/transaction/t/status HTTP/1.0\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\n\r\n")
+        .await;
+    assert_eq!((a.status, a.body.as_str()), (200, "abcde"));
+    assert_eq!(a.header("transfer-encoding"), None);
+    assert!(
+        !a.keep_alive,
+        "the end of a decoded body is the end of the connection"
+    );
+}
+
+#[tokio::test]
+async fn a_backend_that_breaks_mid_answer_closes_the_client_connection() {
+    let h = Harness::new(testing::config(), |_| {
+        Act::AnswerThenClose(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"partial\":".to_vec(),
+        )
+    });
+    let mut c = h.connect();
+    c.send(&post("/api/v1/verify/request", VERIFY)).await;
+    assert!(
+        c.answer().await.is_none(),
+        "a cut answer is never a whole one"
+    );
+    assert!(c.closed().await);
+}
+
+#[tokio::test]
+async fn a_chunked_request_body_is_decoded_checked_and_sent_with_its_length() {
+    let h = Harness::new(testing::config(), |s| Act::Answer(ok(s)));
+    let mut c = h.connect();
+    let a = c
+        .exchange(b"POST /api/v1/verify/request HTTP/1.1\r\nHost: gw\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"bus\r\n12\r\niness_code\":\"KYC\"}\r\n0\r\n\r\n")
+        .await;
+    assert_eq!(a.status, 200, "{a:?}");
+    let seen = &h.seen()[0];
+    assert_eq!(seen.body, VERIFY.as_bytes());
+    assert_eq!(seen.header("transfer-encoding"), None);
+    assert_eq!(seen.header("content-length"), Some("23"));
+}
+
+#[tokio::test]
+async fn a_refused_agent_never_costs_a_backend_connection() {
+    let mut cfg = testing::config();
+    let mut blocked = AgentFile::new("blocked", testing::TOKEN);
+    blocked.v1_policy = crate::config::V1Policy::Block;
+    cfg.auth.agents.push(blocked);
+    let h = Harness::new(cfg, |s| Act::Answer(ok(s)));
+    let a = h
+        .connect()
+        .exchange(b"POST /api/v1/verify/request HTTP/1.1\r\nHost: gw\r\nX-Service-Agent-Id: blocked\r\nX-Auth-Token: secret\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+        .await;
+    assert_eq!(a.status, 410);
+    assert!(a.body.contains("41001"), "{a:?}");
+    assert_eq!(h.connects(), 0);
+}
