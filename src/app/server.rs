@@ -21,9 +21,10 @@ use crate::app::reload::{ConfigStore, ConfigWatcher};
 use crate::app::signals::Signals;
 use crate::config::{BasePath, Snapshot};
 use crate::observe::telemetry::Telemetry;
+use crate::proxy::connect::Connect;
 use crate::proxy::health::{HealthChecker, UpstreamHealth};
 use crate::proxy::pool::{PoolSweeper, UpstreamPool};
-use crate::proxy::upstream::{Connect, Upstream};
+use crate::proxy::upstream::Upstream;
 use crate::proxy::{InFlight, ProxyApp};
 use crate::tools::mock_backend::MockBackend;
 

@@ -3,8 +3,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::file::{AgentFile, AuthFile};
-use super::retirement::V1Policy;
-use super::types::{BusinessCode, TokenDigest};
+use super::types::{BusinessCode, TokenDigest, V1Policy};
 use super::Problems;
 
 /// A configured client of the gateway.

@@ -1,4 +1,4 @@
-//! Configuration: the file layer ([`file`]) and the validated [`Snapshot`] the gateway runs on.
+//! Configuration: the file layer ([`mod@file`]) and the validated [`Snapshot`] the gateway runs on.
 //!
 //! A snapshot can only be built by [`Snapshot::from_file`] (or [`Snapshot::load`]), which
 //! checks every value and reports every problem at once, by key path. Each section is
@@ -21,8 +21,8 @@ use std::time::{Duration, SystemTime};
 pub use auth::{Agent, AuthConfig, RateLimit};
 pub use file::FileConfig;
 pub use limits::{Limits, ValidationMode};
-pub use retirement::{Brownout, Retirement, V1Policy};
-pub use types::{unix_seconds, BasePath, Bases, BusinessCode, TokenDigest};
+pub use retirement::{Brownout, Retirement};
+pub use types::{unix_seconds, BasePath, Bases, BusinessCode, TokenDigest, V1Policy};
 pub use upstream::UpstreamConfig;
 
 /// One thing wrong with a config file, located by its key path (`auth.agents[2].id`).

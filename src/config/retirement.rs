@@ -12,29 +12,6 @@ use super::file::RetirementFile;
 use super::types::unix_seconds;
 use super::{parse_time, Problems};
 
-/// What the gateway does with an agent's v1 calls.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum V1Policy {
-    /// Forward, subject to sunset enforcement and brownouts.
-    #[default]
-    Allow,
-    /// Refuse every v1 call with 410.
-    Block,
-    /// Always forward: never blocked, browned out or sunset.
-    Exempt,
-}
-
-impl V1Policy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            V1Policy::Allow => "allow",
-            V1Policy::Block => "block",
-            V1Policy::Exempt => "exempt",
-        }
-    }
-}
-
 /// A scheduled window in which a share of v1 calls is refused, to make stragglers notice.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Brownout {

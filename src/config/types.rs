@@ -96,6 +96,29 @@ impl fmt::Debug for TokenDigest {
     }
 }
 
+/// What the gateway does with an agent's v1 calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum V1Policy {
+    /// Forward, subject to sunset enforcement and brownouts.
+    #[default]
+    Allow,
+    /// Refuse every v1 call with 410.
+    Block,
+    /// Always forward: never blocked, browned out or sunset.
+    Exempt,
+}
+
+impl V1Policy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            V1Policy::Allow => "allow",
+            V1Policy::Block => "block",
+            V1Policy::Exempt => "exempt",
+        }
+    }
+}
+
 /// Whole seconds since the Unix epoch (0 before it).
 pub fn unix_seconds(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())

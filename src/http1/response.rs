@@ -10,7 +10,7 @@ use super::{
 };
 
 /// A parsed response head from the backend, as positions in the upstream read buffer;
-/// reused like [`RequestHead`].
+/// reused like [`super::RequestHead`].
 #[derive(Debug)]
 pub struct ResponseHead {
     /// Bytes of the head, final CRLF included.
@@ -112,7 +112,7 @@ impl ResponseHead {
     }
 
     /// Whether a `Connection` header lists `name` (hop-by-hop, see
-    /// [`Request::connection_lists`]).
+    /// [`crate::policy::admit::RequestView::connection_lists`]).
     pub fn connection_lists(&self, buf: &[u8], name: &[u8]) -> bool {
         self.headers(buf)
             .any(|(n, v)| n.eq_ignore_ascii_case(b"connection") && has_token(v, name))

@@ -18,7 +18,7 @@ use pingora::server::ShutdownWatch;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::timeout;
 
-use super::pipeline::Downstream;
+use super::downstream::Downstream;
 use super::ProxyApp;
 use crate::api::reply::Reply;
 use crate::config::{Limits, Snapshot};

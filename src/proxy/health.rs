@@ -18,7 +18,7 @@ use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use pingora::upstreams::peer::{HttpPeer, Peer};
 
-use super::upstream::Connect;
+use super::connect::Connect;
 use crate::config::Snapshot;
 use crate::http1::client;
 

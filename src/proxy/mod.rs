@@ -1,12 +1,14 @@
 //! The data plane: client connections, the request pipeline, backends and their pool.
 //!
 //! pingora accepts each connection (TCP or TLS) and hands it to [`ProxyApp`], which serves
-//! it with the client's protocol ([`h1`]); every request then goes through the same
-//! [`pipeline`]: admission ([`crate::policy::admit`]), the body, the backend
-//! ([`upstream`], [`pool`], [`health`]) and the answer ([`relay`]), with the headers that
-//! cross each hop decided in [`forwarding`]. Decisions are made by pure functions
-//! elsewhere; this module carries them out.
+//! it with the client's protocol ([`h1`], a [`downstream::Downstream`]); every request then
+//! goes through the same [`pipeline`]: admission ([`crate::policy::admit`]), the body, the
+//! backend ([`upstream`] over [`connect`] and [`pool`], steered by [`health`]) and the answer
+//! ([`relay`]), with the headers that cross each hop decided in [`forwarding`]. Decisions
+//! are made by pure functions elsewhere; this module carries them out.
 
+pub mod connect;
+mod downstream;
 mod forwarding;
 mod h1;
 pub mod health;

@@ -1,93 +1,24 @@
 //! The request pipeline, the same for every client protocol.
 //!
-//! Per request: keep or mint the request id → [`admit`] (the whole header-stage policy) →
+//! Per request: keep or mint the request id → [`admit()`] (the whole header-stage policy) →
 //! the rate limiter's verdict → read and check the body → send it upstream ([`super::upstream`])
 //! → relay the answer ([`super::relay`]) → record what happened. Each refusal on the way is
-//! the gateway's own [`Answer`]. The pipeline speaks to the client only through
+//! the gateway's own [`crate::api::reply::Answer`]. The pipeline speaks to the client only through
 //! [`Downstream`]: a protocol (HTTP/1.1 in [`super::h1`]) supplies the request's head and
 //! body and renders answers, and keeps its own connection state.
 
-use std::future::Future;
-use std::time::Duration;
-
-use bytes::BytesMut;
 use http::HeaderValue;
 
+use super::downstream::{header_bytes, Downstream};
 use super::forwarding::UpstreamRequest;
 use super::relay;
 use super::ProxyApp;
 use crate::api::reply::Reply;
 use crate::api::schema;
 use crate::config::{Snapshot, ValidationMode};
-use crate::http1::Framing;
 use crate::observe::exchange::Exchange;
 use crate::policy::admit::{self, admit, Forward, Refusal, RequestFacts, RequestView};
 use crate::policy::request_id;
-
-/// A client connection as the pipeline sees it: the current request, its body, and a way
-/// to answer. Connection state (keep-alive, unread bytes) is the implementor's own.
-pub trait Downstream: Send {
-    type Request<'a>: RequestView
-    where
-        Self: 'a;
-
-    /// The current request's head.
-    fn request(&self) -> Self::Request<'_>;
-
-    /// The client's IP address, as written into `X-Forwarded-For`.
-    fn client_ip(&self) -> Option<&str>;
-
-    /// Reads the whole request body, refusing it as soon as it is known to exceed
-    /// `max_bytes` (the excess is never buffered) or when it is not in within `timeout`.
-    fn read_body(
-        &mut self,
-        max_bytes: usize,
-        timeout: Duration,
-    ) -> impl Future<Output = Result<(), Reply>> + Send;
-
-    /// The body read by [`Self::read_body`].
-    fn body(&self) -> &[u8];
-
-    /// Sends one of the gateway's own answers, whole: `headers` then `body`. An error means
-    /// the client went away.
-    fn send_answer(
-        &mut self,
-        status: u16,
-        headers: &[(&[u8], &[u8])],
-        body: &[u8],
-    ) -> impl Future<Output = std::io::Result<()>> + Send;
-
-    /// Whether a chunked answer from the backend must reach this client decoded.
-    fn wants_decoded(&self) -> bool;
-
-    /// Starts relaying the backend's answer: its status and the headers to pass on. `body`
-    /// says how the body that follows in [`Self::out`] ends.
-    fn start_response<'h>(
-        &mut self,
-        status: u16,
-        reason: &[u8],
-        headers: impl Iterator<Item = (&'h [u8], &'h [u8])>,
-        body: Framing,
-    );
-
-    /// Where the answer's body bytes go before [`Self::send`].
-    fn out(&mut self) -> &mut BytesMut;
-
-    /// Sends what [`Self::start_response`] and [`Self::out`] hold; `end` with the last of it.
-    /// An error means the client went away.
-    fn send(&mut self, end: bool) -> impl Future<Output = std::io::Result<()>> + Send;
-
-    /// The answer under way cannot be completed (the backend broke mid-body): the client
-    /// must not take what it got for a whole answer.
-    fn abort(&mut self);
-}
-
-/// A header of the gateway's own, as the bytes a protocol writes.
-pub(super) fn header_bytes<'a>(
-    (name, value): &'a (&'static str, HeaderValue),
-) -> (&'a [u8], &'a [u8]) {
-    (name.as_bytes(), value.as_bytes())
-}
 
 impl ProxyApp {
     /// Serves the request whose head `d` holds, under one snapshot from start to end.
@@ -185,7 +116,7 @@ impl ProxyApp {
         };
         ex.upstream.path = Some(forward.upstream_path.clone());
         match exchanged {
-            Ok(up) => relay::relay(self, d, up, snap, ex, signals).await,
+            Ok(up) => relay::relay(self.upstream.pool(), d, up, snap, ex, signals).await,
             Err(reply) => {
                 ex.refused = Some(reply);
                 self.answer(d, ex, reply, None, signals).await;

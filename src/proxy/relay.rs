@@ -8,11 +8,10 @@ use http::HeaderValue;
 use tokio::io::AsyncReadExt;
 use tokio::time::timeout;
 
+use super::downstream::{header_bytes, Downstream};
 use super::forwarding::{is_listed, NOT_RELAYED};
-use super::pipeline::{header_bytes, Downstream};
-use super::pool::UpstreamConn;
+use super::pool::{UpstreamConn, UpstreamPool};
 use super::upstream::Answered;
-use super::ProxyApp;
 use crate::config::Snapshot;
 use crate::http1::{ChunkError, ChunkedDecoder, Framing, ResponseHead};
 use crate::observe::exchange::{Exchange, UpstreamErrorKind};
@@ -94,7 +93,7 @@ impl BodyMover {
 
 /// Relays the answer whose head `answered` holds, with the request id and `signals` added.
 pub(super) async fn relay<D: Downstream>(
-    app: &ProxyApp,
+    pool: &UpstreamPool,
     d: &mut D,
     answered: Answered,
     snap: &Snapshot,
@@ -163,7 +162,7 @@ pub(super) async fn relay<D: Downstream>(
     // has the last bytes, so the client's next request can have it.
     ex.upstream.duration = Some(started.elapsed());
     if conn.head.keep_alive && conn.buf.is_empty() {
-        app.upstream.pool().put(key, conn);
+        pool.put(key, conn);
     }
     ex.bytes_out += d.out().len() - head_bytes;
     if let Err(e) = d.send(true).await {

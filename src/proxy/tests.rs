@@ -13,9 +13,10 @@ use pingora::protocols::Stream;
 use pingora::upstreams::peer::HttpPeer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
+use super::connect::{Connect, ConnectFuture};
 use super::health::UpstreamHealth;
 use super::pool::UpstreamPool;
-use super::upstream::{Connect, ConnectFuture, Upstream};
+use super::upstream::Upstream;
 use super::{InFlight, ProxyApp};
 use crate::config::file::AgentFile;
 use crate::config::{testing, FileConfig};

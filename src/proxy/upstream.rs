@@ -6,20 +6,16 @@
 //! connection the backend had already closed goes once more, on a new connection.
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Buf;
-use pingora::connectors::TransportConnector;
-use pingora::protocols::Stream;
-use pingora::upstreams::peer::HttpPeer;
 use pingora::{Error, ErrorType};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::timeout;
 
+use super::connect::Connect;
 use super::forwarding::UpstreamRequest;
 use super::health::UpstreamHealth;
 use super::pool::{UpstreamConn, UpstreamPool};
@@ -30,22 +26,6 @@ use crate::policy::admit::RequestView;
 
 /// Longest response head accepted from a backend.
 const MAX_UPSTREAM_HEAD: usize = 64 * 1024;
-
-/// A boxed connect: connecting (and TLS) is a large future, and rare; kept inline it would
-/// size every client connection's task, idle or not.
-pub type ConnectFuture<'a> = Pin<Box<dyn Future<Output = Result<Stream, Box<Error>>> + Send + 'a>>;
-
-/// Makes new connections to backends: pingora's [`TransportConnector`] (TCP, TLS) in the
-/// gateway, an in-memory stand-in in tests.
-pub trait Connect: Send + Sync {
-    fn connect<'a>(&'a self, peer: &'a HttpPeer) -> ConnectFuture<'a>;
-}
-
-impl Connect for TransportConnector {
-    fn connect<'a>(&'a self, peer: &'a HttpPeer) -> ConnectFuture<'a> {
-        Box::pin(self.new_stream(peer))
-    }
-}
 
 /// The backends of the current snapshot, as the proxy reaches them.
 pub struct Upstream {

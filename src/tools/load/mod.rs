@@ -12,7 +12,7 @@
 //! Each connection is a kept-alive HTTP/1.1 client over a plain `TcpStream` (http only), one
 //! request in flight, its answers read by the crate's shared [`crate::http1::client`]. The pure
 //! parts (arguments, the schedule, request bytes, the report) are plain functions, tested in
-//! `tests.rs`; the shell ([`run`]) only moves bytes.
+//! `tests.rs`; the shell ([`run()`]) only moves bytes.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -1,0 +1,75 @@
+//! What the pipeline needs of a client connection, whatever its protocol: [`Downstream`].
+//! A protocol module implements it ([`super::h1`]); the pipeline and the relay use only it.
+
+use std::future::Future;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use http::HeaderValue;
+
+use crate::api::reply::Reply;
+use crate::http1::Framing;
+use crate::policy::admit::RequestView;
+
+/// A client connection as the pipeline sees it: the current request, its body, and a way
+/// to answer. Connection state (keep-alive, unread bytes) is the implementor's own.
+pub trait Downstream: Send {
+    type Request<'a>: RequestView
+    where
+        Self: 'a;
+
+    /// The current request's head.
+    fn request(&self) -> Self::Request<'_>;
+
+    /// The client's IP address, as written into `X-Forwarded-For`.
+    fn client_ip(&self) -> Option<&str>;
+
+    /// Reads the whole request body, refusing it as soon as it is known to exceed
+    /// `max_bytes` (the excess is never buffered) or when it is not in within `timeout`.
+    fn read_body(
+        &mut self,
+        max_bytes: usize,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<(), Reply>> + Send;
+
+    /// The body read by [`Self::read_body`].
+    fn body(&self) -> &[u8];
+
+    /// Sends one of the gateway's own answers, whole: `headers` then `body`. An error means
+    /// the client went away.
+    fn send_answer(
+        &mut self,
+        status: u16,
+        headers: &[(&[u8], &[u8])],
+        body: &[u8],
+    ) -> impl Future<Output = std::io::Result<()>> + Send;
+
+    /// Whether a chunked answer from the backend must reach this client decoded.
+    fn wants_decoded(&self) -> bool;
+
+    /// Starts relaying the backend's answer: its status and the headers to pass on. `body`
+    /// says how the body that follows in [`Self::out`] ends.
+    fn start_response<'h>(
+        &mut self,
+        status: u16,
+        reason: &[u8],
+        headers: impl Iterator<Item = (&'h [u8], &'h [u8])>,
+        body: Framing,
+    );
+
+    /// Where the answer's body bytes go before [`Self::send`].
+    fn out(&mut self) -> &mut BytesMut;
+
+    /// Sends what [`Self::start_response`] and [`Self::out`] hold; `end` with the last of it.
+    /// An error means the client went away.
+    fn send(&mut self, end: bool) -> impl Future<Output = std::io::Result<()>> + Send;
+
+    /// The answer under way cannot be completed (the backend broke mid-body): the client
+    /// must not take what it got for a whole answer.
+    fn abort(&mut self);
+}
+
+/// A header of the gateway's own, as the bytes a protocol writes.
+pub fn header_bytes<'a>((name, value): &'a (&'static str, HeaderValue)) -> (&'a [u8], &'a [u8]) {
+    (name.as_bytes(), value.as_bytes())
+}
