@@ -118,6 +118,8 @@ for f in backend-nginx.conf gateway-nginx.conf gateway-haproxy.cfg post-verify.l
   sed -e "s#/tmp/peer-#$WORK/peer-#g" -e 's/^daemon on;/daemon off;/' "$PEERS/$f" >"$WORK/$f"
 done
 
+# The agent and token wrk sends (shared/peers/post-verify.lua), stored as its digest.
+TOKEN_SHA256=$(printf '%s' secret | "$GATEWAY_BIN" hash-token)
 gateway_config() { # port, extra [server] lines
   cat <<EOF
 [listen]
@@ -132,7 +134,7 @@ default_service = "DEFAULT"
 addresses = ["127.0.0.1:9000"]
 [[auth.agents]]
 id = "agent-1"
-token_sha256 = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"
+token_sha256 = "$TOKEN_SHA256"
 EOF
 }
 gateway_config 8083 "$GATEWAY_SERVER" >"$WORK/gateway.toml"
