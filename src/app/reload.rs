@@ -15,7 +15,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
-use notify::{RecursiveMode, Watcher};
+use notify::event::{AccessKind, AccessMode, ModifyKind};
+use notify::{EventKind, RecursiveMode, Watcher};
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use prometheus::{Gauge, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
@@ -156,8 +157,9 @@ fn unix_now() -> f64 {
 pub struct ConfigStore {
     current: Arc<ArcSwap<Snapshot>>,
     path: Option<PathBuf>,
-    /// The file text last applied, so a watcher event that changed nothing is not a reload.
-    applied_text: Mutex<String>,
+    /// The file text last read, applied or refused: a watcher event that changed nothing is
+    /// not a reload, and one bad write is one failure, however many events it makes.
+    seen_text: Mutex<String>,
     metrics: ReloadMetrics,
 }
 
@@ -175,7 +177,7 @@ impl ConfigStore {
         Ok(Self {
             current: Arc::new(ArcSwap::from_pointee(snapshot)),
             path,
-            applied_text: Mutex::new(text),
+            seen_text: Mutex::new(text),
             metrics,
         })
     }
@@ -194,11 +196,11 @@ impl ConfigStore {
     }
 
     /// Re-reads the config file and applies it if valid. With `only_if_changed`, a file whose
-    /// text equals the last applied one is left alone (the watcher sees unrelated events).
+    /// text equals the last one read is left alone (the watcher's events may repeat).
     pub fn reload(&self, trigger: Trigger, only_if_changed: bool) -> Option<ReloadReport> {
         let path = self.path.as_ref()?;
-        // One reload at a time; the lock also guards `applied_text`.
-        let mut applied = self.applied_text.lock().unwrap_or_else(|e| e.into_inner());
+        // One reload at a time; the lock also guards `seen_text`.
+        let mut seen = self.seen_text.lock().unwrap_or_else(|e| e.into_inner());
         let text = match std::fs::read_to_string(path) {
             Ok(t) => t,
             Err(source) => {
@@ -209,17 +211,14 @@ impl ConfigStore {
                 return Some(self.refuse(trigger, err));
             }
         };
-        if only_if_changed && text == *applied {
+        if only_if_changed && text == *seen {
             return None;
         }
         let report = match Snapshot::parse(&text) {
-            Ok(new) => {
-                let report = self.apply(new, trigger);
-                *applied = text;
-                report
-            }
+            Ok(new) => self.apply(new, trigger),
             Err(err) => self.refuse(trigger, err),
         };
+        *seen = text;
         Some(report)
     }
 
@@ -266,6 +265,20 @@ impl ConfigStore {
     }
 }
 
+/// Whether a directory event can have changed the config file: a write, a rename (an
+/// atomic replace, Kubernetes' `..data` swap), a creation or a removal. Opens, reads and
+/// attribute changes cannot, and the watcher's own reads make them: reacting to those would
+/// re-read the file forever.
+fn may_change_the_file(kind: &EventKind) -> bool {
+    match kind {
+        EventKind::Create(_) | EventKind::Remove(_) | EventKind::Any => true,
+        EventKind::Modify(ModifyKind::Metadata(_)) => false,
+        EventKind::Modify(_) => true,
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) | EventKind::Other => false,
+    }
+}
+
 /// Watches the config file's parent directory and reloads when the file's text changes.
 pub struct ConfigWatcher {
     pub store: Arc<ConfigStore>,
@@ -283,7 +296,7 @@ impl BackgroundService for ConfigWatcher {
         };
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-            if event.is_ok() {
+            if event.is_ok_and(|e| may_change_the_file(&e.kind)) {
                 let _ = tx.send(());
             }
         });
@@ -384,6 +397,45 @@ mod tests {
         let now = store.current().load();
         assert_eq!(now.startup.proxy_listen, running);
         assert_eq!(now.v1_default_service.as_str(), "C");
+    }
+
+    #[test]
+    fn a_bad_file_fails_once_for_the_watcher_however_many_events_it_makes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store_on(dir.path(), base());
+        std::fs::write(dir.path().join("gw.toml"), "not [toml").unwrap();
+        assert_eq!(
+            store.reload(Trigger::FileChange, true).unwrap().result,
+            "failure"
+        );
+        assert!(store.reload(Trigger::FileChange, true).is_none());
+        assert_eq!(store.metrics.failure.get(), 1);
+        // An explicit reload still says what is wrong.
+        assert_eq!(
+            store.reload(Trigger::Sighup, false).unwrap().result,
+            "failure"
+        );
+    }
+
+    #[test]
+    fn only_events_that_can_change_the_file_count() {
+        use notify::event::{CreateKind, DataChange, MetadataKind, RenameMode};
+        for kind in [
+            EventKind::Modify(ModifyKind::Data(DataChange::Any)),
+            EventKind::Modify(ModifyKind::Name(RenameMode::Both)),
+            EventKind::Create(CreateKind::File),
+            EventKind::Access(AccessKind::Close(AccessMode::Write)),
+        ] {
+            assert!(may_change_the_file(&kind), "{kind:?}");
+        }
+        for kind in [
+            EventKind::Access(AccessKind::Open(AccessMode::Any)),
+            EventKind::Access(AccessKind::Read),
+            EventKind::Access(AccessKind::Close(AccessMode::Read)),
+            EventKind::Modify(ModifyKind::Metadata(MetadataKind::AccessTime)),
+        ] {
+            assert!(!may_change_the_file(&kind), "{kind:?}");
+        }
     }
 
     #[test]
