@@ -18,6 +18,8 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use bytes::BytesMut;
+use nix::errno::Errno;
+use nix::sys::socket::{recv, MsgFlags};
 use pingora::protocols::Stream;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
@@ -42,13 +44,33 @@ impl UpstreamConn {
         }
     }
 
-    /// Whether the backend has neither closed the connection nor sent anything unasked.
-    /// Reads without waiting: anything but "would block" means the connection is done.
+    /// Whether the backend has neither closed the connection nor sent anything unasked:
+    /// anything but "nothing to read" means the connection is done.
+    ///
+    /// The runtime's view alone is not enough: bytes or a FIN that arrived while the
+    /// connection sat idle are only known to it once its driver has polled the socket, so
+    /// the kernel is asked too (`MSG_PEEK`, which leaves the bytes where they are).
     fn is_quiet(&mut self) -> bool {
         let mut probe = [0u8; 1];
         let read = pin!(tokio::task::unconstrained(self.stream.read(&mut probe)));
-        read.poll(&mut Context::from_waker(Waker::noop()))
-            .is_pending()
+        let runtime_quiet = read
+            .poll(&mut Context::from_waker(Waker::noop()))
+            .is_pending();
+        runtime_quiet && self.socket_quiet()
+    }
+
+    /// Whether the kernel holds nothing to read on the connection's socket (true for a
+    /// stream without one, in memory).
+    fn socket_quiet(&self) -> bool {
+        if self.stream.get_socket_digest().is_none() {
+            return true;
+        }
+        let mut probe = [0u8; 1];
+        let flags = MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT;
+        matches!(
+            recv(self.stream.id(), &mut probe, flags),
+            Err(Errno::EAGAIN)
+        )
     }
 }
 
@@ -142,5 +164,57 @@ impl BackgroundService for PoolSweeper {
             }
             self.pool.evict(self.config.load().upstream.idle_timeout);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pingora::protocols::GetSocketDigest;
+    use std::io::Write;
+
+    /// A pooled connection over a real loopback socket, and the backend's end of it.
+    async fn pooled_socket() -> (UpstreamConn, std::net::TcpStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (backend, _) = listener.accept().unwrap();
+        // As pingora's connector makes them: with the socket's digest.
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&client);
+        let mut stream = pingora::protocols::l4::stream::Stream::from(client);
+        stream.set_socket_digest(pingora::protocols::SocketDigest::from_raw_fd(fd));
+        (UpstreamConn::new(Box::new(stream)), backend)
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn bytes_the_runtime_has_not_polled_yet_still_keep_a_connection_out_of_use() {
+        let (mut conn, mut backend) = pooled_socket().await;
+        assert!(conn.is_quiet());
+        // No await from here on: the runtime's driver cannot have seen these bytes arrive.
+        backend.write_all(b"HTTP/1.1 200 OK\r\n").unwrap();
+        assert!(!conn.is_quiet(), "unsolicited bytes in the socket");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_close_the_runtime_has_not_polled_yet_keeps_a_connection_out_of_use() {
+        let (mut conn, backend) = pooled_socket().await;
+        assert!(conn.is_quiet());
+        drop(backend);
+        assert!(!conn.is_quiet(), "the backend closed it");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_pool_hands_out_only_quiet_connections() {
+        let pool = UpstreamPool::new(4);
+        let (quiet, _kept) = pooled_socket().await;
+        let (noisy, mut noisy_backend) = pooled_socket().await;
+        pool.put(1, quiet);
+        pool.put(1, noisy);
+        noisy_backend.write_all(b"late").unwrap();
+        // Newest first: the noisy one is dropped, the quiet one handed out.
+        assert!(pool.take(1, Duration::from_secs(60)).is_some());
+        assert_eq!(pool.idle_count(), 0);
+        assert!(pool.take(1, Duration::from_secs(60)).is_none());
     }
 }
