@@ -212,7 +212,8 @@ fn backend_framing_headers_are_made_consistent_for_the_client() {
             // Content-Length and chunked: the body is the chunked one, the length is wrong.
             b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n".to_vec()
         } else {
-            // chunked is not the final coding: the body runs to the close.
+            // A coding the gateway does not speak (chunked not final, the body would run to the
+            // close): refused as nginx refuses it, never relayed with framing of its own.
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\nConnection: close\r\n\r\nzipped".to_vec()
         })
     });
@@ -222,13 +223,9 @@ fn backend_framing_headers_are_made_consistent_for_the_client() {
     assert_eq!(resp.header("content-length"), None);
     assert_eq!(resp.header("transfer-encoding"), Some("chunked"));
 
-    let (mut w, mut r) = connect(&gw);
-    write!(w, "GET /api/v1/transaction/gz/status HTTP/1.1\r\nHost: x\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\n\r\n").unwrap();
-    let mut all = Vec::new();
-    r.read_to_end(&mut all).unwrap();
-    let text = String::from_utf8_lossy(&all).to_ascii_lowercase();
-    assert!(text.contains("connection: close"), "{text}");
-    assert!(text.ends_with("\r\n\r\nzipped"), "{text}");
+    let resp = get(gw.proxy, "/api/v1/transaction/gz/status");
+    assert_eq!(resp.status, 502, "{}", resp.text());
+    assert_eq!(resp.json()["message_code"], 50201);
 }
 
 #[test]

@@ -45,6 +45,8 @@ pub enum Reply {
     InvalidBody,
     /// The request could not be parsed as HTTP at all.
     Malformed,
+    /// A header name with an underscore stands for a header the gateway controls.
+    AliasedHeader,
     /// Missing or wrong credentials, or a service outside the agent's allow-list.
     Unauthorized,
     /// No operation has this path.
@@ -87,11 +89,12 @@ impl From<RouteError> for Reply {
 
 impl Reply {
     /// One of each kind, for documentation and tests.
-    pub const ALL_CODES: [Reply; 19] = [
+    pub const ALL_CODES: [Reply; 20] = [
         Reply::BadPath,
         Reply::BadBody,
         Reply::InvalidBody,
         Reply::Malformed,
+        Reply::AliasedHeader,
         Reply::Unauthorized,
         Reply::NotFound,
         Reply::MethodNotAllowed { allow: "POST" },
@@ -115,7 +118,11 @@ impl Reply {
 
     pub fn status(self) -> u16 {
         match self {
-            Reply::BadPath | Reply::BadBody | Reply::InvalidBody | Reply::Malformed => 400,
+            Reply::BadPath
+            | Reply::BadBody
+            | Reply::InvalidBody
+            | Reply::Malformed
+            | Reply::AliasedHeader => 400,
             Reply::Unauthorized => 401,
             Reply::NotFound => 404,
             Reply::MethodNotAllowed { .. } => 405,
@@ -137,6 +144,7 @@ impl Reply {
             Reply::BadBody | Reply::UpstreamBroken => 1,
             Reply::InvalidBody => 2,
             Reply::Malformed => 3,
+            Reply::AliasedHeader => 4,
             Reply::V1Gone(V1Refusal::Blocked) => 1,
             Reply::V1Gone(V1Refusal::Brownout { .. }) => 2,
             Reply::V1Gone(V1Refusal::Sunset) => 3,
@@ -155,6 +163,9 @@ impl Reply {
             Reply::BodyTimeout => "the request body was not received in time",
             Reply::InvalidBody => "the request body does not match the operation's schema",
             Reply::Malformed => "the request is not valid HTTP/1.1",
+            Reply::AliasedHeader => {
+                "a header name with an underscore stands for a header the gateway controls; send it with a hyphen"
+            }
             Reply::UriTooLong => "request target exceeds limits.max_uri_bytes",
             Reply::UnsupportedMediaType => "the request body must be application/json",
             Reply::RateLimited { .. } => "rate limit exceeded for this agent",

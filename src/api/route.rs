@@ -148,8 +148,30 @@ pub fn match_route<'a>(
     Ok(route)
 }
 
+/// Appends `text`, percent-encoding every byte outside ASCII: a client may send UTF-8
+/// unescaped, which is no valid URI for the backend; encoded, it decodes to the same bytes.
+fn push_uri_text(out: &mut String, text: &str) {
+    if text.is_ascii() {
+        out.push_str(text);
+        return;
+    }
+    for c in text.chars() {
+        if c.is_ascii() {
+            out.push(c);
+        } else {
+            let mut utf8 = [0u8; 4];
+            for b in c.encode_utf8(&mut utf8).bytes() {
+                out.push('%');
+                out.push(char::from(b"0123456789ABCDEF"[usize::from(b >> 4)]));
+                out.push(char::from(b"0123456789ABCDEF"[usize::from(b & 0xf)]));
+            }
+        }
+    }
+}
+
 /// The path of `operation` under `base` in `version`, with `service` and `transaction_id`
-/// in their segments and `query` appended verbatim.
+/// in their segments and `query` appended; what the client sent is passed on as sent,
+/// except that bytes outside ASCII are percent-encoded.
 pub fn build_path(
     base: &str,
     version: ApiVersion,
@@ -171,11 +193,11 @@ pub fn build_path(
     out.push_str(base);
     for seg in shape {
         out.push('/');
-        out.push_str(value(seg));
+        push_uri_text(&mut out, value(seg));
     }
     if let Some(q) = query {
         out.push('?');
-        out.push_str(q);
+        push_uri_text(&mut out, q);
     }
     out
 }
@@ -235,6 +257,18 @@ mod tests {
             m.service.unwrap_or(default),
             query,
         ))
+    }
+
+    #[test]
+    fn bytes_outside_ascii_are_percent_encoded_upstream() {
+        assert_eq!(
+            forward("GET", "/api/v1/transaction/tx-é/status?q=ü&r=1", "D").unwrap(),
+            "/backend/v2/transaction/tx-%C3%A9/status?q=%C3%BC&r=1"
+        );
+        assert_eq!(
+            forward("POST", "/api/v2/verify/€/request", "D").unwrap(),
+            "/backend/v2/verify/%E2%82%AC/request"
+        );
     }
 
     #[test]

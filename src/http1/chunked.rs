@@ -1,20 +1,31 @@
-//! Chunked transfer coding (RFC 9112 §7.1): an incremental, strict decoder.
+//! Chunked transfer coding (RFC 9112 §7.1): an incremental decoder that takes exactly the
+//! grammar, so that no byte sequence reads as one body here and as another elsewhere.
+//!
+//! ```text
+//! chunked-body = *chunk last-chunk trailer-section CRLF
+//! chunk        = chunk-size [ chunk-ext ] CRLF chunk-data CRLF
+//! chunk-ext    = *( BWS ";" BWS ext-name [ BWS "=" BWS ext-val ] )
+//! ext-val      = token / quoted-string
+//! trailer      = *( field-name ":" OWS field-value OWS CRLF )
+//! ```
+//! Whitespace is only where `BWS`/`OWS` stand (spaces and tabs), quoted strings must close,
+//! trailer lines are field lines, and every line ends in CRLF. Extensions and trailers are
+//! read and dropped.
 
 /// Why a chunked body cannot be decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("invalid chunked encoding")]
 pub struct ChunkError;
 
-/// An incremental decoder of `Transfer-Encoding: chunked` (RFC 9112 §7.1). Fed whatever bytes
-/// have arrived, it hands out the data and says where the body ends; chunk extensions and
-/// trailers are read and dropped.
+/// An incremental decoder of `Transfer-Encoding: chunked`. Fed whatever bytes have arrived,
+/// it hands out the data and says where the body ends.
 #[derive(Debug, Default)]
 pub struct ChunkedDecoder {
     state: ChunkState,
     /// Data bytes left in the current chunk, or the size being read.
     size: u64,
     digits: u32,
-    /// Bytes of the current extension or trailer line, bounded.
+    /// Bytes of the current size, extension or trailer line, bounded.
     line: usize,
 }
 
@@ -22,36 +33,55 @@ pub struct ChunkedDecoder {
 enum ChunkState {
     #[default]
     Size,
-    /// Spaces after the size, before `;` or the line end.
-    SizeSpace,
-    Extension,
+    /// Whitespace after the size: only `;` may follow.
+    SizeBws,
+    /// After `;`, whitespace, then an extension name.
+    ExtNameStart,
+    ExtName,
+    /// Whitespace after a name: `=` or the next `;` may follow.
+    ExtNameBws,
+    /// After `=`, whitespace, then a token or a quoted string.
+    ExtValueStart,
+    ExtToken,
+    ExtQuoted,
+    ExtQuotedEscape,
+    /// Right after a quoted string: `;`, whitespace or the line end may follow.
+    ExtValueEnd,
+    /// Whitespace after a value: only the next `;` may follow.
+    ExtValueBws,
     SizeLf,
     Data,
     DataCr,
     DataLf,
+    /// A trailer line's first byte, or the CR of the empty line that ends the body.
     TrailerStart,
-    Trailer,
+    TrailerName,
+    TrailerValue,
     TrailerLf,
     EndLf,
     Done,
 }
 
-/// Longest chunk extension or trailer line accepted.
+/// Longest chunk-size line (extensions included) or trailer line accepted.
 const MAX_CHUNK_LINE: usize = 4096;
 
-/// The state after a chunk size and its spaces: an extension or the line end.
-fn after_size(b: u8) -> Result<ChunkState, ChunkError> {
-    match b {
-        b';' => Ok(ChunkState::Extension),
-        b'\r' => Ok(ChunkState::SizeLf),
-        _ => Err(ChunkError),
-    }
+/// A `tchar` (RFC 9110 §5.6.2): a byte of a token.
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
-/// A byte allowed inside a chunk extension or a trailer line: never a control byte (a bare
-/// LF in particular, which another parser could take for a line end).
-fn is_line_byte(b: u8) -> bool {
-    b == b'\t' || (b >= b' ' && b != 0x7f)
+/// A byte of a quoted string's text: `qdtext` without `"` and `\`.
+fn is_qdtext(b: u8) -> bool {
+    matches!(b, b'\t' | b' ' | 0x21 | 0x23..=0x5b | 0x5d..=0x7e | 0x80..=0xff)
+}
+
+/// A byte a backslash may quote, or a field value may hold: HTAB, SP, visible, obs-text.
+fn is_field_byte(b: u8) -> bool {
+    matches!(b, b'\t' | b' '..=0x7e | 0x80..=0xff)
+}
+
+fn is_ws(b: u8) -> bool {
+    b == b' ' || b == b'\t'
 }
 
 /// Whether `b` is the one byte the grammar allows here.
@@ -64,16 +94,36 @@ fn expect(b: u8, want: u8) -> Result<(), ChunkError> {
 }
 
 impl ChunkedDecoder {
-    /// One byte of a chunk extension or trailer line, which ends at CR (then `at_cr`).
-    fn line_byte(&mut self, b: u8, at_cr: ChunkState) -> Result<ChunkState, ChunkError> {
-        self.line += 1;
-        if b == b'\r' {
-            Ok(at_cr)
-        } else if is_line_byte(b) && self.line <= MAX_CHUNK_LINE {
-            Ok(self.state)
-        } else {
-            Err(ChunkError)
-        }
+    /// The state after byte `b` of a size line or trailer line.
+    fn next_line_state(&self, b: u8) -> Result<ChunkState, ChunkError> {
+        use ChunkState::*;
+        let next = match (self.state, b) {
+            (Size, _) => unreachable!("sizes are read apart"),
+            (SizeBws | ExtNameBws | ExtValueEnd | ExtValueBws, b';') => ExtNameStart,
+            (SizeBws, b) if is_ws(b) => SizeBws,
+            (ExtNameStart, b) if is_ws(b) => ExtNameStart,
+            (ExtNameStart, b) if is_tchar(b) => ExtName,
+            (ExtName, b) if is_tchar(b) => ExtName,
+            (ExtName, b';') | (ExtToken, b';') => ExtNameStart,
+            (ExtName, b'=') | (ExtNameBws, b'=') => ExtValueStart,
+            (ExtName, b) | (ExtNameBws, b) if is_ws(b) => ExtNameBws,
+            (ExtValueStart, b) if is_ws(b) => ExtValueStart,
+            (ExtValueStart, b'"') => ExtQuoted,
+            (ExtValueStart, b) if is_tchar(b) => ExtToken,
+            (ExtToken, b) if is_tchar(b) => ExtToken,
+            (ExtToken | ExtValueEnd | ExtValueBws, b) if is_ws(b) => ExtValueBws,
+            (ExtQuoted, b'"') => ExtValueEnd,
+            (ExtQuoted, b'\\') => ExtQuotedEscape,
+            (ExtQuoted, b) if is_qdtext(b) => ExtQuoted,
+            (ExtQuotedEscape, b) if is_field_byte(b) => ExtQuoted,
+            (ExtName | ExtToken | ExtValueEnd, b'\r') => SizeLf,
+            (TrailerName, b) if is_tchar(b) => TrailerName,
+            (TrailerName, b':') => TrailerValue,
+            (TrailerValue, b'\r') => TrailerLf,
+            (TrailerValue, b) if is_field_byte(b) => TrailerValue,
+            _ => return Err(ChunkError),
+        };
+        Ok(next)
     }
 
     /// Decodes from `input`, passing each run of data to `on_data`. Returns how many bytes of
@@ -103,16 +153,16 @@ impl ChunkedDecoder {
                         self.size = self.size * 16 + u64::from(d);
                         self.digits += 1;
                     }
-                    None if self.digits > 0 && matches!(b, b' ' | b'\t') => self.state = SizeSpace,
-                    None if self.digits > 0 => self.state = after_size(b)?,
+                    None if self.digits > 0 => {
+                        self.state = match b {
+                            b'\r' => SizeLf,
+                            b';' => ExtNameStart,
+                            b if is_ws(b) => SizeBws,
+                            _ => return Err(ChunkError),
+                        };
+                    }
                     _ => return Err(ChunkError),
                 },
-                SizeSpace => {
-                    if !matches!(b, b' ' | b'\t') {
-                        self.state = after_size(b)?;
-                    }
-                }
-                Extension => self.state = self.line_byte(b, SizeLf)?,
                 SizeLf => {
                     expect(b, b'\n')?;
                     self.digits = 0;
@@ -120,22 +170,29 @@ impl ChunkedDecoder {
                     self.state = if self.size == 0 { TrailerStart } else { Data };
                 }
                 DataCr => self.state = expect(b, b'\r').map(|()| DataLf)?,
-                DataLf => self.state = expect(b, b'\n').map(|()| Size)?,
+                DataLf => {
+                    expect(b, b'\n')?;
+                    self.line = 0;
+                    self.state = Size;
+                }
                 TrailerStart => {
                     self.line = 0;
                     self.state = match b {
                         b'\r' => EndLf,
-                        // A trailer field starts with its name.
-                        b if b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b) => {
-                            Trailer
-                        }
+                        b if is_tchar(b) => TrailerName,
                         _ => return Err(ChunkError),
                     };
                 }
-                Trailer => self.state = self.line_byte(b, TrailerLf)?,
                 TrailerLf => self.state = expect(b, b'\n').map(|()| TrailerStart)?,
                 EndLf => self.state = expect(b, b'\n').map(|()| Done)?,
                 Done => unreachable!("the loop stops at Done"),
+                _ => {
+                    self.line += 1;
+                    if self.line > MAX_CHUNK_LINE {
+                        return Err(ChunkError);
+                    }
+                    self.state = self.next_line_state(b)?;
+                }
             }
             i += 1;
         }
@@ -152,6 +209,22 @@ mod tests {
         let mut out = Vec::new();
         let (n, done) = ChunkedDecoder::default().decode(input, |d| out.extend_from_slice(d))?;
         Ok((out, n, done))
+    }
+
+    #[test]
+    fn extensions_and_trailers_take_the_whole_grammar() {
+        for good in [
+            &b"5;a\r\nhello\r\n0\r\n\r\n"[..],
+            b"5 ;a=b\r\nhello\r\n0\r\n\r\n",
+            b"5\t;\ta\t=\tb\t;c\r\nhello\r\n0\r\n\r\n",
+            b"5;a=\"q \\\" ;x\"\r\nhello\r\n0\r\n\r\n",
+            b"5;a=\"\" ; b\r\nhello\r\n0\r\n\r\n",
+            b"5\r\nhello\r\n0;last=1\r\nX-Sum: abc\r\nEmpty:\r\nT:\tv \r\n\r\n",
+        ] {
+            let (data, used, done) = decode_all(good)
+                .unwrap_or_else(|e| panic!("{e}: {:?}", String::from_utf8_lossy(good)));
+            assert_eq!((data, used, done), (b"hello".to_vec(), good.len(), true));
+        }
     }
 
     #[test]
@@ -178,6 +251,22 @@ mod tests {
             b"5 garbage\r\n",
             b"5;a\x01\r\n",
             b"0\r\n: no name\r\n\r\n",
+            // Whitespace only where the grammar has BWS, and never before the line end.
+            b"17 \r\n",
+            b"17\t\r\n",
+            b"17;\r\n",
+            b"17;a =\r\n",
+            b"17;a=b \r\n",
+            b"17; =b\r\n",
+            b"17;a=b c\r\n",
+            // A quoted string must close, and escape only what a field may hold.
+            b"17;a=\"abc\r\n",
+            b"17;a=\"a\\\x01\"\r\n",
+            // Trailers are field lines: a name, a colon with nothing before it, a value.
+            b"0\r\nX : y\r\n\r\n",
+            b"0\r\nXYZ\r\n\r\n",
+            b"0\r\n X: y\r\n\r\n",
+            b"0\r\nX: \x7f\r\n\r\n",
         ] {
             assert_eq!(
                 decode_all(bad),

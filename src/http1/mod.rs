@@ -30,6 +30,8 @@ pub const MAX_HEADERS: usize = 256;
 pub enum HeadError {
     #[error("not a valid HTTP/1.x head")]
     Malformed,
+    #[error("a transfer coding other than chunked, once")]
+    UnsupportedTransferCoding,
     #[error("more than {MAX_HEADERS} header lines")]
     TooManyHeaders,
 }
@@ -90,10 +92,57 @@ pub(crate) fn position(buf: &[u8], part: &[u8]) -> Range<usize> {
     start..start + part.len()
 }
 
+/// Optional whitespace (RFC 9110 §5.6.3) trimmed: spaces and horizontal tabs only, never the
+/// other bytes some parsers take for whitespace.
+pub(crate) fn trim_ows(value: &[u8]) -> &[u8] {
+    let start = value.iter().position(|b| !matches!(b, b' ' | b'\t'));
+    let end = value.iter().rposition(|b| !matches!(b, b' ' | b'\t'));
+    match (start, end) {
+        (Some(start), Some(end)) => &value[start..=end],
+        _ => &[],
+    }
+}
+
+/// What a message's `Transfer-Encoding` lines say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TransferCoding {
+    /// No `Transfer-Encoding` line.
+    Absent,
+    /// `chunked`, exactly once, and nothing else.
+    Chunked,
+    /// Anything else: another coding, `chunked` twice, an empty element, a stray byte.
+    Other,
+}
+
+/// Reads every `Transfer-Encoding` value. Only one coding the gateway speaks is accepted,
+/// `chunked` once: a list another parser could read differently is refused rather than
+/// guessed at.
+pub(crate) fn transfer_coding<'a>(values: impl Iterator<Item = &'a [u8]>) -> TransferCoding {
+    let mut codings = 0;
+    for value in values {
+        for coding in value.split(|b| *b == b',') {
+            codings += 1;
+            if !trim_ows(coding).eq_ignore_ascii_case(b"chunked") {
+                return TransferCoding::Other;
+            }
+        }
+    }
+    match codings {
+        0 => TransferCoding::Absent,
+        1 => TransferCoding::Chunked,
+        _ => TransferCoding::Other,
+    }
+}
+
+/// Whether a response with `status` has no body, whatever its headers say (RFC 9110 §6.4.1).
+pub fn is_bodiless_status(status: u16) -> bool {
+    (100..200).contains(&status) || status == 204 || status == 304
+}
+
 /// Whether a `Connection` value lists a token other than `close` and `keep-alive`.
 pub(crate) fn names_headers(value: &[u8]) -> bool {
     value.split(|b| *b == b',').any(|t| {
-        let t = t.trim_ascii();
+        let t = trim_ows(t);
         !t.is_empty() && !t.eq_ignore_ascii_case(b"close") && !t.eq_ignore_ascii_case(b"keep-alive")
     })
 }
@@ -102,7 +151,7 @@ pub(crate) fn names_headers(value: &[u8]) -> bool {
 pub(crate) fn has_token(value: &[u8], token: &[u8]) -> bool {
     value
         .split(|b| *b == b',')
-        .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
+        .any(|t| trim_ows(t).eq_ignore_ascii_case(token))
 }
 
 /// The value of every Content-Length line, which must agree.
@@ -112,7 +161,7 @@ pub(crate) fn content_length<'a>(
     let mut length = None;
     for value in values {
         for part in value.split(|b| *b == b',') {
-            let part = part.trim_ascii();
+            let part = trim_ows(part);
             if part.is_empty() || part.len() > 18 || !part.iter().all(u8::is_ascii_digit) {
                 return Err(FramingError::BadContentLength);
             }

@@ -5,8 +5,8 @@ use std::mem::MaybeUninit;
 use std::ops::Range;
 
 use super::{
-    complete, content_length, has_token, header_positions, position, Framing, FramingError,
-    HeadError, HeaderPos, MAX_HEADERS,
+    complete, content_length, has_token, header_positions, position, transfer_coding, Framing,
+    FramingError, HeadError, HeaderPos, TransferCoding, MAX_HEADERS,
 };
 
 /// A parsed request head, as positions in the connection's read buffer. Reused from one
@@ -41,7 +41,7 @@ impl RequestHead {
 
     /// The head over the buffer it was parsed from.
     pub fn view<'a>(&'a self, buf: &'a [u8]) -> Request<'a> {
-        // httparse admits only visible ASCII in methods and targets.
+        // httparse admits only tokens in methods, and visible ASCII and UTF-8 in targets.
         let text = |r: &Range<usize>| std::str::from_utf8(&buf[r.clone()]).unwrap_or_default();
         let target = text(&self.target);
         let (authority, origin) = match target.find("://") {
@@ -139,20 +139,11 @@ impl<'a> Request<'a> {
     /// never read one way here and another way by the backend (request smuggling).
     pub fn framing(&self) -> Result<Framing, FramingError> {
         let length = content_length(self.headers_named("content-length"))?;
-        let mut codings = self.headers_named("transfer-encoding").peekable();
-        if codings.peek().is_none() {
-            return Ok(Framing::Length(length.unwrap_or(0)));
+        match transfer_coding(self.headers_named("transfer-encoding")) {
+            TransferCoding::Absent => Ok(Framing::Length(length.unwrap_or(0))),
+            TransferCoding::Chunked if length.is_none() && !self.http10() => Ok(Framing::Chunked),
+            _ => Err(FramingError::BadTransferEncoding),
         }
-        let chunked_only = codings.all(|v| {
-            std::str::from_utf8(v).is_ok_and(|v| {
-                v.split(',')
-                    .all(|c| c.trim().eq_ignore_ascii_case("chunked"))
-            })
-        });
-        if length.is_some() || self.http10() || !chunked_only {
-            return Err(FramingError::BadTransferEncoding);
-        }
-        Ok(Framing::Chunked)
     }
 
     /// Whether the client asked to keep the connection open after this request.
@@ -253,10 +244,20 @@ mod tests {
         ] {
             assert_eq!(framing(bad), Err(FramingError::BadContentLength), "{bad}");
         }
+        assert_eq!(
+            framing("Transfer-Encoding: \t chunked \t\r\n"),
+            Ok(Framing::Chunked),
+            "optional whitespace is spaces and tabs"
+        );
         for bad in [
             "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n",
             "Transfer-Encoding: gzip, chunked\r\n",
             "Transfer-Encoding: identity\r\n",
+            "Transfer-Encoding: \u{a0}chunked\r\n",
+            "Transfer-Encoding: chunked, chunked\r\n",
+            "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
+            "Transfer-Encoding: chunked,\r\n",
+            "Transfer-Encoding: \r\n",
         ] {
             assert_eq!(
                 framing(bad),

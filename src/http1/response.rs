@@ -5,8 +5,8 @@ use std::mem::MaybeUninit;
 use std::ops::Range;
 
 use super::{
-    complete, content_length, has_token, header_positions, names_headers, position, Framing,
-    HeadError, HeaderPos, MAX_HEADERS,
+    complete, content_length, has_token, header_positions, is_bodiless_status, names_headers,
+    position, transfer_coding, Framing, HeadError, HeaderPos, TransferCoding, MAX_HEADERS,
 };
 
 /// A parsed response head from the backend, as positions in the upstream read buffer;
@@ -17,7 +17,8 @@ pub struct ResponseHead {
     pub len: usize,
     pub status: u16,
     pub framing: Framing,
-    /// The backend will keep the connection open after this response.
+    /// The connection can carry another exchange after this response: the backend keeps it
+    /// open and the response's framing was unambiguous.
     pub keep_alive: bool,
     /// A `Connection` header names hop-by-hop headers (see [`Self::connection_lists`]).
     pub declares_hop_headers: bool,
@@ -55,11 +56,10 @@ impl ResponseHead {
             return Ok(false);
         };
         let status = resp.code.unwrap_or_default();
+        if !(100..=599).contains(&status) {
+            return Err(HeadError::Malformed);
+        }
         let mut connection_close = resp.version == Some(0);
-        // Chunked framing only when `chunked` is the final coding (RFC 9112 §6.3): the last
-        // one of the last Transfer-Encoding line.
-        let mut encoded = false;
-        let mut chunked = false;
         self.declares_hop_headers = false;
         for h in resp.headers.iter() {
             if h.name.eq_ignore_ascii_case("connection") {
@@ -69,31 +69,32 @@ impl ResponseHead {
                 } else if has_token(h.value, b"keep-alive") {
                     connection_close = false;
                 }
-            } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-                encoded = true;
-                let last = h.value.rsplit(|b| *b == b',').next().unwrap_or_default();
-                chunked = last.trim_ascii().eq_ignore_ascii_case(b"chunked");
             }
         }
-        let length = content_length(
+        let named = |name: &'static str| {
             resp.headers
                 .iter()
-                .filter(|h| h.name.eq_ignore_ascii_case("content-length"))
-                .map(|h| h.value),
-        )
-        .map_err(|_| HeadError::Malformed)?;
-        self.framing = if (100..200).contains(&status) || status == 204 || status == 304 {
-            Framing::Length(0)
-        } else if chunked {
-            Framing::Chunked
-        } else if encoded {
-            Framing::UntilClose
-        } else {
-            length.map_or(Framing::UntilClose, Framing::Length)
+                .filter(move |h| h.name.eq_ignore_ascii_case(name))
+                .map(|h| h.value)
         };
+        let length = content_length(named("content-length")).map_err(|_| HeadError::Malformed)?;
+        let coding = transfer_coding(named("transfer-encoding"));
+        // RFC 9112 §6.3, with one coding spoken: chunked. A body declared two ways, or by a
+        // status that has none, is relayed as the rule says, and the connection is not trusted
+        // after it: bytes could follow that another parser would count as the next answer.
+        let (framing, ambiguous) = match coding {
+            _ if is_bodiless_status(status) => (
+                Framing::Length(0),
+                coding != TransferCoding::Absent || length.is_some_and(|n| n > 0),
+            ),
+            TransferCoding::Chunked => (Framing::Chunked, length.is_some()),
+            TransferCoding::Absent => (length.map_or(Framing::UntilClose, Framing::Length), false),
+            TransferCoding::Other => return Err(HeadError::UnsupportedTransferCoding),
+        };
+        self.framing = framing;
         self.len = len;
         self.status = status;
-        self.keep_alive = !connection_close && self.framing != Framing::UntilClose;
+        self.keep_alive = !connection_close && !ambiguous && framing != Framing::UntilClose;
         self.reason = position(buf, resp.reason.unwrap_or_default().as_bytes());
         header_positions(buf, resp.headers, &mut self.headers);
         Ok(true)
@@ -139,12 +140,12 @@ mod tests {
         assert_eq!((r.framing, r.keep_alive), (Framing::Chunked, false));
         let r = head("HTTP/1.1 200 OK\r\n\r\n");
         assert_eq!((r.framing, r.keep_alive), (Framing::UntilClose, false));
-        let r = head("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n");
-        assert_eq!((r.framing, r.keep_alive), (Framing::UntilClose, false));
-        let r = head(
-            "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\nContent-Length: 9\r\n\r\n",
+        let r = head("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 9\r\n\r\n");
+        assert_eq!(
+            (r.framing, r.keep_alive),
+            (Framing::Chunked, false),
+            "declared two ways: relayed as chunked, the connection not trusted after it"
         );
-        assert_eq!((r.framing, r.keep_alive), (Framing::Chunked, true));
         let r = head("HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\n");
         assert!(!r.keep_alive);
         let r = head("HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n");
@@ -157,8 +158,42 @@ mod tests {
         ));
         let r = head("HTTP/1.1 204 No Content\r\n\r\n");
         assert_eq!((r.framing, r.keep_alive), (Framing::Length(0), true));
+        for declared in ["Content-Length: 5", "Transfer-Encoding: chunked"] {
+            let r = head(&format!("HTTP/1.1 304 Not Modified\r\n{declared}\r\n\r\n"));
+            assert_eq!(
+                (r.framing, r.keep_alive),
+                (Framing::Length(0), false),
+                "{declared}"
+            );
+        }
+        let r = head("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 5, 5\r\n\r\n");
+        assert_eq!((r.framing, r.keep_alive), (Framing::Length(5), true));
         let mut r = ResponseHead::default();
         assert_eq!(r.parse(b"HTTP/1.1 200 OK\r\n"), Ok(false));
         assert!(r.parse(b"SSH-2.0\r\n\r\n").is_err());
+        for status in ["000", "099", "600", "999"] {
+            let raw = format!("HTTP/1.1 {status} X\r\nContent-Length: 0\r\n\r\n");
+            assert_eq!(
+                r.parse(raw.as_bytes()),
+                Err(HeadError::Malformed),
+                "{status}"
+            );
+        }
+        for coding in [
+            "gzip",
+            "chunked, gzip",
+            "gzip, chunked",
+            "chunked, chunked",
+            "chunked\r\nTransfer-Encoding: chunked",
+            "\u{a0}chunked",
+            "chunked,",
+        ] {
+            let raw = format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: {coding}\r\n\r\n");
+            assert_eq!(
+                r.parse(raw.as_bytes()),
+                Err(HeadError::UnsupportedTransferCoding),
+                "{coding:?}"
+            );
+        }
     }
 }

@@ -1,8 +1,8 @@
 //! Admission: everything the gateway decides about a request from its head, before any I/O.
 //!
 //! [`admit`] is the whole per-request policy as one pure function of the request's facts and
-//! a config [`Snapshot`], checked in this order: the head's size, its body framing, the
-//! route, the credentials, the service scope, the retirement policy, the content type and
+//! a config [`Snapshot`], checked in this order: the head's size, its body framing, header
+//! names aliasing the gateway's own, the route, the credentials, the service scope, the retirement policy, the content type and
 //! the declared body size. It returns either a [`Forward`] (with the rate-limit question and
 //! how to check the body) or a [`Refusal`] (with the answer to give); both say how far the
 //! request was understood, for metrics and logs. The data plane ([`crate::proxy`]) only
@@ -19,7 +19,7 @@ use crate::api::schema::ObjectSchema;
 use crate::config::{Agent, RateLimit, Snapshot, ValidationMode};
 use crate::http1::{has_token, names_headers};
 use crate::policy::auth::{authenticate, AuthFailure, AGENT_ID_HEADER, AUTH_TOKEN_HEADER};
-use crate::policy::retirement;
+use crate::policy::{headers, retirement};
 
 /// A request head, whatever protocol carried it.
 pub trait RequestView: Sync {
@@ -104,6 +104,9 @@ pub struct RequestFacts<'r> {
     pub header_bytes: usize,
     /// The body's framing can be trusted: `false` when it could be read two ways.
     pub framing_valid: bool,
+    /// A header name with an underscore stands for a header the gateway controls
+    /// ([`headers::aliases_controlled`]).
+    pub aliased_header: bool,
     /// The body's length, when the request declares it.
     pub declared_body_len: Option<u64>,
     pub agent_id: Option<&'r [u8]>,
@@ -119,13 +122,19 @@ impl<'r> RequestFacts<'r> {
     /// The facts of `req`, whose request id is `request_id`, judged at `now`.
     pub fn of<R: RequestView>(req: &'r R, request_id: &'r str, now: SystemTime) -> Self {
         let body = req.body_length();
+        let (mut header_bytes, mut aliased_header) = (0, false);
+        for (name, value) in req.headers() {
+            header_bytes += name.len() + value.len();
+            aliased_header |= headers::aliases_controlled(name);
+        }
         RequestFacts {
             method: req.method(),
             path: req.path(),
             query: req.query(),
             target_len: req.target_len(),
             header_count: req.header_count(),
-            header_bytes: req.headers().map(|(k, v)| k.len() + v.len()).sum(),
+            header_bytes,
+            aliased_header,
             framing_valid: body != BodyLength::Ambiguous,
             declared_body_len: match body {
                 BodyLength::Declared(n) => Some(n),
@@ -246,6 +255,9 @@ pub fn admit<'s>(
     if !req.framing_valid {
         return Err(Refusal::new(who, Reply::Malformed));
     }
+    if req.aliased_header {
+        return Err(Refusal::new(who, Reply::AliasedHeader));
+    }
     let route = match match_route(&snapshot.bases, req.method, req.path) {
         Ok(r) => r,
         Err(e) => {
@@ -351,6 +363,7 @@ mod tests {
             header_count: 4,
             header_bytes: 100,
             framing_valid: true,
+            aliased_header: false,
             declared_body_len: None,
             agent_id: id.map(str::as_bytes),
             token: token.map(str::as_bytes),

@@ -3,6 +3,7 @@
 
 pub mod admit;
 pub mod auth;
+pub mod headers;
 pub mod rate_limit;
 pub mod request_id;
 pub mod retirement;

@@ -3,47 +3,17 @@
 //! A request is forwarded with its own headers minus those that describe the client's hop
 //! ([`NOT_FORWARDED`], and any the client named in `Connection`), and with the ones the
 //! gateway owns written by the gateway: the exact `Content-Length` of the body it read, the
-//! request id and `X-Forwarded-For`. An answer is relayed minus [`NOT_RELAYED`] and the
-//! headers the backend named in `Connection`; framing headers are then the client
-//! protocol's business ([`crate::proxy::relay`]).
+//! request id and `X-Forwarded-For`. (Answers going the other way: [`crate::proxy::relay`].)
 
 use bytes::{BufMut, BytesMut};
 
 use crate::http1::RequestWriter;
 use crate::policy::admit::RequestView;
+use crate::policy::headers::{is_listed, NOT_FORWARDED};
 use crate::policy::request_id;
-
-/// Request headers that describe one hop, not the request, or that the gateway sets itself;
-/// never forwarded as sent.
-pub const NOT_FORWARDED: [&str; 11] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "expect",
-    "content-length",
-    request_id::HEADER,
-    "x-forwarded-for",
-];
-
-/// Response headers of the backend's that describe its hop, or that the gateway sets itself.
-pub const NOT_RELAYED: [&str; 4] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    request_id::HEADER,
-];
 
 /// Bodies up to this size travel in the same buffer as the head: one `send` per request.
 pub const INLINE_BODY_MAX: usize = 16 * 1024;
-
-/// Whether `name` is one of `list` (which is in lower case).
-pub fn is_listed(list: &[&str], name: &[u8]) -> bool {
-    list.iter().any(|n| name.eq_ignore_ascii_case(n.as_bytes()))
-}
 
 /// What goes upstream: the client's request as admitted, on the way to the backend.
 pub struct UpstreamRequest<'a, R> {

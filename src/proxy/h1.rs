@@ -22,7 +22,9 @@ use super::downstream::Downstream;
 use super::ProxyApp;
 use crate::api::reply::Reply;
 use crate::config::{Limits, Snapshot};
-use crate::http1::{ChunkedDecoder, Framing, HeadError, Request, RequestHead, ResponseWriter};
+use crate::http1::{
+    is_bodiless_status, ChunkedDecoder, Framing, HeadError, Request, RequestHead, ResponseWriter,
+};
 use crate::policy::admit::{BodyLength, RequestView};
 
 /// After a refusal that closes the connection with request bytes still unread, the gateway
@@ -62,6 +64,8 @@ pub(super) struct H1Connection {
     body: BodyState,
     /// The connection stays open after the current exchange.
     keep_alive: bool,
+    /// The current request is a HEAD: its answers have no body.
+    head_only: bool,
     /// The current request's snapshot's limits on the client's pace and its body.
     send_timeout: Duration,
     body_timeout: Duration,
@@ -89,6 +93,7 @@ impl ProxyApp {
                 }
                 Ok(Err(reply)) => {
                     c.keep_alive = false;
+                    c.head_only = false;
                     self.refuse_unreadable(&mut c, reply).await;
                 }
                 Ok(Ok(false)) => return,
@@ -126,6 +131,7 @@ impl H1Connection {
             out: BytesMut::new(),
             body: BodyState::Broken,
             keep_alive: false,
+            head_only: false,
             send_timeout: Duration::ZERO,
             body_timeout: Duration::ZERO,
             max_body_bytes: 0,
@@ -147,6 +153,7 @@ impl H1Connection {
     fn start_request(&mut self, may_keep_alive: bool) {
         let req = self.view();
         let (wants_keep_alive, framing) = (req.wants_keep_alive(), req.framing().ok());
+        self.head_only = req.method() == "HEAD";
         self.keep_alive = may_keep_alive && wants_keep_alive;
         self.body = BodyState::Unread(framing);
     }
@@ -171,7 +178,7 @@ impl H1Connection {
                     Ok(true) => return Ok(true),
                     Ok(false) => {}
                     Err(HeadError::TooManyHeaders) => return Err(Reply::HeadersTooLarge),
-                    Err(HeadError::Malformed) => return Err(Reply::Malformed),
+                    Err(_) => return Err(Reply::Malformed),
                 }
                 if self.buf.len() > most {
                     return Err(if self.buf.contains(&b'\n') {
@@ -330,13 +337,14 @@ impl H1Connection {
         }
     }
 
-    /// Writes a response head into `out`: status, `headers`, then the connection's own.
+    /// Writes a response head into `out`: status, `headers`, then the framing and connection
+    /// headers, always the gateway's own: `body` says how the body that follows ends.
     fn write_head<'h>(
         &mut self,
         status: u16,
         reason: &[u8],
         headers: impl Iterator<Item = (&'h [u8], &'h [u8])>,
-        content_length: Option<usize>,
+        body: Framing,
     ) {
         let connection = self.connection_header();
         self.out.clear();
@@ -344,8 +352,15 @@ impl H1Connection {
         for (name, value) in headers {
             w.header(name, value);
         }
-        if let Some(n) = content_length {
-            w.number("content-length", n as u64);
+        match body {
+            _ if is_bodiless_status(status) => {}
+            Framing::Length(n) => {
+                w.number("content-length", n);
+            }
+            Framing::Chunked => {
+                w.header("transfer-encoding", "chunked");
+            }
+            Framing::UntilClose => {}
         }
         if let Some(value) = connection {
             w.header("connection", value);
@@ -470,8 +485,12 @@ impl Downstream for H1Connection {
         body: &[u8],
     ) -> std::io::Result<()> {
         self.skip_unread_body().await;
-        self.write_head(status, b"", headers.iter().copied(), Some(body.len()));
-        self.out.put_slice(body);
+        let length = Framing::Length(body.len() as u64);
+        self.write_head(status, b"", headers.iter().copied(), length);
+        // An answer to HEAD has the headers of the answer to GET, and no body.
+        if !self.head_only {
+            self.out.put_slice(body);
+        }
         self.send_out().await
     }
 
@@ -490,7 +509,7 @@ impl Downstream for H1Connection {
         if body == Framing::UntilClose {
             self.keep_alive = false;
         }
-        self.write_head(status, reason, headers, None);
+        self.write_head(status, reason, headers, body);
     }
 
     fn out(&mut self) -> &mut BytesMut {

@@ -9,28 +9,24 @@ use tokio::io::AsyncReadExt;
 use tokio::time::timeout;
 
 use super::downstream::{header_bytes, Downstream};
-use super::forwarding::{is_listed, NOT_RELAYED};
 use super::pool::{UpstreamConn, UpstreamPool};
 use super::upstream::Answered;
 use crate::config::Snapshot;
 use crate::http1::{ChunkError, ChunkedDecoder, Framing, ResponseHead};
 use crate::observe::exchange::{Exchange, UpstreamErrorKind};
+use crate::policy::headers::{is_listed, NOT_RELAYED};
 use crate::policy::request_id;
 
-/// The backend's headers that reach the client: all but those of its hop ([`NOT_RELAYED`],
-/// and any it named in `Connection`). With chunked framing a Content-Length is wrong (RFC
-/// 9112 §6.3) and goes; a client that gets the data `decoded` gets no Transfer-Encoding either.
+/// The backend's headers that reach the client: all but those of its hop and its framing
+/// ([`NOT_RELAYED`], and any it named in `Connection`). The client's framing headers are the
+/// downstream's to write, from the framing the gateway read.
 pub fn relayed_headers<'a>(
     head: &'a ResponseHead,
     buf: &'a [u8],
-    decoded: bool,
 ) -> impl Iterator<Item = (&'a [u8], &'a [u8])> {
-    let chunked = head.framing == Framing::Chunked;
     head.headers(buf).filter(move |(name, _)| {
         !(is_listed(&NOT_RELAYED, name)
-            || (head.declares_hop_headers && head.connection_lists(buf, name))
-            || (chunked && name.eq_ignore_ascii_case(b"content-length"))
-            || (decoded && name.eq_ignore_ascii_case(b"transfer-encoding")))
+            || (head.declares_hop_headers && head.connection_lists(buf, name)))
     })
 }
 
@@ -110,7 +106,7 @@ pub(super) async fn relay<D: Downstream>(
     ex.status = conn.head.status;
     {
         let up = &conn;
-        let headers = relayed_headers(&up.head, &up.buf, decode)
+        let headers = relayed_headers(&up.head, &up.buf)
             .chain([(request_id::HEADER.as_bytes(), ex.request_id.as_bytes())])
             .chain(signals.iter().map(header_bytes));
         // A decoded body has no framing left for the client: it ends when the connection does.
@@ -193,9 +189,9 @@ mod tests {
         head
     }
 
-    fn relayed(raw: &[u8], decoded: bool) -> Vec<String> {
+    fn relayed(raw: &[u8]) -> Vec<String> {
         let h = head(raw);
-        relayed_headers(&h, raw, decoded)
+        relayed_headers(&h, raw)
             .map(|(n, v)| {
                 format!(
                     "{}: {}",
@@ -210,13 +206,7 @@ mod tests {
     fn the_backends_hop_and_framing_headers_are_filtered() {
         let raw = b"HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\nKeep-Alive: 5\r\n\
             X-Request-Id: backend\r\nTransfer-Encoding: chunked\r\nContent-Length: 9\r\nX-Kept: y\r\n\r\n";
-        assert_eq!(
-            relayed(raw, false),
-            ["Transfer-Encoding: chunked", "X-Kept: y"]
-        );
-        assert_eq!(relayed(raw, true), ["X-Kept: y"]);
-        let plain = b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n";
-        assert_eq!(relayed(plain, true), ["Content-Length: 9"]);
+        assert_eq!(relayed(raw), ["X-Kept: y"]);
     }
 
     /// Feeds `wire` in pieces of `piece` bytes; returns what reached the client and whether

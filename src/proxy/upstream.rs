@@ -3,7 +3,8 @@
 //!
 //! A request that may have reached a backend is never sent twice. Only a connect failure
 //! (nothing was sent) moves on to the next address, and a read (GET) whose kept-alive
-//! connection the backend had already closed goes once more, on a new connection.
+//! connection the backend had already closed goes once more, to the next address in
+//! rotation, on a new connection.
 
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -21,6 +22,7 @@ use super::health::UpstreamHealth;
 use super::pool::{UpstreamConn, UpstreamPool};
 use crate::api::reply::Reply;
 use crate::config::Snapshot;
+use crate::http1::HeadError;
 use crate::observe::exchange::{UpstreamErrorKind, UpstreamRecord};
 use crate::policy::admit::RequestView;
 
@@ -153,9 +155,13 @@ impl Upstream {
                     record.errors.push(failure.kind);
                     tracing::warn!(request_id = %request_id, peer = %peer, reused, error = %failure, "upstream exchange failed");
                     // A kept-alive connection the backend had already closed: a read goes
-                    // once more, on a new connection. A POST never does.
+                    // once more, to the next address (this one just failed) unless it is the
+                    // only one, on a new connection. A POST never does.
                     if reused && idempotent && !resent && failure.kind == UpstreamErrorKind::Reset {
                         resent = true;
+                        if count > 1 {
+                            rotation.next();
+                        }
                         continue;
                     }
                     record.header_time = Some(started.elapsed());
@@ -195,12 +201,25 @@ async fn send_and_read_head<R: RequestView>(
     up.buf.clear();
     loop {
         match up.head.parse(&up.buf) {
+            // The gateway never asks for an upgrade: a 101 is no interim answer to skip.
+            Ok(true) if up.head.status == 101 => {
+                return Err(Failure::new(
+                    UpstreamErrorKind::Other,
+                    "the backend switched protocols unasked (101)",
+                ))
+            }
             Ok(true) if (100..200).contains(&up.head.status) => {
                 up.buf.advance(up.head.len);
                 continue;
             }
             Ok(true) => return Ok(()),
             Ok(false) if up.buf.len() <= MAX_UPSTREAM_HEAD => {}
+            Err(HeadError::UnsupportedTransferCoding) => {
+                return Err(Failure::new(
+                    UpstreamErrorKind::Other,
+                    "the backend's answer has a transfer coding other than chunked",
+                ))
+            }
             _ => {
                 return Err(Failure::new(
                     UpstreamErrorKind::Other,

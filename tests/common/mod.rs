@@ -353,8 +353,13 @@ pub fn read_response(reader: &mut impl BufRead) -> Option<Response> {
         return read_response(reader);
     }
     let headers = owned_headers(parsed.headers);
-    // A response without length runs to the end of the connection.
-    let (body, _) = read_body(reader, &headers, true)?;
+    // 204 and 304 have no body whatever their headers say; any other response without a
+    // length runs to the end of the connection.
+    let (body, _) = if status == 204 || status == 304 {
+        (Vec::new(), false)
+    } else {
+        read_body(reader, &headers, true)?
+    };
     Some(Response {
         status,
         headers,
@@ -520,6 +525,9 @@ pub enum Action {
     CloseDelimited(String),
     /// These bytes as the whole answer, written as they are; the connection stays open.
     Raw(Vec<u8>),
+    /// These bytes as the answer, then, after the pause, more bytes nobody asked for on the
+    /// same connection (which stays open).
+    RawThenLate(Vec<u8>, Duration, Vec<u8>),
     /// Close the connection without answering.
     Close,
     /// Send the header and half the declared body, then close.
@@ -636,6 +644,11 @@ fn serve_conn(conn: TcpStream, reqs: Arc<Mutex<Vec<Recorded>>>, handler: Handler
                 writer.write_all(reply(&body).as_bytes()).is_ok()
             }
             Action::Raw(bytes) => writer.write_all(&bytes).is_ok(),
+            Action::RawThenLate(bytes, pause, late) => {
+                let answered = writer.write_all(&bytes).is_ok();
+                thread::sleep(pause);
+                answered && writer.write_all(&late).is_ok()
+            }
             Action::JsonThenClose(body) => {
                 let _ = writer.write_all(reply(&body).as_bytes());
                 return;

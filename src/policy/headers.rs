@@ -1,0 +1,100 @@
+//! Header rules, one table each: the request headers that describe the client's hop or are
+//! the gateway's own to write, the answer headers that describe the backend's hop or its
+//! framing, and the names a client may not send under an underscore alias.
+
+use super::auth::{AGENT_ID_HEADER, AUTH_TOKEN_HEADER};
+use super::request_id;
+
+/// Request headers that describe one hop, not the request, or that the gateway sets itself;
+/// never forwarded as sent.
+pub const NOT_FORWARDED: [&str; 11] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "expect",
+    "content-length",
+    request_id::HEADER,
+    "x-forwarded-for",
+];
+
+/// Answer headers of the backend's that describe its hop or its framing, or that the
+/// gateway sets itself: a client gets the gateway's own framing headers, never the backend's.
+pub const NOT_RELAYED: [&str; 6] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "content-length",
+    "transfer-encoding",
+    request_id::HEADER,
+];
+
+/// Request headers the gateway reads to decide, beyond the ones it never forwards.
+const DECIDED_ON: [&str; 4] = [AUTH_TOKEN_HEADER, AGENT_ID_HEADER, "content-type", "host"];
+
+/// Whether `name` is one of `list` (which is in lower case).
+pub fn is_listed(list: &[&str], name: &[u8]) -> bool {
+    list.iter().any(|n| name.eq_ignore_ascii_case(n.as_bytes()))
+}
+
+/// Whether `name` has an underscore and, read with `-` for `_` as CGI, WSGI and many
+/// frameworks read it, names a header the gateway controls (framing, hop-by-hop, credentials,
+/// content type, the ones it writes). A backend could take such a header for the one the
+/// gateway checked, or for a second framing: the request is refused.
+pub fn aliases_controlled(name: &[u8]) -> bool {
+    if !name.contains(&b'_') {
+        return false;
+    }
+    NOT_FORWARDED.iter().chain(&DECIDED_ON).any(|controlled| {
+        controlled.len() == name.len()
+            && controlled.bytes().zip(name).all(|(c, n)| {
+                let n = if *n == b'_' {
+                    b'-'
+                } else {
+                    n.to_ascii_lowercase()
+                };
+                c == n
+            })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn underscore_names_alias_controlled_headers_only() {
+        for alias in [
+            &b"Transfer_Encoding"[..],
+            b"content_length",
+            b"X_Auth_Token",
+            b"X_SERVICE_AGENT_ID",
+            b"x-service_agent-id",
+            b"Content_Type",
+            b"X_Request_Id",
+            b"Proxy_Connection",
+        ] {
+            assert!(
+                aliases_controlled(alias),
+                "{}",
+                String::from_utf8_lossy(alias)
+            );
+        }
+        for harmless in [
+            &b"Transfer-Encoding"[..],
+            b"X_Custom",
+            b"X_Auth_Token_2",
+            b"Connection_",
+            b"_",
+        ] {
+            assert!(
+                !aliases_controlled(harmless),
+                "{}",
+                String::from_utf8_lossy(harmless)
+            );
+        }
+    }
+}
