@@ -13,7 +13,7 @@ use pingora::server::{ShutdownSignal, ShutdownSignalWatch};
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::app::reload::{ConfigStore, Trigger};
-use crate::proxy::InFlight;
+use crate::proxy::{Drain, InFlight};
 
 /// Time for the listeners to close after SIGTERM before in-flight requests are counted.
 const LISTENER_CLOSE: Duration = Duration::from_millis(200);
@@ -21,6 +21,7 @@ const LISTENER_CLOSE: Duration = Duration::from_millis(200);
 pub struct Signals {
     pub store: Arc<ConfigStore>,
     pub in_flight: Arc<InFlight>,
+    pub drain: Drain,
     pub grace: Duration,
 }
 
@@ -57,10 +58,12 @@ impl ShutdownSignalWatch for Signals {
                 }
                 _ = quit.recv() => {
                     tracing::info!("SIGQUIT: handing the listeners to the upgraded process");
+                    self.drain.start();
                     return ShutdownSignal::GracefulUpgrade;
                 }
                 _ = term.recv() => {
                     tracing::info!(grace_seconds = self.grace.as_secs(), "SIGTERM: draining in-flight requests");
+                    self.drain.start();
                     self.exit_when_drained();
                     return ShutdownSignal::GracefulTerminate;
                 }

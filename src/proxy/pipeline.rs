@@ -28,7 +28,7 @@ impl ProxyApp {
             let req = d.request();
             let method =
                 http::Method::from_bytes(req.method().as_bytes()).unwrap_or(http::Method::GET);
-            let mut ex = Exchange::start(&method, req.path());
+            let mut ex = Exchange::start(d.protocol(), &method, req.path());
             ex.request_id = request_id::client_value(&req).unwrap_or_else(|| self.ids.next_id());
             ex
         };
@@ -40,7 +40,7 @@ impl ProxyApp {
     pub(super) async fn refuse_unreadable<D: Downstream>(&self, d: &mut D, reply: Reply) {
         let _in_flight = (self.in_flight.enter(), self.telemetry.in_flight());
         tracing::debug!(status = reply.status(), "unreadable request");
-        let mut ex = Exchange::start(&http::Method::GET, "");
+        let mut ex = Exchange::start(d.protocol(), &http::Method::GET, "");
         ex.request_id = self.ids.next_id();
         ex.refused = Some(reply);
         self.answer(d, &mut ex, reply, None, &[]).await;
@@ -101,6 +101,11 @@ impl ProxyApp {
         forward: &Forward<'_>,
         signals: &[(&'static str, HeaderValue)],
     ) {
+        // A client that has cancelled the request (an HTTP/2 reset) has it sent nowhere.
+        if d.cancelled() {
+            ex.client_aborted = true;
+            return;
+        }
         let exchanged = {
             let req = d.request();
             let request = UpstreamRequest {
