@@ -27,6 +27,10 @@
 #   A second gateway variant for A/B runs, agent-gateway-b on :8084, starts when any of
 #   GATEWAY_B_BIN, GATEWAY_B_SERVER, GATEWAY_B_LOG_LEVEL is set, and joins the default TARGETS.
 #   RESULTS (a file to keep the per-round TSV in)
+#   HTTP/2: H2_TARGETS (none by default; "agent-gateway nginx-h2" measures the gateway and nginx
+#   doing the same job over h2c, nginx-h2 being the peer config with `listen ... http2`) with
+#   h2load -c H2_CONNS (8) -m H2_STREAMS (32) for DURATION seconds, in ROUNDS alternating rounds:
+#   req/s and CPU s/100k, in a table of their own.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -48,7 +52,7 @@ if [ -n "${GATEWAY_B_BIN:-}${GATEWAY_B_SERVER:-}${GATEWAY_B_LOG_LEVEL:-}" ]; the
 fi
 GATEWAY_B_SERVER=${GATEWAY_B_SERVER:-}
 GATEWAY_B_LOG_LEVEL=${GATEWAY_B_LOG_LEVEL:-$GATEWAY_LOG_LEVEL}
-if [ -z "${TARGETS:-}" ]; then
+if [ -z "${TARGETS+set}" ]; then
   TARGETS="direct agent-gateway nginx haproxy"
   [ "$B_ENABLED" = 1 ] && TARGETS="direct agent-gateway agent-gateway-b nginx haproxy"
 fi
@@ -62,6 +66,7 @@ command -v nginx >/dev/null || need+=(nginx-light)
 command -v haproxy >/dev/null || need+=(haproxy)
 command -v wrk >/dev/null || need+=(wrk)
 command -v curl >/dev/null || need+=(curl)
+[ -n "${H2_TARGETS:-}" ] && { command -v h2load >/dev/null || need+=(nghttp2-client); }
 command -v python3 >/dev/null || need+=(python3)
 command -v taskset >/dev/null || need+=(util-linux)
 if [ ${#need[@]} -gt 0 ]; then
@@ -104,10 +109,13 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-declare -A PORT=([direct]=9000 [agent-gateway]=8083 [agent-gateway-b]=8084 [nginx]=8081 [haproxy]=8082)
+declare -A PORT=([direct]=9000 [agent-gateway]=8083 [agent-gateway-b]=8084 [nginx]=8081 [haproxy]=8082 [nginx-h2]=8085)
+H2_TARGETS=${H2_TARGETS:-}
+H2_CONNS=${H2_CONNS:-8}
+H2_STREAMS=${H2_STREAMS:-32}
 declare -A MAINPID=()
 
-for port in 9000 8081 8082 8083 8084; do
+for port in 9000 8081 8082 8083 8084 8085; do
   if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
     die "127.0.0.1:$port is already in use (a previous run, or a demo?)"
   fi
@@ -117,6 +125,12 @@ done
 for f in backend-nginx.conf gateway-nginx.conf gateway-haproxy.cfg post-verify.lua; do
   sed -e "s#/tmp/peer-#$WORK/peer-#g" -e 's/^daemon on;/daemon off;/' "$PEERS/$f" >"$WORK/$f"
 done
+# nginx doing the same job over h2c: the same config, listening for HTTP/2 with prior knowledge.
+sed -e 's/listen 127.0.0.1:8081 /listen 127.0.0.1:8085 http2 /' \
+  -e "s#$WORK/peer-gateway-nginx#$WORK/peer-gateway-nginx-h2#g" \
+  "$WORK/gateway-nginx.conf" >"$WORK/gateway-nginx-h2.conf"
+grep -q 'listen 127.0.0.1:8085 http2' "$WORK/gateway-nginx-h2.conf" \
+  || die "could not make the h2c variant of $PEERS/gateway-nginx.conf"
 
 # The agent and token wrk sends (shared/peers/post-verify.lua), stored as its digest.
 TOKEN_SHA256=$(printf '%s' secret | "$GATEWAY_BIN" hash-token)
@@ -178,7 +192,8 @@ log "starting backend, proxies (CPU $PROXY_CPU) and load generators (CPU $LOAD_C
 start backend "$LOAD_CPU" nginx -p "$WORK" -c "$WORK/backend-nginx.conf"
 MAINPID[direct]=${MAINPID[backend]}
 wait_port backend 9000
-for t in $TARGETS; do
+for t in $TARGETS $H2_TARGETS; do
+  [ -n "${MAINPID[$t]:-}" ] && continue
   case $t in
     direct) ;;
     agent-gateway)
@@ -189,12 +204,20 @@ for t in $TARGETS; do
         --log-format json --log-level "$GATEWAY_B_LOG_LEVEL" ;;
     nginx) start "$t" "$PROXY_CPU" nginx -p "$WORK" -c "$WORK/gateway-nginx.conf" ;;
     haproxy) start "$t" "$PROXY_CPU" haproxy -f "$WORK/gateway-haproxy.cfg" ;;
+    nginx-h2) start "$t" "$PROXY_CPU" nginx -p "$WORK" -c "$WORK/gateway-nginx-h2.conf" ;;
     *) die "unknown target $t" ;;
   esac
 done
 for t in $TARGETS; do
   wait_port "$t" "${PORT[$t]}"
   check_job "$t" "${PORT[$t]}"
+done
+for t in $H2_TARGETS; do
+  wait_port "$t" "${PORT[$t]}"
+  code=$(curl -s -o /dev/null -w '%{http_version} %{http_code}' --http2-prior-knowledge -X POST \
+    "http://127.0.0.1:${PORT[$t]}/api/v1/verify/request" -H 'Content-Type: application/json' \
+    -H 'X-Service-Agent-Id: agent-1' -H 'X-Auth-Token: secret' -d '{"business_code":"KYC-BASIC"}')
+  [ "$code" = "2 200" ] || die "$t: h2c POST answered $code"
 done
 
 # --- /proc readings (a target's processes: the main pid and its children) --------------------
@@ -301,9 +324,33 @@ EOF
   log "round $r $t: $rps req/s"
 }
 
+# h2load over h2c: the same v1 verify request as wrk's, many streams per connection.
+measure_h2() { # round, target
+  local r=$1 t=$2 url out c0 c1 reqs rps errs
+  url=http://127.0.0.1:${PORT[$2]}/api/v1/verify/request
+  printf '%s' '{"business_code":"KYC-BASIC","allow_multiple_read":true}' >"$WORK/h2-body.json"
+  set -- -c "$H2_CONNS" -m "$H2_STREAMS" -d "$WORK/h2-body.json" -H 'content-type: application/json' \
+    -H 'x-service-agent-id: agent-1' -H 'x-auth-token: secret'
+  taskset -c "$LOAD_CPU" h2load "$@" -n 2000 "$url" >/dev/null
+  c0=$(cpu_ticks "$t")
+  out=$(taskset -c "$LOAD_CPU" h2load "$@" -D "$DURATION" "$url")
+  c1=$(cpu_ticks "$t")
+  reqs=$(awk '/^requests:/ {print $8}' <<<"$out")
+  rps=$(awk '/^finished in/ {print $4}' <<<"$out")
+  errs=$(awk '/^requests:/ {print $10 + $12}' <<<"$out")
+  record "$r" "$t" h2_rps "$rps"
+  record "$r" "$t" h2_errors "${errs:-0}"
+  record "$r" "$t" h2_cpu_s_per_100k \
+    "$(awk -v d=$((c1 - c0)) -v n="$reqs" -v hz="$HZ" 'BEGIN {printf "%.3f", d / hz / n * 100000}')"
+  log "round $r $t (h2): $rps req/s"
+}
+
 for r in $(seq "$ROUNDS"); do
   for t in $TARGETS; do
     measure "$r" "$t"
+  done
+  for t in $H2_TARGETS; do
+    measure_h2 "$r" "$t"
   done
 done
 for t in $TARGETS; do
@@ -313,7 +360,7 @@ done
 [ -n "${RESULTS:-}" ] && cp "$RESULTS_TSV" "$RESULTS"
 
 # --- the table --------------------------------------------------------------------------------
-python3 - "$RESULTS_TSV" "$TARGETS" <<EOF
+[ -n "$TARGETS" ] && python3 - "$RESULTS_TSV" "$TARGETS" <<EOF
 import statistics, sys
 from collections import defaultdict
 path, targets = sys.argv[1], sys.argv[2].split()
@@ -355,4 +402,29 @@ print("idle connections answered 200 (min over rounds):",
 print()
 print("per round max req/s:", "; ".join(f"{t} " + " ".join(f"{v:.0f}" for v in vals[(t, 'max_rps')]) for t in targets))
 print("per round p99 ms:   ", "; ".join(f"{t} " + " ".join(f"{v:.3f}" for v in vals[(t, 'p99_ms')]) for t in targets))
+EOF
+
+[ -n "$H2_TARGETS" ] && python3 - "$RESULTS_TSV" "$H2_TARGETS" <<EOF
+import statistics, sys
+from collections import defaultdict
+path, targets = sys.argv[1], sys.argv[2].split()
+vals = defaultdict(list)
+for line in open(path):
+    r, t, k, v = line.rstrip("\n").split("\t")
+    vals[(t, k)].append(float(v))
+print()
+print(f"HTTP/2 (h2c): medians of ${ROUNDS} rounds of h2load -c ${H2_CONNS} -m ${H2_STREAMS} -D ${DURATION}, "
+      f"proxies on CPU ${PROXY_CPU}, h2load and backend on CPU ${LOAD_CPU}")
+print("target".ljust(16) + "req/s".rjust(12) + "CPU s/100k".rjust(14) + "errors".rjust(10))
+med = {}
+for t in targets:
+    rps, cpu = statistics.median(vals[(t, "h2_rps")]), statistics.median(vals[(t, "h2_cpu_s_per_100k")])
+    med[t] = (rps, cpu)
+    print(t.ljust(16) + f"{rps:.0f}".rjust(12) + f"{cpu:.3f}".rjust(14) + f"{sum(vals[(t, 'h2_errors')]):.0f}".rjust(10))
+if "nginx-h2" in med:
+    base = med["nginx-h2"]
+    for t in targets:
+        if t != "nginx-h2":
+            print(f"{t} to nginx-h2: {med[t][0] / base[0]:.2f}x req/s, {med[t][1] / base[1]:.2f}x CPU per request")
+print("per round req/s:", "; ".join(f"{t} " + " ".join(f"{v:.0f}" for v in vals[(t, 'h2_rps')]) for t in targets))
 EOF
