@@ -584,3 +584,25 @@ impl Downstream for H1Connection {
         self.keep_alive = false;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_whole_preface_is_http2_and_a_prefix_waits_for_more() {
+        assert_eq!(preface_match(PREFACE), Some(true));
+        assert_eq!(preface_match(&[PREFACE, b"frames"].concat()), Some(true));
+        assert_eq!(
+            preface_match(&PREFACE[..3]),
+            Some(false),
+            "PRI: wait for the rest"
+        );
+        assert_eq!(
+            preface_match(b"PRI /x HTTP/1.1\r\n"),
+            None,
+            "PRI is a method too"
+        );
+        assert_eq!(preface_match(b"GET / HTTP/1.1\r\n"), None);
+    }
+}

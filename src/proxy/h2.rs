@@ -458,3 +458,33 @@ impl Downstream for H2Stream {
             .shutdown_with_reason(h2::Reason::INTERNAL_ERROR);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_serves_at_most_its_streams_and_idles_only_when_none_ran() {
+        let slots = Arc::new(StreamSlots::new(2));
+        let (a, b) = (slots.take().unwrap(), slots.take().unwrap());
+        assert!(slots.take().is_none(), "a third stream is refused");
+        drop(a);
+        let c = slots.take().expect("a slot given back is taken again");
+        let period = Duration::from_secs(10);
+        // Not idle while streams run, nor for a period in which one started.
+        let idle = tokio::spawn({
+            let slots = slots.clone();
+            async move { slots.idle_for(period).await }
+        });
+        tokio::time::sleep(period * 3).await;
+        assert!(!idle.is_finished());
+        drop((b, c));
+        tokio::time::sleep(period / 2).await;
+        let d = slots.take().unwrap();
+        drop(d);
+        tokio::time::sleep(period).await;
+        assert!(!idle.is_finished(), "a stream started within the period");
+        tokio::time::sleep(period * 2).await;
+        assert!(idle.is_finished());
+    }
+}
