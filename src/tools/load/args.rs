@@ -188,16 +188,32 @@ pub(super) fn splitmix64(i: u64) -> u64 {
 impl Mix {
     /// The operation of request `i`: a deterministic draw with the mix's weights.
     pub fn pick(&self, i: u64) -> Operation {
-        let mut r = splitmix64(i) % self.total;
-        for (op, w) in Operation::ALL.iter().zip(self.weights) {
-            let w = u64::from(w);
-            if r < w {
-                return *op;
-            }
-            r -= w;
-        }
-        unreachable!("r < total, the sum of the weights")
+        draw(&self.weights, self.total, i).expect("a mix has a weight above zero")
     }
+
+    /// A draw for request `i` among the operations other than `not`, with their weights;
+    /// `None` when the mix has no other.
+    pub fn pick_other_than(&self, i: u64, not: Operation) -> Option<Operation> {
+        let mut weights = self.weights;
+        weights[not as usize] = 0;
+        draw(&weights, weights.iter().map(|&w| u64::from(w)).sum(), i)
+    }
+}
+
+/// The operation whose share of `total` the draw for `i` falls in.
+fn draw(weights: &[u32; Operation::COUNT], total: u64, i: u64) -> Option<Operation> {
+    if total == 0 {
+        return None;
+    }
+    let mut r = splitmix64(i) % total;
+    for (op, w) in Operation::ALL.iter().zip(weights) {
+        let w = u64::from(*w);
+        if r < w {
+            return Some(*op);
+        }
+        r -= w;
+    }
+    unreachable!("r < total, the sum of the weights")
 }
 
 /// Agent credentials as read from `--credentials`.

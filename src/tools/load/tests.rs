@@ -196,10 +196,11 @@ fn script(m: &str) -> Script {
 #[test]
 fn request_bytes_are_valid_http() {
     let s = script(DEFAULT_MIX);
+    let ids = VecDeque::from(["tx-1".to_string()]);
     let mut out = BytesMut::new();
     let mut seen_post = false;
     for i in 0..50 {
-        let op = s.write_request(i, &VecDeque::new(), &mut out);
+        let op = s.write_request(i, &ids, &mut out);
         let mut headers = [httparse::EMPTY_HEADER; 16];
         let mut req = httparse::Request::new(&mut headers);
         let head = match req.parse(&out).unwrap() {
@@ -217,7 +218,7 @@ fn request_bytes_are_valid_http() {
         assert_eq!(get("x-auth-token").as_deref(), Some("secret"));
         if op == Operation::TransactionStatus {
             assert_eq!(head, out.len());
-            assert!(req.path.unwrap().contains("/transaction/tx-load-000000ab-"));
+            assert_eq!(req.path, Some("/api/v1/transaction/tx-1/status"));
         } else {
             seen_post = true;
             let len: usize = get("content-length").unwrap().parse().unwrap();
@@ -235,6 +236,23 @@ fn status_reads_use_returned_transaction_ids() {
     let mut out = BytesMut::new();
     s.write_request(3, &ids, &mut out);
     assert!(out.starts_with(b"GET /api/v1/transaction/tx-1/status HTTP/1.1\r\n"));
+    // Only status reads in the mix, no id yet: a synthetic one (which a backend answers 404).
+    s.write_request(3, &VecDeque::new(), &mut out);
+    assert!(out.starts_with(b"GET /api/v1/transaction/tx-load-000000ab-3/status "));
+    // A mix with other operations sends one of those until a transaction id is known,
+    // drawn with their weights.
+    let s = script(DEFAULT_MIX);
+    let mut counts = [0u64; Operation::COUNT];
+    for i in 0..10_000 {
+        let op = s.operation(i, false);
+        assert_eq!(s.write_request(i, &VecDeque::new(), &mut out), op);
+        counts[op as usize] += 1;
+    }
+    assert_eq!(counts[Operation::TransactionStatus as usize], 0);
+    // 50:20:10:10 of the 90 that are not status reads.
+    let share = counts[Operation::VerifyRequest as usize] as f64 / 10_000.0;
+    assert!((share - 50.0 / 90.0).abs() < 0.02, "{counts:?}");
+    assert!((0..10_000).all(|i| s.operation(i, true) == s.mix.pick(i)));
     assert_eq!(
         transaction_id(br#"{"status_code":200,"transaction_id":"tx-9"}"#).as_deref(),
         Some("tx-9")
