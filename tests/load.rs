@@ -1,6 +1,6 @@
 //! `agent-gateway load` against a real gateway in front of the mock v2 backend: both models,
-//! both API versions, ramps, thresholds and the exit status, Ctrl-C, the JSON report, errors
-//! counted by status, and the HTML report as headless Chromium draws it.
+//! both API versions, ramps, thresholds and the exit status, Ctrl-C, the knee search, the JSON
+//! report, errors counted by status, and the HTML report as headless Chromium draws it.
 
 mod common;
 
@@ -358,6 +358,129 @@ fn ctrl_c_ends_the_run_early_and_still_prints_and_writes_the_report() {
         assert!(page.contains("\"interrupted\":true"));
         std::fs::remove_file(&html).unwrap();
     }
+}
+
+#[test]
+fn find_max_reports_the_highest_rate_that_held_the_slo() {
+    let mock = MockBackend::start();
+    let mut cfg = test_config(&[mock.addr]);
+    // The knee: above 200 req/s (and a burst of 50) the gateway answers 429. Over a 1 s
+    // step at r req/s about r - 250 are refused, so `errors<5%` holds up to about 263 req/s:
+    // 50 and 100 hold, 300 and 400 break.
+    let agent = cfg.agent_mut(AGENT_ID);
+    agent.rate_limit_per_second = Some(200.0);
+    agent.burst = Some(50);
+    let gw = Gateway::builder(cfg).start();
+    let out = load_output(
+        &gw,
+        &[
+            "--find-max",
+            "--slo",
+            "errors<5%",
+            "--slo",
+            "p99<30s",
+            "--rate",
+            "50",
+            "--duration",
+            "1s",
+            "--max-steps",
+            "6",
+            "--connections",
+            "8",
+            "--mix",
+            "verify_request=1",
+            "--json",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let k: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(k["mode"], "find_max");
+    assert_eq!(k["slo"], serde_json::json!(["errors<5%", "p99<30s"]));
+    let steps = k["steps"].as_array().unwrap();
+    let rate = |s: &serde_json::Value| s["rate"].as_f64().unwrap();
+    // Doubling from 50 while the SLO holds; 400 cannot (about 37% refused).
+    assert_eq!(rate(&steps[0]), 50.0);
+    assert_eq!(rate(&steps[1]), 100.0);
+    assert!(steps.len() <= 6);
+    for s in steps {
+        // Each step is a whole run at its rate, judged on its own verdicts.
+        let r = &s["report"];
+        assert_eq!(r["rate"].as_f64(), Some(rate(s)));
+        let all_passed = r["thresholds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|v| v["passed"] == true);
+        assert_eq!(s["held"].as_bool(), Some(all_passed), "{s}");
+        if rate(s) >= 400.0 {
+            assert_eq!(s["held"], false, "{s}");
+        }
+    }
+    let held_max = steps
+        .iter()
+        .filter(|s| s["held"] == true)
+        .map(rate)
+        .fold(0.0, f64::max);
+    let best = k["max_rate_held"].as_f64().unwrap();
+    assert_eq!(best, held_max);
+    assert!((100.0..300.0).contains(&best), "{k}");
+    let broken = k["lowest_rate_broken"].as_f64().unwrap();
+    assert!(broken > best);
+    // The text says the same.
+    let out = load_output(
+        &gw,
+        &[
+            "--find-max",
+            "--slo",
+            "errors<5%",
+            "--rate",
+            "50",
+            "--duration",
+            "1s",
+            "--max-steps",
+            "2",
+            "--mix",
+            "verify_request=1",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("highest rate that held the SLO: 100 req/s (no step broke it"),
+        "{text}"
+    );
+}
+
+#[test]
+fn find_max_exits_1_when_no_rate_holds_the_slo() {
+    let mock = MockBackend::start();
+    let gw = Gateway::start(&[mock.addr]);
+    // Nothing answers within a microsecond.
+    let out = load_output(
+        &gw,
+        &[
+            "--find-max",
+            "--slo",
+            "p50<1us",
+            "--rate",
+            "4",
+            "--duration",
+            "1s",
+            "--json",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("no rate held the SLO"));
+    let k: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(k["max_rate_held"], serde_json::Value::Null);
+    // 4, 2, 1 req/s, then it gives up.
+    let rates: Vec<f64> = k["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["rate"].as_f64().unwrap())
+        .collect();
+    assert_eq!(rates, [4.0, 2.0, 1.0]);
 }
 
 /// Debian's chromium, headless, on a fresh profile, without the background connections this

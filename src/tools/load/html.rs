@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 
-use super::report::Report;
+use super::report::{KneeReport, Report};
 
 const STYLE: &str = include_str!("report.css");
 const SCRIPT: &str = include_str!("report.js");
@@ -13,6 +13,11 @@ const SCRIPT: &str = include_str!("report.js");
 /// The page of one run.
 pub fn run_page(r: &Report) -> String {
     page(&format!("load test of {}", r.target), r)
+}
+
+/// The page of a `--find-max` search.
+pub fn knee_page(k: &KneeReport) -> String {
+    page(&format!("find-max against {}", k.target), k)
 }
 
 fn page<T: Serialize>(title: &str, data: &T) -> String {

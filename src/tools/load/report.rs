@@ -215,7 +215,7 @@ pub struct Report {
     pub timeline: Vec<SecondReport>,
     /// The latency distribution (HdrHistogram's percentile spectrum).
     pub latency_distribution: Vec<DistributionPoint>,
-    /// `--threshold` verdicts.
+    /// `--threshold` (or `--slo`) verdicts.
     pub thresholds: Vec<Verdict>,
 }
 
@@ -508,4 +508,101 @@ pub fn progress_line(
         None => String::new(),
     };
     format!("[{second:>4}s]{target} {done_in_second:>8} req/s  total {done:>10}  errors {errors}")
+}
+
+/// One step of `--find-max`: a flat open run at `rate`, judged against the SLO.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KneeStep {
+    pub rate: f64,
+    /// Whether every SLO threshold passed; null for a step cut short by Ctrl-C (not judged).
+    pub held: Option<bool>,
+    /// The step's run, its `thresholds` the SLO's verdicts.
+    pub report: Report,
+}
+
+/// The result of `--find-max`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KneeReport {
+    /// Always `find_max`: tells this shape from a single run's.
+    pub mode: &'static str,
+    pub target: String,
+    pub api: &'static str,
+    pub connections: usize,
+    pub mix: String,
+    pub slo: Vec<String>,
+    pub step_duration_s: f64,
+    pub started_at: String,
+    pub steps: Vec<KneeStep>,
+    /// The highest rate that held the SLO; null when none did.
+    pub max_rate_held: Option<f64>,
+    /// The lowest rate that broke it; null when none did.
+    pub lowest_rate_broken: Option<f64>,
+    pub interrupted: bool,
+}
+
+/// The human-readable result of `--find-max`.
+pub fn format_knee(k: &KneeReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} (api {}): find-max, SLO {}, steps of {} s, {} connections, mix {}",
+        k.target,
+        k.api,
+        k.slo.join(" and "),
+        k.step_duration_s,
+        k.connections,
+        k.mix
+    );
+    let _ = writeln!(
+        out,
+        "  {:>4}  {:>10}  {:>10}  {:>10}  {:>10}  {:>8}  SLO",
+        "step", "rate", "achieved", "p50 ms", "p99 ms", "errors"
+    );
+    for (i, s) in k.steps.iter().enumerate() {
+        let r = &s.report;
+        let verdict = match s.held {
+            Some(true) => "held".to_string(),
+            Some(false) => format!(
+                "broke: {}",
+                r.thresholds
+                    .iter()
+                    .filter(|v| !v.passed)
+                    .map(|v| v.describe())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            None => "interrupted".to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "  {:>4}  {:>10}  {:>10.1}  {:>10.3}  {:>10.3}  {:>8}  {verdict}",
+            i + 1,
+            s.rate,
+            r.throughput_rps,
+            r.latency_ms.p50,
+            r.latency_ms.p99,
+            r.errors.total
+        );
+    }
+    if k.interrupted {
+        let _ = writeln!(out, "  interrupted by Ctrl-C");
+    }
+    match (k.max_rate_held, k.lowest_rate_broken) {
+        (Some(held), Some(broke)) => {
+            let _ = writeln!(
+                out,
+                "  highest rate that held the SLO: {held} req/s (broken at {broke} req/s)"
+            );
+        }
+        (Some(held), None) => {
+            let _ = writeln!(
+                out,
+                "  highest rate that held the SLO: {held} req/s (no step broke it: more --max-steps go higher)"
+            );
+        }
+        (None, _) => {
+            let _ = writeln!(out, "  no rate held the SLO");
+        }
+    }
+    out
 }

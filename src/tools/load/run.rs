@@ -19,13 +19,14 @@ use crate::http1::client::{ClientError, ResponseReader};
 
 use super::args::{parse_credentials, splitmix64, Api, Credentials, Rate, Target};
 use super::html;
+use super::knee::KneeSearch;
 use super::report::{
-    format_report, latency_us, make_report, progress_line, ConnErrorKind, Measured, ProgressTarget,
-    Report, Stats,
+    format_knee, format_report, latency_us, make_report, progress_line, ConnErrorKind, KneeReport,
+    KneeStep, Measured, ProgressTarget, Report, Stats,
 };
 use super::request::{transaction_id, Script};
 use super::schedule::Schedule;
-use super::threshold::judge_all;
+use super::threshold::{judge_all, Threshold};
 use super::timeline::{SecondRecorder, Timeline};
 use super::{LoadArgs, LoadError, MAX_RESPONSE_BYTES, TX_POOL};
 
@@ -61,13 +62,29 @@ pub struct Plan {
     pub progress: bool,
 }
 
+/// What the command does with its plan.
+#[derive(Debug, Clone)]
+pub enum Mode {
+    /// One run, judged against `--threshold`s.
+    Run { thresholds: Vec<Threshold> },
+    /// `--find-max`: flat steps of the plan's duration from `start` req/s, each judged
+    /// against the SLO.
+    FindMax {
+        slo: Vec<Threshold>,
+        start: f64,
+        max_steps: usize,
+    },
+}
+
 /// How the command ended, as its exit status says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
-    /// The run finished and every threshold passed.
+    /// The run finished and every threshold passed (or a find-max found a rate).
     Passed,
     /// A threshold failed: exit 1, as a CI gate expects.
     ThresholdsFailed,
+    /// `--find-max` found no rate that held the SLO: exit 1.
+    NoRateHeld,
     /// Ended early by Ctrl-C (thresholds, if any, passed on what was measured): exit 130, the
     /// shell's status for SIGINT.
     Interrupted,
@@ -77,7 +94,7 @@ impl Outcome {
     pub fn exit_code(self) -> u8 {
         match self {
             Outcome::Passed => 0,
-            Outcome::ThresholdsFailed => 1,
+            Outcome::ThresholdsFailed | Outcome::NoRateHeld => 1,
             Outcome::Interrupted => 130,
         }
     }
@@ -100,6 +117,11 @@ impl Plan {
         let load = match (&args.stages, args.rate) {
             (Some(stages), _) => Load::Open(Schedule::ramps(stages.0.clone())),
             (None, Rate::PerSecond(r)) => Load::Open(Schedule::flat(r, args.duration)),
+            (None, Rate::Max) if args.find_max => {
+                return Err(LoadError::Invalid(
+                    "--find-max steps an open model: give the first step's rate as --rate N",
+                ))
+            }
             (None, Rate::Max) => Load::Closed(args.duration),
         };
         if let Load::Open(schedule) = &load {
@@ -165,6 +187,30 @@ impl Plan {
     }
 }
 
+impl Mode {
+    /// The mode the arguments ask for; the plan's rate is the first step's under `--find-max`.
+    pub fn from_args(args: &LoadArgs) -> Result<Self, LoadError> {
+        if !args.find_max {
+            return Ok(Mode::Run {
+                thresholds: args.threshold.clone(),
+            });
+        }
+        let Rate::PerSecond(start) = args.rate else {
+            return Err(LoadError::Invalid(
+                "--find-max steps an open model: give the first step's rate as --rate N",
+            ));
+        };
+        if args.max_steps == 0 {
+            return Err(LoadError::Invalid("--max-steps must be at least 1"));
+        }
+        Ok(Mode::FindMax {
+            slo: args.slo.clone(),
+            start,
+            max_steps: args.max_steps,
+        })
+    }
+}
+
 pub(super) fn read_credentials(path: &Path) -> Result<Credentials, LoadError> {
     let shown = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|source| LoadError::CredentialsRead {
@@ -174,9 +220,10 @@ pub(super) fn read_credentials(path: &Path) -> Result<Credentials, LoadError> {
     parse_credentials(&text, &shown)
 }
 
-/// Runs a load test, prints its report and says how it ended.
+/// Runs a load test (or a knee search), prints its report and says how it ended.
 pub fn run(args: LoadArgs) -> Result<Outcome, LoadError> {
     let plan = Plan::from_args(&args)?;
+    let mode = Mode::from_args(&args)?;
     let threads = args
         .threads
         .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
@@ -196,9 +243,21 @@ pub fn run(args: LoadArgs) -> Result<Outcome, LoadError> {
     runtime.block_on(async {
         let (stop_tx, stop) = watch::channel(false);
         tokio::spawn(interrupt_on_ctrl_c(stop_tx));
-        let mut report = execute(plan, stop).await?;
-        report.thresholds = judge_all(&args.threshold, &report);
-        print_run(&report, args.json, args.report.as_deref())
+        match mode {
+            Mode::Run { thresholds } => {
+                let mut report = execute(plan, stop).await?;
+                report.thresholds = judge_all(&thresholds, &report);
+                print_run(&report, args.json, args.report.as_deref())
+            }
+            Mode::FindMax {
+                slo,
+                start,
+                max_steps,
+            } => {
+                let knee = find_max(plan, &slo, start, max_steps, stop).await?;
+                print_knee(&knee, args.json, args.report.as_deref())
+            }
+        }
     })
 }
 
@@ -253,6 +312,84 @@ fn print_run(report: &Report, json: bool, html_path: Option<&Path>) -> Result<Ou
         Outcome::Interrupted
     } else {
         Outcome::Passed
+    })
+}
+
+fn print_knee(
+    knee: &KneeReport,
+    json: bool,
+    html_path: Option<&Path>,
+) -> Result<Outcome, LoadError> {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string(knee).expect("a report always serializes")
+        );
+    } else {
+        print!("{}", format_knee(knee));
+    }
+    if let Some(path) = html_path {
+        write_html(path, &html::knee_page(knee))?;
+    }
+    Ok(match knee.max_rate_held {
+        None => {
+            eprintln!("find-max: no rate held the SLO");
+            Outcome::NoRateHeld
+        }
+        Some(_) if knee.interrupted => Outcome::Interrupted,
+        Some(_) => Outcome::Passed,
+    })
+}
+
+/// `--find-max`: runs flat steps of `plan`'s duration as [`KneeSearch`] directs, each judged
+/// against `slo`, until the search is done or the run is interrupted.
+pub async fn find_max(
+    plan: Plan,
+    slo: &[Threshold],
+    start: f64,
+    max_steps: usize,
+    stop: watch::Receiver<bool>,
+) -> Result<KneeReport, LoadError> {
+    let step_duration = plan.load.duration();
+    let started_at = SystemTime::now();
+    let mut search = KneeSearch::new(start, max_steps);
+    let mut steps = Vec::new();
+    let mut interrupted = false;
+    while let Some(rate) = search.next_rate() {
+        if *stop.borrow() {
+            interrupted = true;
+            break;
+        }
+        let mut step = plan.clone();
+        step.load = Load::Open(Schedule::flat(rate, step_duration));
+        if plan.progress {
+            eprintln!("find-max step {}: {rate} req/s", steps.len() + 1);
+        }
+        let mut report = execute(step, stop.clone()).await?;
+        report.thresholds = judge_all(slo, &report);
+        let held = (!report.interrupted).then(|| report.thresholds_passed());
+        if let Some(held) = held {
+            search.record(rate, held);
+        }
+        interrupted = report.interrupted;
+        steps.push(KneeStep { rate, held, report });
+        if interrupted {
+            break;
+        }
+    }
+    Ok(KneeReport {
+        mode: "find_max",
+        target: plan.target_url.clone(),
+        api: plan.script.api.as_str(),
+        connections: plan.connections,
+        mix: plan.script.mix.to_string(),
+        slo: slo.iter().map(|t| t.text.clone()).collect(),
+        step_duration_s: step_duration.as_secs_f64(),
+        started_at: humantime::format_rfc3339_seconds(started_at).to_string(),
+        steps,
+        max_rate_held: search.best(),
+        lowest_rate_broken: search.lowest_broken(),
+        interrupted,
     })
 }
 

@@ -9,6 +9,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::args::*;
 use super::html;
+use super::knee::*;
 use super::report::*;
 use super::request::*;
 use super::run::*;
@@ -328,6 +329,120 @@ fn thresholds_are_judged_against_the_report() {
     assert_eq!(verdicts.iter().filter(|v| v.passed).count(), 1);
 }
 
+/// Runs a search against a server whose SLO holds up to `knee` req/s.
+fn search(start: f64, max_steps: usize, knee: f64) -> (Vec<f64>, Option<f64>) {
+    let mut s = KneeSearch::new(start, max_steps);
+    let mut rates = Vec::new();
+    while let Some(rate) = s.next_rate() {
+        rates.push(rate);
+        s.record(rate, rate <= knee);
+    }
+    (rates, s.best())
+}
+
+#[test]
+fn the_knee_search_doubles_then_bisects_to_within_five_percent() {
+    let (rates, best) = search(1000.0, 20, 3000.0);
+    assert_eq!(
+        rates,
+        [1000.0, 2000.0, 4000.0, 3000.0, 3500.0, 3250.0, 3125.0]
+    );
+    assert_eq!(best, Some(3000.0));
+    // Broken at the first step: halve until one holds, then bisect.
+    let (rates, best) = search(1000.0, 20, 300.0);
+    assert_eq!(rates[..4], [1000.0, 500.0, 250.0, 375.0]);
+    let best = best.unwrap();
+    assert!(
+        (300.0 / (1.0 + PRECISION)..=300.0).contains(&best),
+        "{best}"
+    );
+    // Out of steps: the best so far.
+    let (rates, best) = search(100.0, 3, 1e9);
+    assert_eq!((rates, best), (vec![100.0, 200.0, 400.0], Some(400.0)));
+    // Nothing holds, even at the lowest rate: no answer.
+    let (rates, best) = search(8.0, 20, 0.0);
+    assert_eq!((rates, best), (vec![8.0, 4.0, 2.0, 1.0], None));
+    // Every search ends with the lowest broken rate within 5% above the best, or out of steps.
+    for knee in [1.0, 7.0, 99.0, 1234.0, 5000.0, 77_777.0] {
+        let mut s = KneeSearch::new(1000.0, 40);
+        while let Some(rate) = s.next_rate() {
+            s.record(rate, rate <= knee);
+        }
+        let (held, broke) = (s.best().unwrap(), s.lowest_broken().unwrap());
+        assert!(held <= knee && broke > knee, "{knee}: {held} {broke}");
+        assert!(
+            broke - held <= (held * PRECISION).max(1.0),
+            "{knee}: {held} {broke}"
+        );
+    }
+}
+
+fn body_json(op: Operation, i: u64) -> serde_json::Value {
+    serde_json::from_str(&request_body(op, i, 7).unwrap()).unwrap()
+}
+
+#[test]
+fn bodies_follow_the_spec() {
+    for i in 0..8 {
+        let v = body_json(Operation::VerifyRequest, i);
+        assert_eq!(v["business_code"], "KYC-BASIC");
+        // Rule 2: allow_multiple_read only without connection_id.
+        assert!(v.get("connection_id").is_none() || v.get("allow_multiple_read").is_none());
+        let v = body_json(Operation::VerifyResponse, i);
+        assert!(v["presentation_id"].is_string() && v["result"].is_boolean());
+        assert!(v["descriptions"][0]["lang"].is_string());
+        let v = body_json(Operation::ConnectionInvitation, i);
+        assert!(v["organization_name"].is_string());
+        let v = body_json(Operation::CredentialOffer, i);
+        assert!(v["organization_name"].is_string() && v["credential_def_id"].is_string());
+        // Rule 3: credential_values whenever connection_id is given.
+        if v.get("connection_id").is_some() {
+            assert_eq!(v["credential_values"].as_array().unwrap().len(), 3);
+        }
+    }
+    // Both shapes occur.
+    assert!(body_json(Operation::VerifyRequest, 0)["connection_id"].is_string());
+    assert!(body_json(Operation::VerifyRequest, 1)["allow_multiple_read"].is_boolean());
+    assert_ne!(
+        body_json(Operation::VerifyRequest, 1)["request_uid"],
+        body_json(Operation::VerifyRequest, 2)["request_uid"]
+    );
+    assert!(request_body(Operation::TransactionStatus, 0, 7).is_none());
+}
+
+#[test]
+fn paths_per_version() {
+    let p = |api, op, tx| request_path("", api, "SVC", op, tx);
+    assert_eq!(
+        p(ApiVersion::V1, Operation::VerifyRequest, ""),
+        "/api/v1/verify/request"
+    );
+    assert_eq!(
+        p(ApiVersion::V2, Operation::VerifyRequest, ""),
+        "/api/v2/verify/SVC/request"
+    );
+    assert_eq!(
+        p(ApiVersion::V2, Operation::ConnectionInvitation, ""),
+        "/api/v2/connection/SVC/invitation"
+    );
+    assert_eq!(
+        p(ApiVersion::V1, Operation::CredentialOffer, ""),
+        "/api/v1/credential/offer"
+    );
+    assert_eq!(
+        p(ApiVersion::V2, Operation::VerifyResponse, ""),
+        "/api/v2/verify/response"
+    );
+    assert_eq!(
+        p(ApiVersion::V1, Operation::TransactionStatus, "a/b c"),
+        "/api/v1/transaction/a%2Fb%20c/status"
+    );
+    assert_eq!(
+        request_path("/gw", ApiVersion::V1, "", Operation::VerifyResponse, ""),
+        "/gw/api/v1/verify/response"
+    );
+}
+
 fn script(m: &str) -> Script {
     Script {
         authority: "127.0.0.1:8083".into(),
@@ -456,7 +571,9 @@ fn command_line() {
     assert!(
         matches!(&plan.load, Load::Open(s) if s.flat_rate() == Some(1000.0) && s.total() == 10_000)
     );
-    assert!(a.threshold.is_empty());
+    assert!(
+        matches!(Mode::from_args(&a).unwrap(), Mode::Run { thresholds } if thresholds.is_empty())
+    );
 
     let a = args("--target http://127.0.0.1:1 --api v2 --service S1 --agent-id a --token t --rate max --mix verify_request=1 --json").unwrap();
     let plan = Plan::from_args(&a).unwrap();
@@ -468,13 +585,27 @@ fn command_line() {
     let plan = Plan::from_args(&a).unwrap();
     assert!(matches!(&plan.load, Load::Open(s) if s.flat_rate().is_none() && s.total() == 45));
     assert_eq!(a.report.as_deref(), Some(std::path::Path::new("r.html")));
+    let Mode::Run { thresholds } = Mode::from_args(&a).unwrap() else {
+        panic!("a run")
+    };
     assert_eq!(
-        a.threshold
+        thresholds
             .iter()
             .map(|t| t.text.as_str())
             .collect::<Vec<_>>(),
         ["p99<50ms", "errors<0.1%", "rps>1800"]
     );
+
+    let a = args("--target http://127.0.0.1:1 --agent-id a --token t --find-max --slo p99<10ms --rate 500 --duration 5s --max-steps 4").unwrap();
+    let Mode::FindMax {
+        slo,
+        start,
+        max_steps,
+    } = Mode::from_args(&a).unwrap()
+    else {
+        panic!("a search")
+    };
+    assert_eq!((slo.len(), start, max_steps), (1, 500.0, 4));
 
     for bad in [
         "--target https://x --agent-id a --token t",
@@ -486,6 +617,11 @@ fn command_line() {
         "--target http://x --agent-id a --token t --stages 1s:10 --duration 5s",
         "--target http://x --agent-id a --token t --stages 1s",
         "--target http://x --agent-id a --token t --threshold p98<1ms",
+        "--target http://x --agent-id a --token t --find-max",
+        "--target http://x --agent-id a --token t --slo p99<1ms",
+        "--target http://x --agent-id a --token t --max-steps 3",
+        "--target http://x --agent-id a --token t --find-max --slo p99<1ms --stages 1s:10",
+        "--target http://x --agent-id a --token t --find-max --slo p99<1ms --threshold p99<1ms",
     ] {
         assert!(args(bad).is_err(), "{bad}");
     }
@@ -512,6 +648,10 @@ fn command_line() {
     ));
     assert!(matches!(
         plan("--target http://127.0.0.1:1 --agent-id a --token t --stages 10s:0"),
+        Err(LoadError::Invalid(_))
+    ));
+    assert!(matches!(
+        plan("--target http://127.0.0.1:1 --agent-id a --token t --find-max --slo p99<1ms --rate max"),
         Err(LoadError::Invalid(_))
     ));
 }

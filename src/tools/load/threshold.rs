@@ -1,6 +1,6 @@
 //! Pass/fail thresholds, as k6 has them: `METRIC OP VALUE` (`p99<50ms`, `errors<0.1%`,
-//! `rps>1800`), parsed once from the command line (`--threshold`) and judged against a
-//! finished report.
+//! `rps>1800`), parsed once from the command line (`--threshold`, and `--slo` for
+//! `--find-max`) and judged against a finished report.
 
 use std::fmt;
 use std::str::FromStr;
