@@ -14,6 +14,10 @@
 #                  during the max run and during the fixed-rate run
 #   RSS            idle (VmRSS after start-up), peak (VmHWM at the end) and VmRSS while
 #                  IDLE_CONNS client connections are open and idle after one request each
+#   load/wrk       the load generator's own overhead: `agent-gateway load --rate max` (closed
+#                  model, one thread, CONNS connections, POST v1 verify only) right after wrk's
+#                  max run, on the same CPU and target; its req/s over wrk's, per round
+#                  (LOAD_VS_WRK=0 skips it)
 # and prints medians over the rounds with each one's ratio to nginx. `direct` is wrk straight
 # to the backend: the ceiling any proxy can reach here (the backend shares LOAD_CPU with wrk).
 #
@@ -26,7 +30,7 @@
 #   log, like the peers' access_log off; "info" logs every request to a file)
 #   A second gateway variant for A/B runs, agent-gateway-b on :8084, starts when any of
 #   GATEWAY_B_BIN, GATEWAY_B_SERVER, GATEWAY_B_LOG_LEVEL is set, and joins the default TARGETS.
-#   RESULTS (a file to keep the per-round TSV in)
+#   RESULTS (a file to keep the per-round TSV in) LOAD_VS_WRK (1)
 #   HTTP/2: H2_TARGETS (none by default; "agent-gateway nginx-h2" measures the gateway and nginx
 #   doing the same job over h2c, nginx-h2 being the peer config with `listen ... http2`) with
 #   h2load -c H2_CONNS (8) -m H2_STREAMS (32) for DURATION seconds, in ROUNDS alternating rounds:
@@ -46,6 +50,7 @@ PROXY_CPU=${PROXY_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
 GATEWAY_SERVER=${GATEWAY_SERVER:-}
 GATEWAY_LOG_LEVEL=${GATEWAY_LOG_LEVEL:-warn}
+LOAD_VS_WRK=${LOAD_VS_WRK:-1}
 B_ENABLED=0
 if [ -n "${GATEWAY_B_BIN:-}${GATEWAY_B_SERVER:-}${GATEWAY_B_LOG_LEVEL:-}" ]; then
   B_ENABLED=1
@@ -291,6 +296,23 @@ measure() { # round, target
   [ "$t" != direct ] && record "$r" "$t" cpu_s_per_100k_max \
     "$(awk -v d=$((c1 - c0)) -v n="$reqs" -v hz="$HZ" 'BEGIN {printf "%.3f", d / hz / n * 100000}')"
 
+  if [ "$LOAD_VS_WRK" = 1 ]; then
+    # wrk's job done by the load generator: closed model, one thread, CONNS connections.
+    out=$(taskset -c "$LOAD_CPU" "$LOAD_BIN" load --target "$url" --rate max \
+      --duration "${DURATION}s" --connections "$CONNS" --threads 1 --api v1 \
+      --mix verify_request=1 --agent-id agent-1 --token secret --json 2>/dev/null)
+    python3 -c '
+import json, sys
+r, t, wrk_rps, path = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+rep = json.load(sys.stdin)
+rps, errors = rep["throughput_rps"], rep["errors"]["total"]
+with open(path, "a") as f:
+    f.write(f"{r}\t{t}\tload_max_rps\t{rps:.1f}\n")
+    f.write(f"{r}\t{t}\tload_max_errors\t{errors}\n")
+    f.write(f"{r}\t{t}\tload_vs_wrk\t{rps / wrk_rps:.4f}\n")
+' "$r" "$t" "$rps" "$RESULTS_TSV" <<<"$out"
+  fi
+
   c0=$(cpu_ticks "$t")
   out=$(taskset -c "$LOAD_CPU" "$LOAD_BIN" load --target "$url" --rate "$LAT_RATE" \
     --duration "${LAT_DURATION}s" --connections "$LAT_CONNS" --api v1 \
@@ -373,7 +395,8 @@ cols = [("max_rps", "max req/s", "{:.0f}"), ("p50_ms", "p50 ms", "{:.3f}"),
         ("cpu_s_per_100k_max", "CPU s/100k @max", "{:.3f}"),
         ("cpu_s_per_100k_rate", "CPU s/100k @${LAT_RATE}/s", "{:.3f}"),
         ("idle_rss_mib", "idle RSS MiB", "{:.1f}"), ("peak_rss_mib", "peak RSS MiB", "{:.1f}"),
-        ("rss_idle_conns_mib", "RSS +${IDLE_CONNS} conns MiB", "{:.1f}")]
+        ("rss_idle_conns_mib", "RSS +${IDLE_CONNS} conns MiB", "{:.1f}"),
+        ("load_vs_wrk", "load/wrk req/s", "{:.2f}x")]
 med = {(t, k): statistics.median(vals[(t, k)]) for t in targets for k, _, _ in cols if vals[(t, k)]}
 w = 16
 print()
@@ -390,18 +413,25 @@ if "nginx" in targets:
             continue
         cells = []
         for k, _, _ in cols:
+            if k == "load_vs_wrk":  # already a ratio, to wrk
+                cells.append("-".rjust(w + 4))
+                continue
             a, b = med.get((t, k)), med.get(("nginx", k))
             cells.append((f"{a / b:.2f}x" if a is not None and b else "-").rjust(w + 4))
         print(t.ljust(w) + "".join(cells))
-errs = {t: sum(vals[(t, "max_errors")]) + sum(vals[(t, "rate_errors")]) for t in targets}
+errs = {t: sum(vals[(t, "max_errors")]) + sum(vals[(t, "rate_errors")])
+        + sum(vals[(t, "load_max_errors")]) for t in targets}
 conns = {t: min(vals[(t, "idle_conns_ok")]) for t in targets if vals[(t, "idle_conns_ok")]}
-print("errors (wrk non-2xx + socket errors, load errors), all rounds:",
+print("errors (wrk non-2xx + socket errors, load errors at the fixed rate and at max), all rounds:",
       ", ".join(f"{t} {int(n)}" for t, n in errs.items()))
 print("idle connections answered 200 (min over rounds):",
       ", ".join(f"{t} {int(n)}/${IDLE_CONNS}" for t, n in conns.items()))
 print()
 print("per round max req/s:", "; ".join(f"{t} " + " ".join(f"{v:.0f}" for v in vals[(t, 'max_rps')]) for t in targets))
 print("per round p99 ms:   ", "; ".join(f"{t} " + " ".join(f"{v:.3f}" for v in vals[(t, 'p99_ms')]) for t in targets))
+if any(vals[(t, "load_vs_wrk")] for t in targets):
+    print("load generator / wrk req/s, same job, connections and CPU, per round:",
+          "; ".join(f"{t} " + " ".join(f"{v:.2f}x" for v in vals[(t, 'load_vs_wrk')]) for t in targets))
 EOF
 
 [ -n "$H2_TARGETS" ] && python3 - "$RESULTS_TSV" "$H2_TARGETS" <<EOF
