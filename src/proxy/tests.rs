@@ -520,3 +520,4 @@ async fn a_refused_agent_never_costs_a_backend_connection() {
     assert!(a.body.contains("41001"), "{a:?}");
     assert_eq!(h.connects(), 0);
 }
+
