@@ -63,6 +63,8 @@ pub enum Reply {
     UnsupportedMediaType,
     /// The agent is over its rate limit.
     RateLimited { retry_after_secs: u64 },
+    /// The agent's limit could not be checked (Redis down) and `on_redis_error = "deny"`.
+    RateLimitUnverified { retry_after_secs: u64 },
     /// Headers over `limits.max_header_bytes` or `limits.max_headers`.
     HeadersTooLarge,
     /// The backend could not be connected to.
@@ -87,7 +89,7 @@ impl From<RouteError> for Reply {
 
 impl Reply {
     /// One of each kind, for documentation and tests.
-    pub const ALL_CODES: [Reply; 19] = [
+    pub const ALL_CODES: [Reply; 20] = [
         Reply::BadPath,
         Reply::BadBody,
         Reply::InvalidBody,
@@ -107,6 +109,9 @@ impl Reply {
         Reply::RateLimited {
             retry_after_secs: 1,
         },
+        Reply::RateLimitUnverified {
+            retry_after_secs: 1,
+        },
         Reply::HeadersTooLarge,
         Reply::UpstreamConnect,
         Reply::UpstreamBroken,
@@ -123,7 +128,7 @@ impl Reply {
             Reply::V1Gone(_) => 410,
             Reply::UriTooLong => 414,
             Reply::UnsupportedMediaType => 415,
-            Reply::RateLimited { .. } => 429,
+            Reply::RateLimited { .. } | Reply::RateLimitUnverified { .. } => 429,
             Reply::HeadersTooLarge => 431,
             Reply::PayloadTooLarge => 413,
             Reply::UpstreamConnect | Reply::UpstreamBroken => 502,
@@ -134,7 +139,7 @@ impl Reply {
     /// The gateway's `message_code`: the status times 100 plus a number for the cause.
     pub fn message_code(self) -> u32 {
         let cause = match self {
-            Reply::BadBody | Reply::UpstreamBroken => 1,
+            Reply::BadBody | Reply::UpstreamBroken | Reply::RateLimitUnverified { .. } => 1,
             Reply::InvalidBody => 2,
             Reply::Malformed => 3,
             Reply::V1Gone(V1Refusal::Blocked) => 1,
@@ -158,6 +163,9 @@ impl Reply {
             Reply::UriTooLong => "request target exceeds limits.max_uri_bytes",
             Reply::UnsupportedMediaType => "the request body must be application/json",
             Reply::RateLimited { .. } => "rate limit exceeded for this agent",
+            Reply::RateLimitUnverified { .. } => {
+                "this agent's rate limit cannot be checked now; retry later"
+            }
             Reply::HeadersTooLarge => {
                 "request headers exceed limits.max_header_bytes or limits.max_headers"
             }
@@ -200,7 +208,8 @@ impl Reply {
             Reply::MethodNotAllowed { allow } => {
                 headers.push(("allow", HeaderValue::from_static(allow)));
             }
-            Reply::RateLimited { retry_after_secs } => {
+            Reply::RateLimited { retry_after_secs }
+            | Reply::RateLimitUnverified { retry_after_secs } => {
                 headers.push(("retry-after", HeaderValue::from(retry_after_secs)));
             }
             Reply::V1Gone(V1Refusal::Brownout { until }) => {

@@ -2,12 +2,14 @@
 //!
 //! A snapshot can only be built by [`Snapshot::from_file`] (or [`Snapshot::load`]), which
 //! checks every value and reports every problem at once, by key path. Each section is
-//! validated next to its own types ([`auth`], [`limits`], [`retirement`], [`upstream`]); the
-//! value types they share are in [`types`], a leaf. Once built, nothing re-checks.
+//! validated next to its own types ([`auth`], [`limits`], [`rate_limit`], [`retirement`],
+//! [`upstream`]); the value types they share are in [`types`], a leaf. Once built, nothing
+//! re-checks.
 
 mod auth;
 pub mod file;
 mod limits;
+mod rate_limit;
 mod retirement;
 pub mod testing;
 mod types;
@@ -21,6 +23,7 @@ use std::time::{Duration, SystemTime};
 pub use auth::{Agent, AuthConfig, RateLimit};
 pub use file::FileConfig;
 pub use limits::{Limits, ValidationMode};
+pub use rate_limit::{OnRedisError, RateLimitBackend, RateLimitConfig, RedisLimitConfig, RedisUrl};
 pub use retirement::{Brownout, Retirement};
 pub use types::{unix_seconds, BasePath, Bases, BusinessCode, TokenDigest, V1Policy};
 pub use upstream::UpstreamConfig;
@@ -91,6 +94,7 @@ pub struct Snapshot {
     pub limits: Limits,
     pub validation: ValidationMode,
     pub retirement: Retirement,
+    pub rate_limit: RateLimitConfig,
 }
 
 /// Collects problems while a file is validated, each under its key path.
@@ -229,6 +233,7 @@ impl Snapshot {
         let auth = auth::auth(&f.auth, &mut p);
         let retirement = retirement::retirement(&f.retirement, &auth.agents, &mut p);
         let limits = limits::limits(&f.limits, &mut p);
+        let rate_limit = rate_limit::rate_limit(&f.rate_limit, &mut p);
         match (startup, bases, v1_default_service) {
             (Some(startup), Some(bases), Some(v1_default_service)) if p.0.is_empty() => {
                 Ok(Snapshot {
@@ -240,6 +245,7 @@ impl Snapshot {
                     limits,
                     validation: f.validation.mode,
                     retirement,
+                    rate_limit,
                 })
             }
             _ => Err(ConfigError::Invalid(p.0)),

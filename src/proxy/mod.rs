@@ -30,7 +30,7 @@ use pingora::server::ShutdownWatch;
 
 use crate::config::Snapshot;
 use crate::observe::telemetry::Telemetry;
-use crate::policy::rate_limit::RateLimiter;
+use crate::policy::rate_limit::RateLimits;
 use crate::policy::request_id::RequestIds;
 use upstream::Upstream;
 
@@ -40,7 +40,7 @@ pub struct ProxyApp {
     upstream: Upstream,
     ids: RequestIds,
     telemetry: Arc<Telemetry>,
-    rate_limits: RateLimiter,
+    rate_limits: Arc<RateLimits>,
     in_flight: Arc<InFlight>,
 }
 
@@ -49,6 +49,7 @@ impl ProxyApp {
         config: Arc<ArcSwap<Snapshot>>,
         telemetry: Arc<Telemetry>,
         upstream: Upstream,
+        rate_limits: Arc<RateLimits>,
         in_flight: Arc<InFlight>,
     ) -> Self {
         Self {
@@ -56,7 +57,7 @@ impl ProxyApp {
             upstream,
             ids: RequestIds::default(),
             telemetry,
-            rate_limits: RateLimiter::default(),
+            rate_limits,
             in_flight,
         }
     }
