@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod python;
+pub mod redis;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
