@@ -147,8 +147,9 @@ pub fn which(name: &str) -> PathBuf {
         .find(|p| p.is_file())
         .unwrap_or_else(|| {
             panic!(
-                "`{name}` is not on PATH. The shared rate-limit tests run a real Redis: install \
-                 it (Debian/Ubuntu: `apt-get install redis-server`; .ci/run does this)."
+                "`{name}` is not on PATH (Debian: redis-server for redis-server, kubectl 1.21 \
+                 or later for kubectl, prometheus for promtool; .ci/run installs the first and \
+                 the last)."
             )
         })
 }
