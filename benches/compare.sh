@@ -26,6 +26,11 @@
 #   log, like the peers' access_log off; "info" logs every request to a file)
 #   A second gateway variant for A/B runs, agent-gateway-b on :8084, starts when any of
 #   GATEWAY_B_BIN, GATEWAY_B_SERVER, GATEWAY_B_LOG_LEVEL is set, and joins the default TARGETS.
+#   The per-agent rate limit's two backends, on the same binary: rl-local (:8085, in-process
+#   buckets) and rl-redis (:8086, a redis-server on 127.0.0.1:6399 pinned to LOAD_CPU, with the
+#   load), each with the benchmark's agent limited far above what it can send, so that every
+#   request asks the limiter and none is refused. Compare the two with each other;
+#   agent-gateway (no limit) is the cost of neither.
 #   RESULTS (a file to keep the per-round TSV in)
 set -euo pipefail
 
@@ -49,8 +54,8 @@ fi
 GATEWAY_B_SERVER=${GATEWAY_B_SERVER:-}
 GATEWAY_B_LOG_LEVEL=${GATEWAY_B_LOG_LEVEL:-$GATEWAY_LOG_LEVEL}
 if [ -z "${TARGETS:-}" ]; then
-  TARGETS="direct agent-gateway nginx haproxy"
-  [ "$B_ENABLED" = 1 ] && TARGETS="direct agent-gateway agent-gateway-b nginx haproxy"
+  TARGETS="direct agent-gateway rl-local rl-redis nginx haproxy"
+  [ "$B_ENABLED" = 1 ] && TARGETS="direct agent-gateway agent-gateway-b rl-local rl-redis nginx haproxy"
 fi
 
 log() { printf '%s %s\n' "$(date +%T)" "$*" >&2; }
@@ -64,6 +69,10 @@ command -v wrk >/dev/null || need+=(wrk)
 command -v curl >/dev/null || need+=(curl)
 command -v python3 >/dev/null || need+=(python3)
 command -v taskset >/dev/null || need+=(util-linux)
+if [[ " $TARGETS " == *" rl-redis "* ]]; then
+  command -v redis-server >/dev/null || need+=(redis-server)
+  command -v redis-cli >/dev/null || need+=(redis-tools)
+fi
 if [ ${#need[@]} -gt 0 ]; then
   log "installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -104,10 +113,11 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-declare -A PORT=([direct]=9000 [agent-gateway]=8083 [agent-gateway-b]=8084 [nginx]=8081 [haproxy]=8082)
+declare -A PORT=([direct]=9000 [agent-gateway]=8083 [agent-gateway-b]=8084 [rl-local]=8085 [rl-redis]=8086 [nginx]=8081 [haproxy]=8082)
+REDIS_PORT=6399
 declare -A MAINPID=()
 
-for port in 9000 8081 8082 8083 8084; do
+for port in 9000 8081 8082 8083 8084 8085 8086 "$REDIS_PORT"; do
   if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
     die "127.0.0.1:$port is already in use (a previous run, or a demo?)"
   fi
@@ -120,7 +130,7 @@ done
 
 # The agent and token wrk sends (shared/peers/post-verify.lua), stored as its digest.
 TOKEN_SHA256=$(printf '%s' secret | "$GATEWAY_BIN" hash-token)
-gateway_config() { # port, extra [server] lines
+gateway_config() { # port, extra [server] lines, extra lines for the agent and after it
   cat <<EOF
 [listen]
 proxy = "127.0.0.1:$1"
@@ -135,10 +145,20 @@ addresses = ["127.0.0.1:9000"]
 [[auth.agents]]
 id = "agent-1"
 token_sha256 = "$TOKEN_SHA256"
+${3:-}
 EOF
 }
 gateway_config 8083 "$GATEWAY_SERVER" >"$WORK/gateway.toml"
 gateway_config 8084 "$GATEWAY_B_SERVER" >"$WORK/gateway-b.toml"
+# A limit no run reaches: every request is decided, none refused.
+RL_AGENT='rate_limit_per_second = 1000000000
+burst = 1000000000'
+gateway_config 8085 "$GATEWAY_SERVER" "$RL_AGENT" >"$WORK/rl-local.toml"
+gateway_config 8086 "$GATEWAY_SERVER" "$RL_AGENT
+[rate_limit]
+backend = \"redis\"
+redis_url = \"redis://127.0.0.1:$REDIS_PORT/0\"
+on_redis_error = \"deny\"" >"$WORK/rl-redis.toml"
 
 start() { # name, cpu, command...
   local name=$1 cpu=$2
@@ -172,12 +192,22 @@ check_job() { # name, port
       -H 'X-Service-Agent-Id: agent-1' -H 'X-Auth-Token: wrong' -d '{}')
     [ "$bad" = 401 ] || die "$1: bad token answered $bad"
   fi
+  # rl-redis must have decided in Redis (on_redis_error = "deny": a Redis failure is a 429).
+  if [ "$1" = rl-redis ]; then
+    redis-cli -p "$REDIS_PORT" INFO commandstats | grep -q '^cmdstat_evalsha:calls=' \
+      || die "$1: Redis was not asked"
+  fi
 }
 
 log "starting backend, proxies (CPU $PROXY_CPU) and load generators (CPU $LOAD_CPU) in $WORK"
 start backend "$LOAD_CPU" nginx -p "$WORK" -c "$WORK/backend-nginx.conf"
 MAINPID[direct]=${MAINPID[backend]}
 wait_port backend 9000
+if [[ " $TARGETS " == *" rl-redis "* ]]; then
+  start redis "$LOAD_CPU" redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' \
+    --appendonly no --dir "$WORK"
+  wait_port redis "$REDIS_PORT"
+fi
 for t in $TARGETS; do
   case $t in
     direct) ;;
@@ -187,6 +217,9 @@ for t in $TARGETS; do
     agent-gateway-b)
       start "$t" "$PROXY_CPU" env -u RUST_LOG "$GATEWAY_B_BIN" run --config "$WORK/gateway-b.toml" \
         --log-format json --log-level "$GATEWAY_B_LOG_LEVEL" ;;
+    rl-local | rl-redis)
+      start "$t" "$PROXY_CPU" env -u RUST_LOG "$GATEWAY_BIN" run --config "$WORK/$t.toml" \
+        --log-format json --log-level "$GATEWAY_LOG_LEVEL" ;;
     nginx) start "$t" "$PROXY_CPU" nginx -p "$WORK" -c "$WORK/gateway-nginx.conf" ;;
     haproxy) start "$t" "$PROXY_CPU" haproxy -f "$WORK/gateway-haproxy.cfg" ;;
     *) die "unknown target $t" ;;
