@@ -112,7 +112,13 @@ fn two_gateways_sharing_one_redis_hold_an_agent_to_its_limit_in_total_and_again_
         (6, 6),
         "the burst holds across both replicas: {statuses:?}"
     );
-    assert!(call_full(&a, AGENT_ID).header("retry-after").is_some());
+    // Redis says when: the next request is one emission interval (1000 s) after the burst.
+    let retry_after: u64 = call_full(&a, AGENT_ID)
+        .header("retry-after")
+        .expect("a 429 says when to retry")
+        .parse()
+        .unwrap();
+    assert!((900..=1000).contains(&retry_after), "{retry_after}");
     let allowed = decisions(&a, "redis", "allowed") + decisions(&b, "redis", "allowed");
     assert_eq!(allowed, 6.0);
     assert_eq!(backend_errors(&a) + backend_errors(&b), 0.0);
