@@ -24,7 +24,8 @@
 # Environment (defaults): ROUNDS (3) DURATION (10) LAT_RATE (5000) LAT_DURATION (15: p99 then
 #   rests on 750 samples per round rather than 250 at 5 s, which moved it by 2x between rounds)
 #   LAT_CONNS (16) CONNS (64) IDLE_CONNS (1000) PROXY_CPU (0) LOAD_CPU (1)
-#   PEERS (../shared/peers from the repo) TARGETS ("direct agent-gateway nginx haproxy")
+#   PEERS (../shared/peers from the repo) TARGETS ("direct agent-gateway rl-local rl-redis nginx
+#   haproxy"; may be empty)
 #   GATEWAY_BIN (skip the build and run this binary) GATEWAY_SERVER (extra lines for the
 #   gateway's [server] table, e.g. "work_stealing = false") GATEWAY_LOG_LEVEL (warn: no access
 #   log, like the peers' access_log off; "info" logs every request to a file)
@@ -35,6 +36,11 @@
 #   doing the same job over h2c, nginx-h2 being the peer config with `listen ... http2`) with
 #   h2load -c H2_CONNS (8) -m H2_STREAMS (32) for DURATION seconds, in ROUNDS alternating rounds:
 #   req/s and CPU s/100k, in a table of their own.
+#   The per-agent rate limit's two backends, on the same binary: rl-local (:8085, in-process
+#   buckets) and rl-redis (:8086, a redis-server on 127.0.0.1:6399 pinned to LOAD_CPU, with the
+#   load), each with the benchmark's agent limited far above what it can send, so that every
+#   request asks the limiter and none is refused. Compare the two with each other;
+#   agent-gateway (no limit) is the cost of neither.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -58,8 +64,8 @@ fi
 GATEWAY_B_SERVER=${GATEWAY_B_SERVER:-}
 GATEWAY_B_LOG_LEVEL=${GATEWAY_B_LOG_LEVEL:-$GATEWAY_LOG_LEVEL}
 if [ -z "${TARGETS+set}" ]; then
-  TARGETS="direct agent-gateway nginx haproxy"
-  [ "$B_ENABLED" = 1 ] && TARGETS="direct agent-gateway agent-gateway-b nginx haproxy"
+  TARGETS="direct agent-gateway rl-local rl-redis nginx haproxy"
+  [ "$B_ENABLED" = 1 ] && TARGETS="direct agent-gateway agent-gateway-b rl-local rl-redis nginx haproxy"
 fi
 
 log() { printf '%s %s\n' "$(date +%T)" "$*" >&2; }
@@ -74,6 +80,10 @@ command -v curl >/dev/null || need+=(curl)
 [ -n "${H2_TARGETS:-}" ] && { command -v h2load >/dev/null || need+=(nghttp2-client); }
 command -v python3 >/dev/null || need+=(python3)
 command -v taskset >/dev/null || need+=(util-linux)
+if [[ " $TARGETS " == *" rl-redis "* ]]; then
+  command -v redis-server >/dev/null || need+=(redis-server)
+  command -v redis-cli >/dev/null || need+=(redis-tools)
+fi
 if [ ${#need[@]} -gt 0 ]; then
   log "installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -114,13 +124,14 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-declare -A PORT=([direct]=9000 [agent-gateway]=8083 [agent-gateway-b]=8084 [nginx]=8081 [haproxy]=8082 [nginx-h2]=8085)
+declare -A PORT=([direct]=9000 [agent-gateway]=8083 [agent-gateway-b]=8084 [rl-local]=8085 [rl-redis]=8086 [nginx]=8081 [haproxy]=8082 [nginx-h2]=8087)
+REDIS_PORT=6399
 H2_TARGETS=${H2_TARGETS:-}
 H2_CONNS=${H2_CONNS:-8}
 H2_STREAMS=${H2_STREAMS:-32}
 declare -A MAINPID=()
 
-for port in 9000 8081 8082 8083 8084 8085; do
+for port in 9000 8081 8082 8083 8084 8085 8086 8087 "$REDIS_PORT"; do
   if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
     die "127.0.0.1:$port is already in use (a previous run, or a demo?)"
   fi
@@ -131,15 +142,15 @@ for f in backend-nginx.conf gateway-nginx.conf gateway-haproxy.cfg post-verify.l
   sed -e "s#/tmp/peer-#$WORK/peer-#g" -e 's/^daemon on;/daemon off;/' "$PEERS/$f" >"$WORK/$f"
 done
 # nginx doing the same job over h2c: the same config, listening for HTTP/2 with prior knowledge.
-sed -e 's/listen 127.0.0.1:8081 /listen 127.0.0.1:8085 http2 /' \
+sed -e 's/listen 127.0.0.1:8081 /listen 127.0.0.1:8087 http2 /' \
   -e "s#$WORK/peer-gateway-nginx#$WORK/peer-gateway-nginx-h2#g" \
   "$WORK/gateway-nginx.conf" >"$WORK/gateway-nginx-h2.conf"
-grep -q 'listen 127.0.0.1:8085 http2' "$WORK/gateway-nginx-h2.conf" \
+grep -q 'listen 127.0.0.1:8087 http2' "$WORK/gateway-nginx-h2.conf" \
   || die "could not make the h2c variant of $PEERS/gateway-nginx.conf"
 
 # The agent and token wrk sends (shared/peers/post-verify.lua), stored as its digest.
 TOKEN_SHA256=$(printf '%s' secret | "$GATEWAY_BIN" hash-token)
-gateway_config() { # port, extra [server] lines
+gateway_config() { # port, extra [server] lines, extra lines for the agent and after it
   cat <<EOF
 [listen]
 proxy = "127.0.0.1:$1"
@@ -154,10 +165,20 @@ addresses = ["127.0.0.1:9000"]
 [[auth.agents]]
 id = "agent-1"
 token_sha256 = "$TOKEN_SHA256"
+${3:-}
 EOF
 }
 gateway_config 8083 "$GATEWAY_SERVER" >"$WORK/gateway.toml"
 gateway_config 8084 "$GATEWAY_B_SERVER" >"$WORK/gateway-b.toml"
+# A limit no run reaches: every request is decided, none refused.
+RL_AGENT='rate_limit_per_second = 1000000000
+burst = 1000000000'
+gateway_config 8085 "$GATEWAY_SERVER" "$RL_AGENT" >"$WORK/rl-local.toml"
+gateway_config 8086 "$GATEWAY_SERVER" "$RL_AGENT
+[rate_limit]
+backend = \"redis\"
+redis_url = \"redis://127.0.0.1:$REDIS_PORT/0\"
+on_redis_error = \"deny\"" >"$WORK/rl-redis.toml"
 
 start() { # name, cpu, command...
   local name=$1 cpu=$2
@@ -191,12 +212,22 @@ check_job() { # name, port
       -H 'X-Service-Agent-Id: agent-1' -H 'X-Auth-Token: wrong' -d '{}')
     [ "$bad" = 401 ] || die "$1: bad token answered $bad"
   fi
+  # rl-redis must have decided in Redis (on_redis_error = "deny": a Redis failure is a 429).
+  if [ "$1" = rl-redis ]; then
+    redis-cli -p "$REDIS_PORT" INFO commandstats | grep -q '^cmdstat_evalsha:calls=' \
+      || die "$1: Redis was not asked"
+  fi
 }
 
 log "starting backend, proxies (CPU $PROXY_CPU) and load generators (CPU $LOAD_CPU) in $WORK"
 start backend "$LOAD_CPU" nginx -p "$WORK" -c "$WORK/backend-nginx.conf"
 MAINPID[direct]=${MAINPID[backend]}
 wait_port backend 9000
+if [[ " $TARGETS " == *" rl-redis "* ]]; then
+  start redis "$LOAD_CPU" redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' \
+    --appendonly no --dir "$WORK"
+  wait_port redis "$REDIS_PORT"
+fi
 for t in $TARGETS $H2_TARGETS; do
   [ -n "${MAINPID[$t]:-}" ] && continue
   case $t in
@@ -207,6 +238,9 @@ for t in $TARGETS $H2_TARGETS; do
     agent-gateway-b)
       start "$t" "$PROXY_CPU" env -u RUST_LOG "$GATEWAY_B_BIN" run --config "$WORK/gateway-b.toml" \
         --log-format json --log-level "$GATEWAY_B_LOG_LEVEL" ;;
+    rl-local | rl-redis)
+      start "$t" "$PROXY_CPU" env -u RUST_LOG "$GATEWAY_BIN" run --config "$WORK/$t.toml" \
+        --log-format json --log-level "$GATEWAY_LOG_LEVEL" ;;
     nginx) start "$t" "$PROXY_CPU" nginx -p "$WORK" -c "$WORK/gateway-nginx.conf" ;;
     haproxy) start "$t" "$PROXY_CPU" haproxy -f "$WORK/gateway-haproxy.cfg" ;;
     nginx-h2) start "$t" "$PROXY_CPU" nginx -p "$WORK" -c "$WORK/gateway-nginx-h2.conf" ;;

@@ -6,7 +6,7 @@
 //! - [`config`]: the TOML file as written, and the validated [`config::Snapshot`] the gateway runs on.
 //! - [`http1`]: the HTTP/1.1 codec over bytes: heads, framing, chunked bodies, writers. Pure.
 //! - [`api`]: the Agent API surface: the operation table, routes, body schemas, OpenAPI, the gateway's own answers.
-//! - [`policy`]: per-request decisions as plain functions: admission, auth, retirement, rate limits, request ids.
+//! - [`policy`]: per-request decisions as plain functions: admission, auth, retirement, rate limits (local, or shared in Redis), request ids.
 //! - [`observe`]: what happened to each request: the record, metrics, the access log, v1 usage.
 //! - [`proxy`]: the data plane: client connections, the request pipeline, backends, the pool, health checks.
 //! - [`app`]: process assembly: the pingora server, live config reload, signals, the admin listener, logging.

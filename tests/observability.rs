@@ -315,6 +315,20 @@ fn metrics_count_a_known_mix_exactly() {
         "agent_gateway_rate_limited_total",
         &[(&[("agent_id", "throttled")], 1)],
     );
+    // The throttled agent's two calls, decided by this process's buckets (the default).
+    expect_family(
+        &samples,
+        "agent_gateway_rate_limit_decisions_total",
+        &[
+            (&[("backend", "local"), ("result", "allowed")], 1),
+            (&[("backend", "local"), ("result", "limited")], 1),
+        ],
+    );
+    expect_family(
+        &samples,
+        "agent_gateway_rate_limit_backend_errors_total",
+        &[],
+    );
     // Every caller of v1, refused or not, has a last-seen time from this test's run.
     let last_seen = family(&samples, "agent_gateway_v1_last_seen_timestamp_seconds");
     let seen: Vec<&str> = last_seen.keys().map(|l| l["agent_id"].as_str()).collect();
@@ -469,9 +483,16 @@ fn check_labels_are_bounded(samples: &[Sample], agents: &[&str]) {
                     "sunset",
                 ]
                 .contains(&v.as_str()),
+                "kind" if s.name.starts_with("agent_gateway_rate_limit_") => {
+                    ["timeout", "error", "unavailable"].contains(&v.as_str())
+                }
                 "kind" => ["connect", "timeout", "reset", "other"].contains(&v.as_str()),
                 "protocol" => ["http/1.1", "h2"].contains(&v.as_str()),
+                "result" if s.name.starts_with("agent_gateway_rate_limit_") => {
+                    ["allowed", "limited"].contains(&v.as_str())
+                }
                 "result" => ["success", "failure"].contains(&v.as_str()),
+                "backend" => ["local", "redis", "on_redis_error"].contains(&v.as_str()),
                 "rule" => [
                     "not_json",
                     "not_object",

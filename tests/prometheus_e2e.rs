@@ -26,12 +26,13 @@ const PROMETHEUS_YML: &str = concat!(
 );
 
 /// The alert rules alerts.yml must define.
-const ALERT_NAMES: [&str; 5] = [
+const ALERT_NAMES: [&str; 6] = [
     "AgentGatewayDown",
     "AgentGatewayUpstreamErrorRatioHigh",
     "AgentGatewayP99LatencyHigh",
     "AgentGatewayAuthFailureSpike",
     "AgentGatewayConfigReloadFailed",
+    "AgentGatewayRateLimitBackendFailing",
 ];
 
 /// The full path of `name` on PATH; fails the test when it is missing.
@@ -212,6 +213,25 @@ tests:
       - eval_time: 20m
         alertname: AgentGatewayConfigReloadFailed
         exp_alerts: []
+
+  - interval: 1m
+    input_series:
+      # gw-a: Redis fails from 2m on (one decision in two is not Redis'); gw-b: never.
+      - series: 'agent_gateway_rate_limit_backend_errors_total{job="agent-gateway", instance="gw-a", kind="timeout"}'
+        values: '0 0 0+30x20'
+      - series: 'agent_gateway_rate_limit_backend_errors_total{job="agent-gateway", instance="gw-b", kind="timeout"}'
+        values: '0x22'
+    alert_rule_test:
+      - eval_time: 4m
+        alertname: AgentGatewayRateLimitBackendFailing
+        exp_alerts: []
+      - eval_time: 10m
+        alertname: AgentGatewayRateLimitBackendFailing
+        exp_alerts:
+          - exp_labels: {severity: warning, job: agent-gateway, instance: gw-a}
+            exp_annotations:
+              summary: "agent-gateway gw-a: the shared rate limit is not holding"
+              description: "For 5 minutes Redis has left some of this replica's rate-limit decisions undecided (timeouts, errors, or skipped right after a failure), so rate_limit.on_redis_error applied: this replica's own buckets (\"local\"), no limit (\"allow\") or 429s (\"deny\"). See the \"Rate-limit backend errors/s by kind\" panel and the gateway log."
 "#;
 
 #[test]

@@ -38,7 +38,13 @@ fn seen_within_a_second(gw: &Gateway, backend: &Backend, code: &str) {
     let start = Instant::now();
     loop {
         assert_eq!(post(gw.proxy, "/api/v1/verify/request", BODY).status, 200);
-        if backend.last().target == want {
+        let seen = backend.all().last().map(|r| r.target.clone());
+        assert!(
+            seen.is_some(),
+            "answered 200 but the backend saw nothing; log:\n{}",
+            gw.log()
+        );
+        if seen.as_deref() == Some(want.as_str()) {
             return;
         }
         assert!(

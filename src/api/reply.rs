@@ -65,6 +65,8 @@ pub enum Reply {
     UnsupportedMediaType,
     /// The agent is over its rate limit.
     RateLimited { retry_after_secs: u64 },
+    /// The agent's limit could not be checked (Redis down) and `on_redis_error = "deny"`.
+    RateLimitUnverified { retry_after_secs: u64 },
     /// Headers over `limits.max_header_bytes` or `limits.max_headers`.
     HeadersTooLarge,
     /// The backend could not be connected to.
@@ -89,7 +91,7 @@ impl From<RouteError> for Reply {
 
 impl Reply {
     /// One of each kind, for documentation and tests.
-    pub const ALL_CODES: [Reply; 20] = [
+    pub const ALL_CODES: [Reply; 21] = [
         Reply::BadPath,
         Reply::BadBody,
         Reply::InvalidBody,
@@ -108,6 +110,9 @@ impl Reply {
         Reply::UriTooLong,
         Reply::UnsupportedMediaType,
         Reply::RateLimited {
+            retry_after_secs: 1,
+        },
+        Reply::RateLimitUnverified {
             retry_after_secs: 1,
         },
         Reply::HeadersTooLarge,
@@ -130,7 +135,7 @@ impl Reply {
             Reply::V1Gone(_) => 410,
             Reply::UriTooLong => 414,
             Reply::UnsupportedMediaType => 415,
-            Reply::RateLimited { .. } => 429,
+            Reply::RateLimited { .. } | Reply::RateLimitUnverified { .. } => 429,
             Reply::HeadersTooLarge => 431,
             Reply::PayloadTooLarge => 413,
             Reply::UpstreamConnect | Reply::UpstreamBroken => 502,
@@ -141,7 +146,7 @@ impl Reply {
     /// The gateway's `message_code`: the status times 100 plus a number for the cause.
     pub fn message_code(self) -> u32 {
         let cause = match self {
-            Reply::BadBody | Reply::UpstreamBroken => 1,
+            Reply::BadBody | Reply::UpstreamBroken | Reply::RateLimitUnverified { .. } => 1,
             Reply::InvalidBody => 2,
             Reply::Malformed => 3,
             Reply::AliasedHeader => 4,
@@ -169,6 +174,9 @@ impl Reply {
             Reply::UriTooLong => "request target exceeds limits.max_uri_bytes",
             Reply::UnsupportedMediaType => "the request body must be application/json",
             Reply::RateLimited { .. } => "rate limit exceeded for this agent",
+            Reply::RateLimitUnverified { .. } => {
+                "this agent's rate limit cannot be checked now; retry later"
+            }
             Reply::HeadersTooLarge => {
                 "request headers exceed limits.max_header_bytes or limits.max_headers"
             }
@@ -211,7 +219,8 @@ impl Reply {
             Reply::MethodNotAllowed { allow } => {
                 headers.push(("allow", HeaderValue::from_static(allow)));
             }
-            Reply::RateLimited { retry_after_secs } => {
+            Reply::RateLimited { retry_after_secs }
+            | Reply::RateLimitUnverified { retry_after_secs } => {
                 headers.push(("retry-after", HeaderValue::from(retry_after_secs)));
             }
             Reply::V1Gone(V1Refusal::Brownout { until }) => {

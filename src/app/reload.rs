@@ -154,6 +154,9 @@ fn unix_now() -> f64 {
         .unwrap_or_default()
 }
 
+/// Something that follows the config: told of each new snapshot before requests see it.
+pub type OnApply = Box<dyn Fn(&Snapshot) + Send + Sync>;
+
 /// The live config: the current snapshot, where it came from, and how reloads went.
 pub struct ConfigStore {
     current: Arc<ArcSwap<Snapshot>>,
@@ -162,6 +165,7 @@ pub struct ConfigStore {
     /// not a reload, and one bad write is one failure, however many events it makes.
     seen_text: Mutex<String>,
     metrics: ReloadMetrics,
+    on_apply: Vec<OnApply>,
 }
 
 impl ConfigStore {
@@ -180,7 +184,15 @@ impl ConfigStore {
             path,
             seen_text: Mutex::new(text),
             metrics,
+            on_apply: Vec::new(),
         })
+    }
+
+    /// Calls `follow` with every snapshot a reload applies, before any request can load it
+    /// (for state that lives beside the snapshot, such as the rate limiter's Redis connection).
+    /// It runs on the reload's thread, so it must not block for long.
+    pub fn on_apply(&mut self, follow: OnApply) {
+        self.on_apply.push(follow);
     }
 
     /// The handle requests load their snapshot from.
@@ -228,6 +240,9 @@ impl ConfigStore {
         let running = self.current.load();
         let restart_required = restart_only_changes(&running.startup, &new.startup);
         new.startup = running.startup.clone();
+        for follow in &self.on_apply {
+            follow(&new);
+        }
         self.current.store(Arc::new(new));
         self.metrics.success.inc();
         self.metrics.generation.inc();
@@ -437,6 +452,27 @@ mod tests {
         ] {
             assert!(!may_change_the_file(&kind), "{kind:?}");
         }
+    }
+
+    #[test]
+    fn followers_see_each_applied_snapshot_and_no_refused_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = store_on(dir.path(), base());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        store.on_apply(Box::new(move |s: &Snapshot| {
+            log.lock()
+                .unwrap()
+                .push(s.v1_default_service.as_str().to_owned());
+        }));
+        let mut f = base();
+        f.v1.default_service = "B".into();
+        write(dir.path(), &f);
+        store.reload(Trigger::Admin, false).unwrap();
+        f.upstream.addresses = vec!["nowhere".into()];
+        write(dir.path(), &f);
+        store.reload(Trigger::Admin, false).unwrap();
+        assert_eq!(*seen.lock().unwrap(), ["B"]);
     }
 
     #[test]

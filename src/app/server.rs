@@ -21,6 +21,7 @@ use crate::app::reload::{ConfigStore, ConfigWatcher};
 use crate::app::signals::Signals;
 use crate::config::{BasePath, Snapshot};
 use crate::observe::telemetry::Telemetry;
+use crate::policy::rate_limit::RateLimits;
 use crate::proxy::connect::Connect;
 use crate::proxy::health::{HealthChecker, UpstreamHealth};
 use crate::proxy::pool::{PoolSweeper, UpstreamPool};
@@ -78,12 +79,18 @@ impl Gateway {
 
 /// Builds a ready-to-run gateway serving `store`'s config, exporting metrics into `registry`.
 pub fn build(
-    store: ConfigStore,
+    mut store: ConfigStore,
     registry: &prometheus::Registry,
     options: BuildOptions,
 ) -> Result<Gateway, ServerError> {
     let snapshot = store.current().load_full();
     let startup = snapshot.startup.clone();
+    // The rate limiter follows `[rate_limit]` on every reload (a new Redis URL reconnects).
+    let rate_limits = Arc::new(RateLimits::new(&snapshot.rate_limit));
+    let following = rate_limits.clone();
+    store.on_apply(Box::new(move |s: &Snapshot| {
+        following.configure(&s.rate_limit)
+    }));
     let mut server = Server::new_with_opt_and_conf(options.pingora_opt, server_conf(&snapshot));
     server.bootstrap();
 
@@ -103,6 +110,7 @@ pub fn build(
         config.clone(),
         telemetry.clone(),
         upstream,
+        rate_limits,
         in_flight.clone(),
         drain.clone(),
     );

@@ -25,6 +25,8 @@ pub struct FileConfig {
     pub retirement: RetirementFile,
     #[serde(default)]
     pub validation: ValidationFile,
+    #[serde(default)]
+    pub rate_limit: RateLimitFile,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -285,4 +287,49 @@ pub struct BrownoutFile {
     pub end: String,
     pub percent: Option<u8>,
     pub agents: Option<Vec<String>>,
+}
+
+/// `[rate_limit]`: where the per-agent limits are kept.
+#[derive(Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RateLimitFile {
+    /// `local` (this process's buckets) or `redis` (shared by every replica).
+    pub backend: super::RateLimitBackend,
+    /// `redis://[user:password@]host:port/db`, or `rediss://` for TLS.
+    pub redis_url: Option<String>,
+    /// PEM CAs a `rediss://` server's certificate must chain to (default: the system's).
+    pub redis_ca_file: Option<String>,
+    /// What a rate-limited agent's request gets when Redis does not answer in time.
+    pub on_redis_error: super::OnRedisError,
+    /// Bound on each Redis call, in milliseconds.
+    pub timeout_ms: u64,
+    /// Put before each agent id to make its Redis key.
+    pub key_prefix: String,
+}
+
+impl Default for RateLimitFile {
+    fn default() -> Self {
+        Self {
+            backend: super::RateLimitBackend::Local,
+            redis_url: None,
+            redis_ca_file: None,
+            on_redis_error: super::OnRedisError::Local,
+            timeout_ms: 50,
+            key_prefix: "agent-gateway:".into(),
+        }
+    }
+}
+
+/// By hand, so that a password in `redis_url` is never printed.
+impl std::fmt::Debug for RateLimitFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimitFile")
+            .field("backend", &self.backend)
+            .field("redis_url", &self.redis_url.as_ref().map(|_| ".."))
+            .field("redis_ca_file", &self.redis_ca_file)
+            .field("on_redis_error", &self.on_redis_error)
+            .field("timeout_ms", &self.timeout_ms)
+            .field("key_prefix", &self.key_prefix)
+            .finish()
+    }
 }

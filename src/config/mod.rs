@@ -2,12 +2,14 @@
 //!
 //! A snapshot can only be built by [`Snapshot::from_file`] (or [`Snapshot::load`]), which
 //! checks every value and reports every problem at once, by key path. Each section is
-//! validated next to its own types ([`auth`], [`limits`], [`retirement`], [`upstream`]); the
-//! value types they share are in [`types`], a leaf. Once built, nothing re-checks.
+//! validated next to its own types ([`auth`], [`limits`], [`rate_limit`], [`retirement`],
+//! [`upstream`]); the value types they share are in [`types`], a leaf. Once built, nothing
+//! re-checks.
 
 mod auth;
 pub mod file;
 mod limits;
+mod rate_limit;
 mod retirement;
 pub mod testing;
 mod types;
@@ -21,6 +23,7 @@ use std::time::{Duration, SystemTime};
 pub use auth::{Agent, AuthConfig, RateLimit};
 pub use file::FileConfig;
 pub use limits::{Limits, ValidationMode};
+pub use rate_limit::{OnRedisError, RateLimitBackend, RateLimitConfig, RedisLimitConfig, RedisUrl};
 pub use retirement::{Brownout, Retirement};
 pub use types::{unix_seconds, BasePath, Bases, BusinessCode, TokenDigest, V1Policy};
 pub use upstream::UpstreamConfig;
@@ -93,6 +96,15 @@ pub struct Snapshot {
     pub limits: Limits,
     pub validation: ValidationMode,
     pub retirement: Retirement,
+    pub rate_limit: RateLimitConfig,
+}
+
+/// Whether validation looks host names up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lookup {
+    Resolve,
+    /// Check the form only ([`Snapshot::check_without_lookup`]).
+    Skip,
 }
 
 /// Collects problems while a file is validated, each under its key path.
@@ -110,6 +122,20 @@ impl Problems {
     /// The parsed value, or `None` with the error recorded under `key`.
     fn check<T>(&mut self, key: impl Into<String>, r: Result<T, String>) -> Option<T> {
         r.map_err(|e| self.push(key, e)).ok()
+    }
+}
+
+fn read(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+impl FileConfig {
+    /// The file layer of a config's text: its shape checked, none of its values.
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))
     }
 }
 
@@ -205,22 +231,34 @@ fn bases(f: &FileConfig, p: &mut Problems) -> Option<Bases> {
 impl Snapshot {
     /// Read, parse and validate a config file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
-        Self::parse(&text)
+        Self::parse(&read(path)?)
+    }
+
+    /// Read and check a config file like [`Self::load`], without looking upstream host names
+    /// up ([`Self::check_without_lookup`]).
+    pub fn check_file_without_lookup(path: &Path) -> Result<(), ConfigError> {
+        Self::check_without_lookup(FileConfig::parse(&read(path)?)?)
     }
 
     /// Parse and validate the text of a config file.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
-        let file: FileConfig =
-            toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
-        Self::from_file(file)
+        Self::from_file(FileConfig::parse(text)?)
     }
 
     /// Validate a parsed file, reporting every problem at once.
     pub fn from_file(f: FileConfig) -> Result<Self, ConfigError> {
+        Self::validate(f, Lookup::Resolve)
+    }
+
+    /// Checks a file without looking up upstream host names (only their `host:port` form):
+    /// for a config checked away from the DNS it will run with, such as a Kubernetes ConfigMap
+    /// whose backend is a Service name, checked in CI. Gives no snapshot: nothing may serve
+    /// unresolved addresses.
+    pub fn check_without_lookup(f: FileConfig) -> Result<(), ConfigError> {
+        Self::validate(f, Lookup::Skip).map(drop)
+    }
+
+    fn validate(f: FileConfig, lookup: Lookup) -> Result<Self, ConfigError> {
         let mut p = Problems::default();
         let startup = startup(&f, &mut p);
         let bases = bases(&f, &mut p);
@@ -228,10 +266,11 @@ impl Snapshot {
             "v1.default_service",
             BusinessCode::parse(&f.v1.default_service),
         );
-        let upstream = upstream::upstream(&f.upstream, &mut p);
+        let upstream = upstream::upstream(&f.upstream, lookup, &mut p);
         let auth = auth::auth(&f.auth, &mut p);
         let retirement = retirement::retirement(&f.retirement, &auth.agents, &mut p);
         let limits = limits::limits(&f.limits, &mut p);
+        let rate_limit = rate_limit::rate_limit(&f.rate_limit, &mut p);
         match (startup, bases, v1_default_service) {
             (Some(startup), Some(bases), Some(v1_default_service)) if p.0.is_empty() => {
                 Ok(Snapshot {
@@ -243,6 +282,7 @@ impl Snapshot {
                     limits,
                     validation: f.validation.mode,
                     retirement,
+                    rate_limit,
                 })
             }
             _ => Err(ConfigError::Invalid(p.0)),
@@ -340,6 +380,31 @@ services = ["ok", "bad code"]
         ] {
             assert!(keys.iter().any(|k| k == want), "missing {want} in {keys:?}");
         }
+    }
+
+    #[test]
+    fn without_lookup_host_names_are_checked_for_form_only() {
+        let mut f = testing::config();
+        f.upstream.addresses = vec!["backend.example.invalid:8080".into()];
+        assert!(Snapshot::from_file(f.clone()).is_err());
+        assert!(Snapshot::check_without_lookup(f.clone()).is_ok());
+        f.upstream.addresses = vec!["no-port".into(), ":80".into(), "h:x".into()];
+        f.v1.default_service = "a/b".into();
+        let keys: Vec<String> = Snapshot::check_without_lookup(f)
+            .unwrap_err()
+            .problems()
+            .into_iter()
+            .map(|p| p.key)
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "v1.default_service",
+                "upstream.addresses[0]",
+                "upstream.addresses[1]",
+                "upstream.addresses[2]"
+            ]
+        );
     }
 
     #[test]

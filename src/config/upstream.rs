@@ -8,7 +8,7 @@ use std::time::Duration;
 use pingora::upstreams::peer::{HttpPeer, Peer};
 
 use super::file::UpstreamFile;
-use super::{millis, Problems};
+use super::{millis, Lookup, Problems};
 
 /// The backend: pre-resolved addresses with peers built once.
 #[derive(Debug, Clone)]
@@ -24,7 +24,16 @@ pub struct UpstreamConfig {
     pub health_check_path: Option<String>,
 }
 
-fn resolve(s: &str) -> Result<SocketAddr, String> {
+fn resolve(s: &str, lookup: Lookup) -> Result<SocketAddr, String> {
+    if lookup == Lookup::Skip {
+        // The form only; the placeholder address is never served (see `Lookup::Skip`).
+        let port = s
+            .rsplit_once(':')
+            .filter(|(host, _)| !host.is_empty())
+            .and_then(|(_, port)| port.parse::<u16>().ok())
+            .ok_or_else(|| format!("{s:?} is not a host:port"))?;
+        return Ok(SocketAddr::from(([0, 0, 0, 0], port)));
+    }
     let mut addrs = s
         .to_socket_addrs()
         .map_err(|e| format!("{s:?} is not a resolvable host:port ({e})"))?;
@@ -60,8 +69,8 @@ fn load_ca(path: &str) -> Result<Arc<pingora::protocols::tls::CaType>, String> {
     Ok(Arc::from(certs.into_boxed_slice()))
 }
 
-/// Validates `[upstream]`.
-pub(super) fn upstream(f: &UpstreamFile, p: &mut Problems) -> UpstreamConfig {
+/// Validates `[upstream]`, looking its host names up unless `lookup` says not to.
+pub(super) fn upstream(f: &UpstreamFile, lookup: Lookup, p: &mut Problems) -> UpstreamConfig {
     if f.addresses.is_empty() {
         p.push("upstream.addresses", "needs at least one host:port");
     }
@@ -69,7 +78,7 @@ pub(super) fn upstream(f: &UpstreamFile, p: &mut Problems) -> UpstreamConfig {
         .addresses
         .iter()
         .enumerate()
-        .filter_map(|(i, a)| p.check(format!("upstream.addresses[{i}]"), resolve(a)))
+        .filter_map(|(i, a)| p.check(format!("upstream.addresses[{i}]"), resolve(a, lookup)))
         .collect();
     let connect_timeout = millis("upstream.connect_timeout_ms", f.connect_timeout_ms, p);
     let read_timeout = millis("upstream.read_timeout_ms", f.read_timeout_ms, p);

@@ -8,6 +8,7 @@ use crate::api::reply::{Reply, V1Refusal};
 use crate::api::schema::Rule;
 use crate::policy::admit::{Identified, Refusal};
 use crate::policy::auth::AuthFailure;
+use crate::policy::rate_limit::Decision;
 
 /// The protocol a client spoke.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -88,6 +89,8 @@ pub struct Exchange {
     pub refused: Option<Reply>,
     /// The schema rule the body broke (refused in enforce mode, forwarded in report mode).
     pub validation_failure: Option<Rule>,
+    /// The rate limit's decision, when the agent has a limit and the request got that far.
+    pub rate_limit: Option<Decision>,
     pub status: u16,
     pub upstream: UpstreamRecord,
     pub bytes_in: usize,
@@ -111,6 +114,7 @@ impl Exchange {
             auth_failure: None,
             refused: None,
             validation_failure: None,
+            rate_limit: None,
             status: 0,
             upstream: UpstreamRecord::default(),
             bytes_in: 0,

@@ -16,6 +16,7 @@ use crate::api::operation::{ApiVersion, Operation};
 use crate::observe::exchange::{Exchange, Protocol, UpstreamErrorKind};
 use crate::observe::usage::UsageTracker;
 use crate::policy::auth::AuthFailure;
+use crate::policy::rate_limit::{BackendError, DecidedBy};
 
 /// Bucket bounds in seconds: 100 µs doubling up to about 52 s.
 fn latency_buckets() -> Vec<f64> {
@@ -68,6 +69,9 @@ pub struct Telemetry {
     v1_last_seen: GaugeVec,
     validation_failures: IntCounterVec,
     rate_limited: IntCounterVec,
+    /// By what decided, then allowed (0) or limited (1).
+    rate_limit_decisions: [[IntCounter; 2]; DecidedBy::ALL.len()],
+    rate_limit_backend_errors: [IntCounter; BackendError::ALL.len()],
     /// Per-agent counts behind `/v1-usage`.
     pub usage: UsageTracker,
 }
@@ -200,7 +204,25 @@ impl Telemetry {
         registry.register(Box::new(v1_refusals.clone()))?;
         registry.register(Box::new(v1_last_seen.clone()))?;
         registry.register(Box::new(validation_failures.clone()))?;
+        let rate_limit_decisions = IntCounterVec::new(
+            Opts::new(
+                "agent_gateway_rate_limit_decisions_total",
+                "Rate-limit decisions on requests of agents with a limit, by what decided \
+                 (local, redis, on_redis_error) and result (allowed, limited).",
+            ),
+            &["backend", "result"],
+        )?;
+        let rate_limit_backend_errors = IntCounterVec::new(
+            Opts::new(
+                "agent_gateway_rate_limit_backend_errors_total",
+                "Rate-limit decisions Redis did not make, so on_redis_error applied, by kind \
+                 (timeout, error, unavailable: not asked during the cooldown after a failure).",
+            ),
+            &["kind"],
+        )?;
         registry.register(Box::new(rate_limited.clone()))?;
+        registry.register(Box::new(rate_limit_decisions.clone()))?;
+        registry.register(Box::new(rate_limit_backend_errors.clone()))?;
 
         let by_route = std::array::from_fn(|v| {
             std::array::from_fn(|o| RouteHandles {
@@ -245,6 +267,12 @@ impl Telemetry {
             usage: UsageTracker::default(),
             validation_failures,
             rate_limited,
+            rate_limit_decisions: DecidedBy::ALL.map(|by| {
+                ["allowed", "limited"]
+                    .map(|result| rate_limit_decisions.with_label_values(&[by.as_str(), result]))
+            }),
+            rate_limit_backend_errors: BackendError::ALL
+                .map(|kind| rate_limit_backend_errors.with_label_values(&[kind.as_str()])),
         })
     }
 
@@ -289,6 +317,12 @@ impl Telemetry {
             self.validation_failures
                 .with_label_values(&[operation, rule.as_str()])
                 .inc();
+        }
+        if let Some(decision) = ex.rate_limit {
+            self.rate_limit_decisions[decision.by as usize][usize::from(!decision.allowed())].inc();
+            if let Some(kind) = decision.error {
+                self.rate_limit_backend_errors[kind as usize].inc();
+            }
         }
         if ex.rate_limited() {
             let agent = ex.agent_id.as_deref().unwrap_or("unknown");

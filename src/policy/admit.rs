@@ -19,6 +19,7 @@ use crate::api::schema::ObjectSchema;
 use crate::config::{Agent, RateLimit, Snapshot, ValidationMode};
 use crate::http1::{has_token, names_headers};
 use crate::policy::auth::{authenticate, AuthFailure, AGENT_ID_HEADER, AUTH_TOKEN_HEADER};
+use crate::policy::rate_limit::{self, Outcome};
 use crate::policy::{headers, retirement};
 
 /// A request head, whatever protocol carried it.
@@ -207,10 +208,21 @@ impl<'s> Refusal<'s> {
     }
 }
 
-/// The refusal of a forwardable request whose agent is over its rate limit for `wait` more.
-pub fn rate_limited<'s>(forward: &Forward<'s>, wait: Duration) -> Refusal<'s> {
-    let retry_after_secs = wait.as_secs_f64().ceil().max(1.0) as u64;
-    Refusal::new(forward.who, Reply::RateLimited { retry_after_secs })
+/// The refusal of a forwardable request that the rate limit did not allow: over the limit
+/// (429, `Retry-After` when a request would be allowed), or unverifiable with
+/// `on_redis_error = "deny"` (429, `Retry-After` when Redis is next asked). `None`: allowed.
+pub fn rate_limit_refusal<'s>(forward: &Forward<'s>, outcome: Outcome) -> Option<Refusal<'s>> {
+    let secs = |wait: Duration| wait.as_secs_f64().ceil().max(1.0) as u64;
+    let reply = match outcome {
+        Outcome::Allowed => return None,
+        Outcome::OverLimit { retry_after } => Reply::RateLimited {
+            retry_after_secs: secs(retry_after),
+        },
+        Outcome::Unverified => Reply::RateLimitUnverified {
+            retry_after_secs: secs(rate_limit::redis::COOLDOWN),
+        },
+    };
+    Some(Refusal::new(forward.who, reply))
 }
 
 /// The signal headers an answer carries: `Deprecation`, `Sunset` and `Link` on every v1

@@ -1,5 +1,7 @@
 //! Per-request policy as plain functions over plain data: what the gateway decides about a
-//! request before and apart from any I/O.
+//! request before and apart from any I/O. One decision needs I/O by nature: a rate limit the
+//! replicas share, whose state lives in Redis ([`rate_limit::redis`]); it sits behind the same
+//! [`rate_limit::Limiter`] trait as the in-process buckets.
 
 pub mod admit;
 pub mod auth;

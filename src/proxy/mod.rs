@@ -35,7 +35,7 @@ use pingora::server::ShutdownWatch;
 
 use crate::config::Snapshot;
 use crate::observe::telemetry::Telemetry;
-use crate::policy::rate_limit::RateLimiter;
+use crate::policy::rate_limit::RateLimits;
 use crate::policy::request_id::RequestIds;
 use upstream::Upstream;
 
@@ -45,7 +45,7 @@ pub struct ProxyApp {
     upstream: Upstream,
     ids: RequestIds,
     telemetry: Arc<Telemetry>,
-    rate_limits: RateLimiter,
+    rate_limits: Arc<RateLimits>,
     in_flight: Arc<InFlight>,
     /// `listen.http2`: serve HTTP/2 to the clients that ask for it.
     http2: bool,
@@ -59,6 +59,7 @@ impl ProxyApp {
         config: Arc<ArcSwap<Snapshot>>,
         telemetry: Arc<Telemetry>,
         upstream: Upstream,
+        rate_limits: Arc<RateLimits>,
         in_flight: Arc<InFlight>,
         drain: Drain,
     ) -> Self {
@@ -76,7 +77,7 @@ impl ProxyApp {
             upstream,
             ids: RequestIds::default(),
             telemetry,
-            rate_limits: RateLimiter::default(),
+            rate_limits,
             in_flight,
             drain,
         }

@@ -60,10 +60,13 @@ impl ProxyApp {
         // Only authenticated requests reach the bucket, so strangers cannot spend an agent's
         // budget; and only ones admitted otherwise, so a refused request spends none.
         if let Some((agent, limit)) = forward.rate_limit {
-            if let Err(wait) = self.rate_limits.check(&agent.id, limit, ex.started) {
-                return self
-                    .refuse(d, snap, ex, &admit::rate_limited(&forward, wait))
-                    .await;
+            let decision = self
+                .rate_limits
+                .check(&snap.rate_limit, &agent.id, limit, ex.started)
+                .await;
+            ex.rate_limit = Some(decision);
+            if let Some(refusal) = admit::rate_limit_refusal(&forward, decision.outcome) {
+                return self.refuse(d, snap, ex, &refusal).await;
             }
         }
         let signals = admit::retirement_signals(snap, &forward.who);

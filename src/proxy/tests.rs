@@ -23,6 +23,7 @@ use crate::config::{testing, FileConfig};
 use crate::http1::client::ResponseReader;
 use crate::http1::RequestHead;
 use crate::observe::telemetry::Telemetry;
+use crate::policy::rate_limit::RateLimits;
 
 /// Bytes an in-memory stream buffers each way.
 const PIPE: usize = 256 * 1024;
@@ -160,10 +161,13 @@ impl Harness {
             Arc::new(UpstreamPool::new(8)),
             Arc::new(UpstreamHealth::default()),
         );
+        let snapshot = cfg.snapshot();
+        let rate_limits = Arc::new(RateLimits::new(&snapshot.rate_limit));
         let app = ProxyApp::new(
-            Arc::new(ArcSwap::from_pointee(cfg.snapshot())),
+            Arc::new(ArcSwap::from_pointee(snapshot)),
             Arc::new(telemetry),
             upstream,
+            rate_limits,
             Arc::new(InFlight::default()),
             Drain::default(),
         );
@@ -520,4 +524,3 @@ async fn a_refused_agent_never_costs_a_backend_connection() {
     assert!(a.body.contains("41001"), "{a:?}");
     assert_eq!(h.connects(), 0);
 }
-

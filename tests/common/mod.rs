@@ -6,6 +6,7 @@
 
 pub mod pki;
 pub mod python;
+pub mod redis;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

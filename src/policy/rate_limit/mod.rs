@@ -1,45 +1,272 @@
-//! Per-agent rate limits: a token bucket per configured agent, checked after authentication so
-//! unauthenticated traffic can never spend an agent's budget.
+//! Per-agent rate limits, asked after admission (so neither strangers nor requests refused for
+//! their own faults spend an agent's budget), and only for agents that have a limit.
 //!
-//! Buckets outlive config reloads (keyed by agent id); a changed limit applies to the existing
-//! bucket. The clock is an argument, so tests need no sleeping.
+//! A [`Limiter`] decides for one agent and its limit: [`local::LocalLimiter`] keeps token
+//! buckets in this process; [`redis::RedisLimiter`] runs one GCRA script per decision on a
+//! Redis every replica shares. [`decide`] is the rule between them: the shared backend decides,
+//! and when it cannot, `on_redis_error` does. [`RateLimits`] is what the data plane holds: the
+//! local buckets and the current Redis connection. It is built at assembly from the first
+//! snapshot, follows each reload ([`RateLimits::configure`]), and each request asks it under its
+//! own snapshot's `[rate_limit]`. (After linkerd's `local_rate_limit`: the state behind a trait,
+//! the clock an argument.)
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+pub mod local;
+pub mod redis;
+
+use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::config::RateLimit;
+use arc_swap::ArcSwapOption;
 
-struct Bucket {
-    tokens: f64,
-    last: Instant,
+use self::local::LocalLimiter;
+use self::redis::RedisLimiter;
+use crate::config::{OnRedisError, RateLimit, RateLimitConfig};
+
+/// A limiter's answer for one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Allowed,
+    /// Over the limit; a request would be allowed after `retry_after`.
+    OverLimit {
+        retry_after: Duration,
+    },
 }
 
-/// Token buckets of every rate-limited agent.
+/// Why the shared backend gave no verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendError {
+    /// No answer within `rate_limit.timeout_ms`.
+    Timeout,
+    /// The connection or the call failed.
+    Failed,
+    /// Not asked: it failed moments ago, and is left alone until its cooldown ends.
+    Unavailable,
+}
+
+impl BackendError {
+    pub const ALL: [BackendError; 3] = [
+        BackendError::Timeout,
+        BackendError::Failed,
+        BackendError::Unavailable,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendError::Timeout => "timeout",
+            BackendError::Failed => "error",
+            BackendError::Unavailable => "unavailable",
+        }
+    }
+}
+
+/// One backend of per-agent limits. Asking is async so that a remote store fits; a local one
+/// returns a ready future and costs a plain call.
+pub trait Limiter: Send + Sync {
+    /// Spends one request of `agent_id`'s budget under `limit`, or says when it may go.
+    fn check(
+        &self,
+        agent_id: &str,
+        limit: RateLimit,
+        now: Instant,
+    ) -> impl Future<Output = Result<Verdict, BackendError>> + Send;
+}
+
+/// What decided a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecidedBy {
+    /// This process's buckets: the configured backend, or Redis' fallback.
+    Local,
+    /// The shared Redis.
+    Redis,
+    /// `on_redis_error = "allow"` or `"deny"`, without any bucket.
+    OnRedisError,
+}
+
+impl DecidedBy {
+    pub const ALL: [DecidedBy; 3] = [DecidedBy::Local, DecidedBy::Redis, DecidedBy::OnRedisError];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecidedBy::Local => "local",
+            DecidedBy::Redis => "redis",
+            DecidedBy::OnRedisError => "on_redis_error",
+        }
+    }
+}
+
+/// What happens to the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Allowed,
+    /// 429: over the limit.
+    OverLimit {
+        retry_after: Duration,
+    },
+    /// 429: the limit could not be checked and `on_redis_error = "deny"`.
+    Unverified,
+}
+
+impl From<Verdict> for Outcome {
+    fn from(v: Verdict) -> Self {
+        match v {
+            Verdict::Allowed => Outcome::Allowed,
+            Verdict::OverLimit { retry_after } => Outcome::OverLimit { retry_after },
+        }
+    }
+}
+
+/// The rate limit's decision on one request, with what made it (for metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    pub outcome: Outcome,
+    pub by: DecidedBy,
+    /// Why the shared backend did not decide, when it was asked and did not.
+    pub error: Option<BackendError>,
+}
+
+impl Decision {
+    pub fn allowed(&self) -> bool {
+        self.outcome == Outcome::Allowed
+    }
+}
+
+/// The decision of a `local` backend.
+pub async fn decide_locally<L: Limiter>(
+    local: &L,
+    agent_id: &str,
+    limit: RateLimit,
+    now: Instant,
+) -> Decision {
+    Decision {
+        // The local buckets cannot fail; a limiter that did would let the request through.
+        outcome: local
+            .check(agent_id, limit, now)
+            .await
+            .map_or(Outcome::Allowed, Outcome::from),
+        by: DecidedBy::Local,
+        error: None,
+    }
+}
+
+/// The decision of a shared backend, and when it gives none, `on_error`'s: `local` asks this
+/// process's buckets, `allow` lets the request through, `deny` refuses it.
+pub async fn decide<S: Limiter, L: Limiter>(
+    shared: &S,
+    local: &L,
+    on_error: OnRedisError,
+    agent_id: &str,
+    limit: RateLimit,
+    now: Instant,
+) -> Decision {
+    let error = match shared.check(agent_id, limit, now).await {
+        Ok(verdict) => {
+            return Decision {
+                outcome: verdict.into(),
+                by: DecidedBy::Redis,
+                error: None,
+            }
+        }
+        Err(e) => e,
+    };
+    let fallback = match on_error {
+        OnRedisError::Local => decide_locally(local, agent_id, limit, now).await,
+        OnRedisError::Allow => Decision {
+            outcome: Outcome::Allowed,
+            by: DecidedBy::OnRedisError,
+            error: None,
+        },
+        OnRedisError::Deny => Decision {
+            outcome: Outcome::Unverified,
+            by: DecidedBy::OnRedisError,
+            error: None,
+        },
+    };
+    Decision {
+        error: Some(error),
+        ..fallback
+    }
+}
+
+/// A shared backend that is not there (a request that still runs on a Redis snapshot just
+/// after a reload to `local`): every question is a failure, so `on_redis_error` applies.
+struct Absent;
+
+impl Limiter for Absent {
+    fn check(
+        &self,
+        _: &str,
+        _: RateLimit,
+        _: Instant,
+    ) -> impl Future<Output = Result<Verdict, BackendError>> + Send {
+        std::future::ready(Err(BackendError::Unavailable))
+    }
+}
+
+/// The rate limiter the proxy holds: this process's buckets (the `local` backend, and Redis'
+/// fallback; they outlive reloads) and the connection to the configured Redis, if any.
 #[derive(Default)]
-pub struct RateLimiter {
-    buckets: Mutex<HashMap<String, Bucket>>,
+pub struct RateLimits {
+    local: LocalLimiter,
+    redis: ArcSwapOption<RedisLimiter>,
 }
 
-impl RateLimiter {
-    /// Takes one token from `agent_id`'s bucket, or says how long until one is available.
-    pub fn check(&self, agent_id: &str, limit: RateLimit, now: Instant) -> Result<(), Duration> {
-        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
-        let burst = f64::from(limit.burst);
-        let bucket = buckets.entry(agent_id.to_owned()).or_insert(Bucket {
-            tokens: burst,
-            last: now,
-        });
-        let elapsed = now.saturating_duration_since(bucket.last).as_secs_f64();
-        bucket.tokens = (bucket.tokens + elapsed * limit.per_second).min(burst);
-        bucket.last = now;
-        if bucket.tokens >= 1.0 {
-            bucket.tokens -= 1.0;
-            Ok(())
-        } else {
-            Err(Duration::from_secs_f64(
-                (1.0 - bucket.tokens) / limit.per_second,
-            ))
+impl RateLimits {
+    /// The limiter for `config`, connecting to Redis lazily (on the first request that needs it).
+    pub fn new(config: &RateLimitConfig) -> Self {
+        let limits = Self::default();
+        limits.configure(config);
+        limits
+    }
+
+    /// Follows a new `[rate_limit]`: a new Redis URL, CA or timeout gets a new connection (the
+    /// old one closes once no request uses it); a new prefix keeps the connection; `local`
+    /// drops it. Never blocks: connections are made by the requests that use them.
+    pub fn configure(&self, config: &RateLimitConfig) {
+        let RateLimitConfig::Redis(wanted) = config else {
+            self.redis.store(None);
+            return;
+        };
+        let current = self.redis.load_full();
+        let next = match current.as_deref() {
+            Some(running) if running.config() == wanted => return,
+            Some(running) if running.config().same_connection(wanted) => {
+                running.with_config(wanted.clone())
+            }
+            _ => match RedisLimiter::new(wanted.clone()) {
+                Ok(limiter) => {
+                    tracing::info!(url = %wanted.url, "rate limits: using Redis");
+                    limiter
+                }
+                Err(e) => {
+                    // Only a CA the TLS library refuses gets here (the config checked the rest):
+                    // every decision then takes `on_redis_error`.
+                    tracing::error!(url = %wanted.url, error = %e, "rate limits: cannot set up the Redis client");
+                    self.redis.store(None);
+                    return;
+                }
+            },
+        };
+        self.redis.store(Some(Arc::new(next)));
+    }
+
+    /// Decides one request of `agent_id` under `limit`, by the request's own snapshot's
+    /// `[rate_limit]`.
+    pub async fn check(
+        &self,
+        config: &RateLimitConfig,
+        agent_id: &str,
+        limit: RateLimit,
+        now: Instant,
+    ) -> Decision {
+        match config {
+            RateLimitConfig::Local => decide_locally(&self.local, agent_id, limit, now).await,
+            RateLimitConfig::Redis(redis) => match self.redis.load_full() {
+                Some(shared) => {
+                    decide(&*shared, &self.local, redis.on_error, agent_id, limit, now).await
+                }
+                None => decide(&Absent, &self.local, redis.on_error, agent_id, limit, now).await,
+            },
         }
     }
 }
@@ -49,41 +276,124 @@ mod tests {
     use super::*;
 
     const LIMIT: RateLimit = RateLimit {
-        per_second: 2.0,
-        burst: 3,
+        per_second: 1.0,
+        burst: 1,
     };
 
-    #[test]
-    fn a_burst_then_the_sustained_rate() {
-        let rl = RateLimiter::default();
-        let t0 = Instant::now();
-        for _ in 0..3 {
-            assert!(rl.check("a", LIMIT, t0).is_ok());
+    /// A shared backend that always answers `answer`.
+    struct Fixed(Result<Verdict, BackendError>);
+
+    impl Limiter for Fixed {
+        fn check(
+            &self,
+            _: &str,
+            _: RateLimit,
+            _: Instant,
+        ) -> impl Future<Output = Result<Verdict, BackendError>> + Send {
+            std::future::ready(self.0)
         }
-        let wait = rl.check("a", LIMIT, t0).unwrap_err();
-        assert_eq!(wait, Duration::from_millis(500));
-        // Half a second later one token is back, not two.
-        let t1 = t0 + Duration::from_millis(500);
-        assert!(rl.check("a", LIMIT, t1).is_ok());
-        assert!(rl.check("a", LIMIT, t1).is_err());
-        // A long pause refills only up to the burst.
-        let t2 = t1 + Duration::from_secs(60);
-        for _ in 0..3 {
-            assert!(rl.check("a", LIMIT, t2).is_ok());
-        }
-        assert!(rl.check("a", LIMIT, t2).is_err());
     }
 
-    #[test]
-    fn agents_have_separate_buckets() {
-        let rl = RateLimiter::default();
-        let t0 = Instant::now();
-        let one = RateLimit {
-            per_second: 1.0,
-            burst: 1,
+    async fn on(shared: Fixed, on_error: OnRedisError, local: &LocalLimiter) -> Decision {
+        decide(&shared, local, on_error, "a", LIMIT, Instant::now()).await
+    }
+
+    #[tokio::test]
+    async fn the_shared_backend_decides_when_it_answers() {
+        let local = LocalLimiter::default();
+        let over = Verdict::OverLimit {
+            retry_after: Duration::from_millis(300),
         };
-        assert!(rl.check("a", one, t0).is_ok());
-        assert!(rl.check("a", one, t0).is_err());
-        assert!(rl.check("b", one, t0).is_ok());
+        for on_error in [OnRedisError::Local, OnRedisError::Allow, OnRedisError::Deny] {
+            let d = on(Fixed(Ok(over)), on_error, &local).await;
+            assert_eq!(
+                d,
+                Decision {
+                    outcome: Outcome::OverLimit {
+                        retry_after: Duration::from_millis(300)
+                    },
+                    by: DecidedBy::Redis,
+                    error: None
+                }
+            );
+            let d = on(Fixed(Ok(Verdict::Allowed)), on_error, &local).await;
+            assert!(d.allowed() && d.by == DecidedBy::Redis);
+        }
+        // The local buckets were never touched: the agent's one token is still there.
+        assert!(local.take("a", LIMIT, Instant::now()).is_ok());
+    }
+
+    #[tokio::test]
+    async fn on_redis_error_local_falls_back_to_this_processs_buckets() {
+        let local = LocalLimiter::default();
+        let first = on(
+            Fixed(Err(BackendError::Timeout)),
+            OnRedisError::Local,
+            &local,
+        )
+        .await;
+        assert_eq!(
+            first,
+            Decision {
+                outcome: Outcome::Allowed,
+                by: DecidedBy::Local,
+                error: Some(BackendError::Timeout)
+            }
+        );
+        let second = on(
+            Fixed(Err(BackendError::Failed)),
+            OnRedisError::Local,
+            &local,
+        )
+        .await;
+        assert!(matches!(second.outcome, Outcome::OverLimit { .. }));
+        assert_eq!(second.error, Some(BackendError::Failed));
+    }
+
+    #[tokio::test]
+    async fn on_redis_error_allow_and_deny_decide_without_a_bucket() {
+        let local = LocalLimiter::default();
+        for _ in 0..3 {
+            let allow = on(
+                Fixed(Err(BackendError::Unavailable)),
+                OnRedisError::Allow,
+                &local,
+            )
+            .await;
+            assert_eq!(
+                (allow.outcome, allow.by, allow.error),
+                (
+                    Outcome::Allowed,
+                    DecidedBy::OnRedisError,
+                    Some(BackendError::Unavailable)
+                )
+            );
+            let deny = on(
+                Fixed(Err(BackendError::Timeout)),
+                OnRedisError::Deny,
+                &local,
+            )
+            .await;
+            assert_eq!(
+                (deny.outcome, deny.by, deny.error),
+                (
+                    Outcome::Unverified,
+                    DecidedBy::OnRedisError,
+                    Some(BackendError::Timeout)
+                )
+            );
+        }
+        assert!(local.take("a", LIMIT, Instant::now()).is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_local_backend_never_touches_redis_state() {
+        let limits = RateLimits::new(&RateLimitConfig::Local);
+        let now = Instant::now();
+        let d = limits.check(&RateLimitConfig::Local, "a", LIMIT, now).await;
+        assert_eq!((d.outcome, d.by), (Outcome::Allowed, DecidedBy::Local));
+        let d = limits.check(&RateLimitConfig::Local, "a", LIMIT, now).await;
+        assert!(matches!(d.outcome, Outcome::OverLimit { .. }));
+        assert!(limits.redis.load().is_none());
     }
 }

@@ -1,0 +1,287 @@
+//! `[rate_limit]`: where the per-agent limits (`auth.agents[].rate_limit_per_second`, `burst`)
+//! are kept. `local` keeps them in this process; `redis` keeps them in a Redis every replica
+//! shares, so the limits hold across the fleet, with `on_redis_error` saying what happens
+//! when Redis cannot answer within `timeout_ms`.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::IntoConnectionInfo;
+
+use super::file::RateLimitFile;
+use super::{millis, Problems};
+
+/// Where the per-agent buckets live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RateLimitBackend {
+    /// In this process: each replica allows every agent its whole limit.
+    #[default]
+    Local,
+    /// In a Redis shared by every replica: the limit holds across them all.
+    Redis,
+}
+
+/// What a request of a rate-limited agent gets when Redis cannot decide in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnRedisError {
+    /// This replica's own in-process buckets decide (the limit then holds per replica).
+    #[default]
+    Local,
+    /// Let the request through.
+    Allow,
+    /// Refuse it with 429 (message_code 42901).
+    Deny,
+}
+
+/// A `redis://` or `rediss://` URL, checked by the client's own parser. It may carry a
+/// password, so `Debug` and `Display` print it with the password masked.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RedisUrl(String);
+
+impl RedisUrl {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let scheme = s.split_once("://").map(|(scheme, _)| scheme);
+        if !matches!(scheme, Some("redis" | "rediss")) {
+            return Err(format!(
+                "{} must start with redis:// or rediss:// (TLS)",
+                mask_password(s)
+            ));
+        }
+        // The parser's message never repeats the URL, so it cannot leak the password.
+        s.into_connection_info()
+            .map_err(|e| format!("{} is not a Redis URL: {e}", mask_password(s)))?;
+        Ok(Self(s.to_owned()))
+    }
+
+    /// The URL as written, password included: for the client only, never for logs.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether it asks for TLS.
+    pub fn is_tls(&self) -> bool {
+        self.0.starts_with("rediss://")
+    }
+}
+
+/// `scheme://user:***@host...`: the URL with anything after the user name's `:` masked.
+fn mask_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            let masked = if userinfo.contains(':') { ":***" } else { "" };
+            format!("{scheme}://{user}{masked}@{host}{tail}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+impl fmt::Display for RedisUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&mask_password(&self.0))
+    }
+}
+
+impl fmt::Debug for RedisUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RedisUrl({self})")
+    }
+}
+
+/// The Redis backend's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RedisLimitConfig {
+    pub url: RedisUrl,
+    /// PEM CA certificates the server's certificate must chain to (`rediss://` only); `None`:
+    /// the system's roots.
+    pub ca_pem: Option<Arc<[u8]>>,
+    pub on_error: OnRedisError,
+    /// Bounds every Redis call; past it, `on_error` applies.
+    pub timeout: Duration,
+    /// Put before each agent id to make its key.
+    pub key_prefix: String,
+}
+
+impl RedisLimitConfig {
+    /// Whether `other` talks to the same server the same way, so a connection made for one
+    /// serves the other (the prefix and `on_error` are per call).
+    pub fn same_connection(&self, other: &RedisLimitConfig) -> bool {
+        self.url == other.url && self.ca_pem == other.ca_pem && self.timeout == other.timeout
+    }
+}
+
+/// The validated `[rate_limit]` section.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RateLimitConfig {
+    Local,
+    Redis(RedisLimitConfig),
+}
+
+/// Reads a PEM file that must hold at least one certificate.
+fn read_ca(path: &str) -> Result<Arc<[u8]>, String> {
+    let pem = std::fs::read(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    let mut found = 0;
+    for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
+        cert.map_err(|e| format!("{path}: {e}"))?;
+        found += 1;
+    }
+    if found == 0 {
+        return Err(format!("{path} holds no PEM certificate"));
+    }
+    Ok(pem.into())
+}
+
+/// Validates `[rate_limit]`. The Redis settings are checked whatever the backend, so a
+/// mistake is found before the day someone switches to it.
+pub(super) fn rate_limit(f: &RateLimitFile, p: &mut Problems) -> RateLimitConfig {
+    let timeout = millis("rate_limit.timeout_ms", f.timeout_ms, p);
+    let url = match &f.redis_url {
+        Some(u) => p.check("rate_limit.redis_url", RedisUrl::parse(u)),
+        None if f.backend == RateLimitBackend::Redis => {
+            p.push("rate_limit.redis_url", "required when backend = \"redis\"");
+            None
+        }
+        None => None,
+    };
+    let ca_pem = match &f.redis_ca_file {
+        None => None,
+        Some(path) => {
+            if url.as_ref().is_some_and(|u| !u.is_tls()) || f.redis_url.is_none() {
+                p.push(
+                    "rate_limit.redis_ca_file",
+                    "only used with a rediss:// (TLS) redis_url",
+                );
+            }
+            p.check("rate_limit.redis_ca_file", read_ca(path))
+        }
+    };
+    match (f.backend, url) {
+        (RateLimitBackend::Redis, Some(url)) => RateLimitConfig::Redis(RedisLimitConfig {
+            url,
+            ca_pem,
+            on_error: f.on_redis_error,
+            timeout,
+            key_prefix: f.key_prefix.clone(),
+        }),
+        _ => RateLimitConfig::Local,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::file::RateLimitFile;
+    use crate::config::testing;
+    use crate::config::Snapshot;
+
+    fn redis_file(url: &str) -> RateLimitFile {
+        RateLimitFile {
+            backend: RateLimitBackend::Redis,
+            redis_url: Some(url.into()),
+            ..RateLimitFile::default()
+        }
+    }
+
+    fn validated(f: RateLimitFile) -> Result<RateLimitConfig, Vec<String>> {
+        let mut cfg = testing::config();
+        cfg.rate_limit = f;
+        Snapshot::from_file(cfg)
+            .map(|s| s.rate_limit)
+            .map_err(|e| e.problems().into_iter().map(|p| p.to_string()).collect())
+    }
+
+    #[test]
+    fn local_is_the_default() {
+        assert_eq!(testing::snapshot().rate_limit, RateLimitConfig::Local);
+    }
+
+    #[test]
+    fn a_redis_backend_gets_the_documented_defaults() {
+        let RateLimitConfig::Redis(r) = validated(redis_file("redis://127.0.0.1:6379/0")).unwrap()
+        else {
+            panic!("expected the redis backend");
+        };
+        assert_eq!(r.on_error, OnRedisError::Local);
+        assert_eq!(r.timeout, Duration::from_millis(50));
+        assert_eq!(r.key_prefix, "agent-gateway:");
+        assert!(r.ca_pem.is_none());
+    }
+
+    #[test]
+    fn a_redis_backend_needs_a_url_and_a_url_must_be_redis() {
+        let missing = RateLimitFile {
+            backend: RateLimitBackend::Redis,
+            ..RateLimitFile::default()
+        };
+        assert_eq!(
+            validated(missing).unwrap_err(),
+            ["rate_limit.redis_url: required when backend = \"redis\""]
+        );
+        let http = validated(redis_file("http://127.0.0.1:6379")).unwrap_err();
+        assert!(http[0].starts_with("rate_limit.redis_url: "), "{http:?}");
+        let zero = RateLimitFile {
+            timeout_ms: 0,
+            ..redis_file("redis://127.0.0.1:6379")
+        };
+        assert_eq!(
+            validated(zero).unwrap_err(),
+            ["rate_limit.timeout_ms: must be greater than 0"]
+        );
+    }
+
+    #[test]
+    fn the_redis_settings_are_checked_even_while_the_backend_is_local() {
+        let f = RateLimitFile {
+            backend: RateLimitBackend::Local,
+            ..redis_file("redis://127.0.0.1:notaport")
+        };
+        assert_eq!(validated(f).unwrap_err().len(), 1);
+    }
+
+    #[test]
+    fn a_ca_file_goes_with_tls_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "").unwrap();
+        let f = RateLimitFile {
+            redis_ca_file: Some(empty.display().to_string()),
+            ..redis_file("redis://127.0.0.1:6379")
+        };
+        let problems = validated(f).unwrap_err();
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems
+            .iter()
+            .all(|p| p.starts_with("rate_limit.redis_ca_file: ")));
+    }
+
+    #[test]
+    fn the_password_never_shows() {
+        let url = "rediss://default:s3cr%40t@redis.example:6380/2";
+        let parsed = RedisUrl::parse(url).unwrap();
+        assert_eq!(
+            parsed.to_string(),
+            "rediss://default:***@redis.example:6380/2"
+        );
+        assert!(!format!("{parsed:?}").contains("s3cr"));
+        assert_eq!(parsed.expose(), url);
+        let bad = RedisUrl::parse("redis://:hunter2@host:port/0").unwrap_err();
+        assert!(!bad.contains("hunter2"), "{bad}");
+        let not_redis = RedisUrl::parse("memcache://:hunter2@host:1/0").unwrap_err();
+        assert!(!not_redis.contains("hunter2"), "{not_redis}");
+        assert_eq!(
+            mask_password("redis://:pw@127.0.0.1:1/0"),
+            "redis://:***@127.0.0.1:1/0"
+        );
+        assert_eq!(mask_password("redis://h:1"), "redis://h:1");
+        let file = format!("{:?}", redis_file(url));
+        assert!(!file.contains("s3cr"), "{file}");
+    }
+}

@@ -1,0 +1,546 @@
+//! The Kubernetes manifests in `deploy/kubernetes/`, rendered with `kubectl kustomize` as a
+//! platform team would apply them, checked against the binary: the ConfigMap's config passes
+//! `agent-gateway check-config`, the probes, ports and paths are the ones a gateway running
+//! that config answers on, the PrometheusRule carries `config/prometheus/alerts.yml` (and
+//! passes promtool), the dashboard ConfigMap carries `config/grafana/agent-gateway.json`, and
+//! the Redis overlay is the base plus a shared rate limit that works.
+//!
+//! kustomize reads only files under a kustomization's root, so three files there are copies
+//! made from their sources by this test. When a source changes, regenerate them with
+//! `UPDATE_KUBERNETES=1 cargo test --test kubernetes` (then commit the result).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use agent_gateway::config::{FileConfig, OnRedisError, RateLimitBackend};
+use serde::Deserialize;
+use serde_json::Value;
+
+use common::redis::{which, RedisServer};
+use common::*;
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+const BASE: &str = "deploy/kubernetes/base";
+const REDIS_OVERLAY: &str = "deploy/kubernetes/overlays/redis";
+const ALERTS: &str = "config/prometheus/alerts.yml";
+const DASHBOARD_SOURCE: &str = "config/grafana/agent-gateway.json";
+/// The key (file name) of the gateway's config in its ConfigMap.
+const CONFIG_KEY: &str = "gateway.toml";
+/// The token whose digest the example agent has (the demo's, `config/gateway.toml`).
+const EXAMPLE_TOKEN: &str = "demo-token";
+
+fn path(relative: &str) -> PathBuf {
+    Path::new(ROOT).join(relative)
+}
+
+fn read(relative: &str) -> String {
+    std::fs::read_to_string(path(relative)).unwrap_or_else(|e| panic!("{relative}: {e}"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The generated copies
+// ---------------------------------------------------------------------------------------------
+
+/// What the Redis overlay appends to the base's config.
+const REDIS_SECTION: &str = r#"
+# Added by the Redis overlay: the per-agent limits are kept in the Redis of redis.yaml, shared
+# by every replica. While it does not answer within timeout_ms, each replica uses its own
+# buckets (on_redis_error = "local") and counts agent_gateway_rate_limit_backend_errors_total.
+[rate_limit]
+backend = "redis"
+redis_url = "redis://agent-gateway-redis:6379/0"
+on_redis_error = "local"
+timeout_ms = 50
+key_prefix = "agent-gateway:"
+"#;
+
+/// Each generated file (relative path) and the text it must hold.
+fn generated() -> Vec<(String, String)> {
+    let alerts = read(ALERTS);
+    let indented: String = alerts
+        .lines()
+        .map(|l| {
+            if l.is_empty() {
+                "\n".to_string()
+            } else {
+                format!("  {l}\n")
+            }
+        })
+        .collect();
+    let rule = format!(
+        "# Generated from {ALERTS} by tests/kubernetes.rs; do not edit. Regenerate with\n\
+         # UPDATE_KUBERNETES=1 cargo test --test kubernetes\n\
+         # Your Prometheus' ruleSelector may want a label here (kube-prometheus-stack: release).\n\
+         apiVersion: monitoring.coreos.com/v1\n\
+         kind: PrometheusRule\n\
+         metadata:\n\
+         \x20 name: agent-gateway\n\
+         spec:\n\
+         {indented}"
+    );
+    vec![
+        (format!("{BASE}/prometheusrule.yaml"), rule),
+        (
+            format!("{BASE}/agent-gateway-dashboard.json"),
+            read(DASHBOARD_SOURCE),
+        ),
+        (
+            format!("{REDIS_OVERLAY}/{CONFIG_KEY}"),
+            read(&format!("{BASE}/{CONFIG_KEY}")) + REDIS_SECTION,
+        ),
+    ]
+}
+
+#[test]
+fn the_copies_kustomize_needs_equal_their_sources() {
+    let update = std::env::var_os("UPDATE_KUBERNETES").is_some();
+    let mut stale = Vec::new();
+    for (file, want) in generated() {
+        if std::fs::read_to_string(path(&file)).ok().as_deref() == Some(want.as_str()) {
+            continue;
+        }
+        if update {
+            std::fs::write(path(&file), want).unwrap();
+        } else {
+            stale.push(file);
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "{stale:?} differ from their sources; regenerate with \
+         `UPDATE_KUBERNETES=1 cargo test --test kubernetes`"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rendering
+// ---------------------------------------------------------------------------------------------
+
+/// The objects `kubectl kustomize dir` renders, as JSON values.
+fn kustomize(dir: &str) -> Vec<Value> {
+    let out = Command::new(which("kubectl"))
+        .args(["kustomize", &path(dir).display().to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl kustomize {dir} (needs kubectl 1.21 or later, with kustomize v4+): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    serde_norway::Deserializer::from_str(&text)
+        .map(|doc| Value::deserialize(doc).unwrap())
+        .collect()
+}
+
+/// The one object of `kind` named `name`.
+fn object<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    let found: Vec<&Value> = objects
+        .iter()
+        .filter(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .collect();
+    assert_eq!(found.len(), 1, "one {kind} {name}");
+    found[0]
+}
+
+/// Whether `selector` (a matchLabels map) selects an object with `labels`.
+fn selects(selector: &Value, labels: &Value) -> bool {
+    let selector = selector.as_object().expect("a label map");
+    !selector.is_empty() && selector.iter().all(|(k, v)| labels[k] == *v)
+}
+
+/// The rendered gateway config: the ConfigMap's file, and its parse.
+fn configmap_config(objects: &[Value]) -> (String, FileConfig) {
+    let text = object(objects, "ConfigMap", "agent-gateway-config")["data"][CONFIG_KEY]
+        .as_str()
+        .expect("the config is in the ConfigMap")
+        .to_string();
+    let parsed = FileConfig::parse(&text).unwrap();
+    (text, parsed)
+}
+
+/// `agent-gateway check-config --no-resolve` on `text` (the ConfigMap names its backend by a
+/// Service name, which resolves only in the cluster).
+fn check_config(text: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join(CONFIG_KEY);
+    std::fs::write(&file, text).unwrap();
+    let out = Command::new(BIN)
+        .args(["check-config", "--no-resolve"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "check-config refused the ConfigMap's config: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn port_of(address: &str) -> u64 {
+    address.rsplit_once(':').unwrap().1.parse().unwrap()
+}
+
+/// The gateway container of the Deployment.
+fn gateway_container(deployment: &Value) -> &Value {
+    let containers = deployment["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap();
+    assert_eq!(containers.len(), 1);
+    &containers[0]
+}
+
+/// The container port named `name`.
+fn container_port(container: &Value, name: &str) -> u64 {
+    container["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("no container port {name}"))["containerPort"]
+        .as_u64()
+        .unwrap()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The base
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn the_base_renders_every_object_and_each_agrees_with_the_gateway_and_the_others() {
+    let objects = kustomize(BASE);
+    let mut kinds: Vec<&str> = objects
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap())
+        .collect();
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        [
+            "ConfigMap",
+            "ConfigMap",
+            "Deployment",
+            "HorizontalPodAutoscaler",
+            "PodDisruptionBudget",
+            "PrometheusRule",
+            "Service",
+            "Service",
+            "ServiceMonitor"
+        ]
+    );
+    let (text, cfg) = configmap_config(&objects);
+    check_config(&text);
+
+    let deployment = object(&objects, "Deployment", "agent-gateway");
+    let pod = &deployment["spec"]["template"];
+    let pod_labels = &pod["metadata"]["labels"];
+    assert!(selects(
+        &deployment["spec"]["selector"]["matchLabels"],
+        pod_labels
+    ));
+    assert!(deployment["spec"]["replicas"].as_u64().unwrap() >= 2);
+    let c = gateway_container(deployment);
+
+    // The container runs the ConfigMap's file, mounted as a directory (a subPath mount would
+    // never see an update).
+    let args: Vec<&str> = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(args[..2], ["run", "--config"]);
+    let config_path = Path::new(args[2]);
+    let volumes = pod["spec"]["volumes"].as_array().unwrap();
+    let mount_of = |volume: &str| {
+        c["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == volume)
+            .unwrap_or_else(|| panic!("volume {volume} is not mounted"))
+    };
+    let config_volume = volumes
+        .iter()
+        .find(|v| v["configMap"]["name"] == "agent-gateway-config")
+        .expect("a volume of the config ConfigMap");
+    let config_mount = mount_of(config_volume["name"].as_str().unwrap());
+    assert_eq!(
+        config_path.parent().unwrap(),
+        Path::new(config_mount["mountPath"].as_str().unwrap())
+    );
+    assert!(config_mount.get("subPath").is_none());
+    assert_eq!(config_path.file_name().unwrap(), CONFIG_KEY);
+
+    // Ports and probes are the config's listeners, on every interface of the pod.
+    assert!(cfg.listen.proxy.starts_with("0.0.0.0:"));
+    let admin = cfg.listen.admin.as_deref().expect("an admin listener");
+    assert!(admin.starts_with("0.0.0.0:"));
+    assert_eq!(container_port(c, "http"), port_of(&cfg.listen.proxy));
+    assert_eq!(container_port(c, "admin"), port_of(admin));
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(c["livenessProbe"]["httpGet"]["port"], "admin");
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(c["readinessProbe"]["httpGet"]["port"], "admin");
+
+    // Shutdown: the preStop pause, then the gateway's own drain, fit in the grace period.
+    let pre_stop = c["lifecycle"]["preStop"]["sleep"]["seconds"]
+        .as_u64()
+        .unwrap();
+    let grace = pod["spec"]["terminationGracePeriodSeconds"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        grace > pre_stop + cfg.server.grace_period_seconds,
+        "terminationGracePeriodSeconds {grace} must exceed preStop {pre_stop} s + \
+         server.grace_period_seconds {}",
+        cfg.server.grace_period_seconds
+    );
+
+    // Non-root on a read-only root filesystem; the upgrade socket's directory is writable.
+    assert_eq!(pod["spec"]["securityContext"]["runAsNonRoot"], true);
+    assert_ne!(pod["spec"]["securityContext"]["runAsUser"], 0);
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+    let sock_dir = Path::new(&cfg.server.upgrade_sock).parent().unwrap();
+    let writable = volumes.iter().any(|v| {
+        v.get("emptyDir").is_some()
+            && Path::new(
+                mount_of(v["name"].as_str().unwrap())["mountPath"]
+                    .as_str()
+                    .unwrap(),
+            ) == sock_dir
+    });
+    assert!(
+        writable,
+        "{} is not on a writable volume",
+        sock_dir.display()
+    );
+    for resource in ["cpu", "memory"] {
+        assert!(
+            c["resources"]["requests"][resource].is_string(),
+            "{resource} request"
+        );
+    }
+
+    // The Services reach the pods' named ports; clients' Service has no admin port.
+    let proxy_service = object(&objects, "Service", "agent-gateway");
+    let admin_service = object(&objects, "Service", "agent-gateway-admin");
+    for (service, port) in [(proxy_service, "http"), (admin_service, "admin")] {
+        assert!(selects(&service["spec"]["selector"], pod_labels));
+        let ports = service["spec"]["ports"].as_array().unwrap();
+        assert_eq!(ports.len(), 1);
+        assert_eq!(ports[0]["targetPort"], port);
+    }
+
+    let pdb = object(&objects, "PodDisruptionBudget", "agent-gateway");
+    assert!(selects(&pdb["spec"]["selector"]["matchLabels"], pod_labels));
+    let hpa = object(&objects, "HorizontalPodAutoscaler", "agent-gateway");
+    assert_eq!(hpa["spec"]["scaleTargetRef"]["kind"], "Deployment");
+    assert_eq!(hpa["spec"]["scaleTargetRef"]["name"], "agent-gateway");
+    assert!(hpa["spec"]["minReplicas"].as_u64().unwrap() >= 2);
+
+    // The ServiceMonitor scrapes the admin Service only, as the job the alerts select.
+    let monitor = object(&objects, "ServiceMonitor", "agent-gateway");
+    let wanted = &monitor["spec"]["selector"]["matchLabels"];
+    assert!(selects(wanted, &admin_service["metadata"]["labels"]));
+    assert!(!selects(wanted, &proxy_service["metadata"]["labels"]));
+    let endpoint = &monitor["spec"]["endpoints"][0];
+    assert_eq!(endpoint["port"], admin_service["spec"]["ports"][0]["name"]);
+    assert_eq!(endpoint["path"], "/metrics");
+    let job_label = monitor["spec"]["jobLabel"].as_str().unwrap();
+    let job = admin_service["metadata"]["labels"][job_label]
+        .as_str()
+        .unwrap();
+    let alerts = read(ALERTS);
+    let jobs: Vec<&str> = alerts
+        .split("job=\"")
+        .skip(1)
+        .map(|rest| rest.split('"').next().unwrap())
+        .collect();
+    assert!(!jobs.is_empty());
+    assert!(
+        jobs.iter().all(|j| *j == job),
+        "alerts select {jobs:?}, scraped as {job}"
+    );
+
+    // The dashboard, as Grafana's sidecar finds it.
+    let dashboard = object(&objects, "ConfigMap", "agent-gateway-dashboard");
+    assert_eq!(dashboard["metadata"]["labels"]["grafana_dashboard"], "1");
+    let data = dashboard["data"].as_object().unwrap();
+    assert_eq!(data.len(), 1);
+    let carried: Value =
+        serde_json::from_str(data.values().next().unwrap().as_str().unwrap()).unwrap();
+    let source: Value = serde_json::from_str(&read(DASHBOARD_SOURCE)).unwrap();
+    assert_eq!(carried, source);
+}
+
+#[test]
+fn the_prometheus_rule_carries_the_shipped_alerts_and_promtool_accepts_them() {
+    let objects = kustomize(BASE);
+    let rule = object(&objects, "PrometheusRule", "agent-gateway");
+    let shipped: Value = serde_norway::from_str(&read(ALERTS)).unwrap();
+    assert_eq!(rule["spec"], shipped);
+    assert!(!shipped["groups"][0]["rules"].as_array().unwrap().is_empty());
+    // promtool reads the rule's spec as a rule file (JSON is YAML).
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rules.yml");
+    std::fs::write(&file, rule["spec"].to_string()).unwrap();
+    let out = Command::new(which("promtool"))
+        .args(["check", "rules"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check rules: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `cfg` made runnable here by typed edits only: listeners on free loopback ports, the
+/// backend `upstream`, the upgrade socket in `dir`.
+fn runnable_here(mut cfg: FileConfig, upstream: std::net::SocketAddr, dir: &Path) -> FileConfig {
+    cfg.listen.proxy = loopback(free_port()).to_string();
+    cfg.listen.admin = Some(loopback(free_port()).to_string());
+    cfg.upstream.addresses = vec![upstream.to_string()];
+    cfg.server.upgrade_sock = dir.join("upgrade.sock").display().to_string();
+    cfg
+}
+
+/// The rendered probes, each as (path, port name).
+fn probes(objects: &[Value]) -> Vec<(String, String)> {
+    let c = gateway_container(object(objects, "Deployment", "agent-gateway"));
+    ["livenessProbe", "readinessProbe"]
+        .iter()
+        .map(|p| {
+            let get = &c[*p]["httpGet"];
+            (
+                get["path"].as_str().unwrap().to_string(),
+                get["port"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Starts the rendered config here and checks that each probe answers 200 on the listener its
+/// port names, and that the example agent's requests go through.
+fn run_and_probe(objects: &[Value], cfg: FileConfig) -> (Gateway, Backend) {
+    let backend = Backend::start();
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::builder(runnable_here(cfg, backend.addr, dir.path())).start();
+    let ports = BTreeMap::from([("admin", gw.admin), ("http", gw.proxy)]);
+    for (probe_path, port) in probes(objects) {
+        let addr = ports[port.as_str()];
+        wait_until(20, &format!("{probe_path} on {port} to answer 200"), || {
+            request(addr, "GET", &probe_path, &[], b"").status == 200
+        });
+    }
+    let example = request(
+        gw.proxy,
+        "GET",
+        "/api/v2/transaction/tx-1/status",
+        &[
+            ("X-Service-Agent-Id", "example-agent"),
+            ("X-Auth-Token", EXAMPLE_TOKEN),
+        ],
+        b"",
+    );
+    assert_eq!(example.status, 200, "{}", example.text());
+    (gw, backend)
+}
+
+#[test]
+fn the_probes_answer_on_a_gateway_running_the_configmaps_config() {
+    let objects = kustomize(BASE);
+    let (_, cfg) = configmap_config(&objects);
+    let (gw, _backend) = run_and_probe(&objects, cfg);
+    assert_eq!(
+        gw.metric("agent_gateway_rate_limit_decisions_total{backend=\"local\",result=\"allowed\"}"),
+        1.0
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The Redis overlay
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn the_redis_overlay_is_the_base_with_a_shared_limit_that_works() {
+    let base = kustomize(BASE);
+    let objects = kustomize(REDIS_OVERLAY);
+    let (text, cfg) = configmap_config(&objects);
+    check_config(&text);
+
+    // The same config as the base's, but for [rate_limit].
+    let (_, base_cfg) = configmap_config(&base);
+    assert_eq!(cfg.rate_limit.backend, RateLimitBackend::Redis);
+    assert_eq!(cfg.rate_limit.on_redis_error, OnRedisError::Local);
+    let mut expected = base_cfg.clone();
+    expected.rate_limit = cfg.rate_limit.clone();
+    assert_eq!(cfg.to_toml(), expected.to_toml());
+    // Every object of the base is there, unchanged but for the config.
+    for o in &base {
+        let name = o["metadata"]["name"].as_str().unwrap();
+        if name != "agent-gateway-config" {
+            assert_eq!(object(&objects, o["kind"].as_str().unwrap(), name), o);
+        }
+    }
+
+    // redis_url names the overlay's Redis Service and port, which reach the Redis pod.
+    let url = cfg.rate_limit.redis_url.clone().unwrap();
+    let service = object(&objects, "Service", "agent-gateway-redis");
+    assert_eq!(
+        url,
+        format!(
+            "redis://{}:{}/0",
+            service["metadata"]["name"].as_str().unwrap(),
+            service["spec"]["ports"][0]["port"]
+        )
+    );
+    let redis = object(&objects, "Deployment", "agent-gateway-redis");
+    let redis_pod = &redis["spec"]["template"];
+    assert!(selects(
+        &service["spec"]["selector"],
+        &redis_pod["metadata"]["labels"]
+    ));
+    let redis_container = &redis_pod["spec"]["containers"][0];
+    assert_eq!(
+        container_port(redis_container, "redis").to_string(),
+        service["spec"]["ports"][0]["port"].to_string()
+    );
+    assert_eq!(redis_pod["spec"]["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        redis_container["securityContext"]["readOnlyRootFilesystem"],
+        true
+    );
+    // Only the gateway's pods may reach it, and the gateway's pods are not Redis'.
+    let policy = object(&objects, "NetworkPolicy", "agent-gateway-redis");
+    let gateway_pod = &object(&objects, "Deployment", "agent-gateway")["spec"]["template"];
+    assert!(selects(
+        &policy["spec"]["podSelector"]["matchLabels"],
+        &redis_pod["metadata"]["labels"]
+    ));
+    let allowed = &policy["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"];
+    assert!(selects(allowed, &gateway_pod["metadata"]["labels"]));
+    assert!(!selects(
+        &service["spec"]["selector"],
+        &gateway_pod["metadata"]["labels"]
+    ));
+
+    // Run it with the Redis URL pointed at a real one: the limit is decided there.
+    let server = RedisServer::start();
+    let mut here = cfg.clone();
+    here.rate_limit.redis_url = Some(server.url());
+    let (gw, _backend) = run_and_probe(&objects, here);
+    assert_eq!(
+        gw.metric("agent_gateway_rate_limit_decisions_total{backend=\"redis\",result=\"allowed\"}"),
+        1.0
+    );
+    // Redis ran the script (the key is already gone: at 50/s the bucket is full 20 ms later).
+    assert!(server.evalsha_calls() >= 1);
+}
