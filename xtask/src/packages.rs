@@ -61,8 +61,15 @@ pub struct SystemPackage {
     pub why: &'static str,
 }
 
-/// Every system package the project needs: a new one is one row.
+/// Every system package the project needs: a new one is one row. Not here: the C compiler
+/// and linker (`cc`), which rustc needs to link the xtask itself.
 pub static PACKAGES: &[SystemPackage] = &[
+    SystemPackage {
+        debian: "make",
+        probe: Probe::Programs(&["make"]),
+        need: Need::Build,
+        why: "cmake's build tool for zlib-ng",
+    },
     SystemPackage {
         debian: "cmake",
         probe: Probe::Programs(&["cmake"]),
@@ -230,7 +237,7 @@ mod tests {
     #[test]
     fn the_demo_needs_only_what_a_build_needs_and_the_tests_need_everything() {
         let demo = missing(Task::Demo, |_| false, &[]);
-        assert_eq!(names(&demo), ["cmake"]);
+        assert_eq!(names(&demo), ["make", "cmake"]);
         let test = missing(Task::Test, |_| false, &[]);
         assert_eq!(test.len(), PACKAGES.len());
     }
