@@ -10,7 +10,7 @@ use xtask::packages::{self, Plan, Task};
 const USAGE: &str = "\
 usage: cargo xtask <command> [ARGS]
 
-  demo [ARGS]        install what a build needs, then `cargo run -- demo ARGS`
+  demo [ARGS]        install what the demo needs, then `cargo run -- demo ARGS`
   test [ARGS]        install what the tests need, then `cargo test --workspace --all-targets`
                      (ARGS, when given, go to `cargo test` instead of those two flags)
   deps [demo|test]   only install what the demo or (by default) the tests need

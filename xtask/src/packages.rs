@@ -1,12 +1,15 @@
 //! The system packages the project needs, in one table, and the pure decision of what to do
 //! about the missing ones: nothing, `apt-get install`, or stop and print the command to run.
 
-/// What a package is needed for. The tests build the gateway, so they need what a build needs.
+/// What a package is needed for. The tests build the gateway and run the demo's commands
+/// (tests/demo.rs), so they need everything.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Need {
     /// Any build of the gateway (`cargo xtask demo`, `cargo run`, `cargo build`).
     Build,
-    /// The test suite (`cargo xtask test`), on top of what a build needs.
+    /// The commands the demo prints to try.
+    Demo,
+    /// The test suite (`cargo xtask test`).
     Tests,
 }
 
@@ -20,7 +23,7 @@ pub enum Task {
 impl Task {
     pub fn needs(self, need: Need) -> bool {
         match self {
-            Task::Demo => need == Need::Build,
+            Task::Demo => need != Need::Tests,
             Task::Test => true,
         }
     }
@@ -77,6 +80,12 @@ pub static PACKAGES: &[SystemPackage] = &[
         why: "pingora's zlib-ng build",
     },
     SystemPackage {
+        debian: "curl",
+        probe: Probe::Programs(&["curl"]),
+        need: Need::Demo,
+        why: "the demo's commands to try (tests/demo.rs runs them)",
+    },
+    SystemPackage {
         debian: "prometheus",
         probe: Probe::Programs(&["prometheus", "promtool"]),
         need: Need::Tests,
@@ -99,12 +108,6 @@ pub static PACKAGES: &[SystemPackage] = &[
         probe: Probe::Programs(&["chromium"]),
         need: Need::Tests,
         why: "browser tests, headless",
-    },
-    SystemPackage {
-        debian: "curl",
-        probe: Probe::Programs(&["curl"]),
-        need: Need::Tests,
-        why: "tests/demo.rs runs the commands the demo prints",
     },
     // The tests build their pinned virtualenv themselves (tests/common/python.rs); what a
     // machine can lack for that is `venv`'s ensurepip, which Debian ships apart from python3.
@@ -235,9 +238,9 @@ mod tests {
     }
 
     #[test]
-    fn the_demo_needs_only_what_a_build_needs_and_the_tests_need_everything() {
+    fn the_demo_needs_a_build_and_curl_and_the_tests_need_everything() {
         let demo = missing(Task::Demo, |_| false, &[]);
-        assert_eq!(names(&demo), ["make", "cmake"]);
+        assert_eq!(names(&demo), ["make", "cmake", "curl"]);
         let test = missing(Task::Test, |_| false, &[]);
         assert_eq!(test.len(), PACKAGES.len());
     }
