@@ -64,6 +64,7 @@ pub fn host() -> Host {
 const APT_LOCK_WAIT_SECONDS: u32 = 600;
 
 /// `apt-get update`, then `apt-get <install_args>`, without questions (CI has no stdin).
+/// apt-get's output goes to stderr: stdout is the demo's (the commands it prints).
 pub fn apt_get_install(install_args: &[String]) -> Result<(), String> {
     let lock_wait = format!("DPkg::Lock::Timeout={APT_LOCK_WAIT_SECONDS}");
     apt_get(&["update".to_string()], &lock_wait)?;
@@ -77,6 +78,7 @@ fn apt_get(args: &[String], lock_wait: &str) -> Result<(), String> {
         .args(args)
         .env("DEBIAN_FRONTEND", "noninteractive")
         .stdin(Stdio::null())
+        .stdout(std::io::stderr())
         .status()
         .map_err(|e| format!("cannot run apt-get: {e}"))?;
     if status.success() {

@@ -15,6 +15,7 @@ usage: cargo xtask <command> [ARGS]
                      (ARGS, when given, go to `cargo test` instead of those two flags)
   deps [demo|test]   only install what the demo or (by default) the tests need
 
+Cargo runs in the workspace root, so relative paths in ARGS are taken from there.
 Missing system packages are installed with apt-get (after apt-get update) when running as
 root on Debian; otherwise it stops before building and prints the command to run.
 XTASK_ASSUME_MISSING=cmake,prometheus treats those packages as missing (to try that path).

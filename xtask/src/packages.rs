@@ -21,6 +21,7 @@ pub enum Task {
 }
 
 impl Task {
+    /// Whether this task needs the packages needed for `need`.
     pub fn needs(self, need: Need) -> bool {
         match self {
             Task::Demo => need != Need::Tests,

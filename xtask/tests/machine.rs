@@ -48,8 +48,10 @@ impl Machine {
             }
         }
         if apt {
+            // Then apt-get's own output, which must not reach the xtask's stdout.
             let mut script = String::from(
-                "echo \"apt-get $* (DEBIAN_FRONTEND=$DEBIAN_FRONTEND)\" >> \"$LOG\"\n",
+                "echo \"apt-get $* (DEBIAN_FRONTEND=$DEBIAN_FRONTEND)\" >> \"$LOG\"\n\
+                 echo Reading package lists...\n",
             );
             if apt_installs {
                 script.push_str("for name in \"$@\"; do\n  case \"$name\" in\n");
@@ -199,6 +201,13 @@ fn as_root_it_installs_only_what_the_task_lacks_then_runs_cargo() {
     let machine = Machine::new(&["cmake", "redis-server", "python3-venv"], true, true);
     let out = machine.run(User::Root, &["demo"], &[]);
     assert!(out.status.success(), "{}", stderr(&out));
+    // stdout is the demo's own: apt-get speaks on stderr.
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+    assert!(
+        stderr(&out).contains("Reading package lists..."),
+        "{}",
+        stderr(&out)
+    );
     let out = machine.run(User::Root, &["test"], &[]);
     assert!(out.status.success(), "{}", stderr(&out));
     let lock = "-o DPkg::Lock::Timeout=600";
