@@ -189,19 +189,24 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Demo { config, log } => {
             logging::init(log.log_format, &log.log_level);
             let store = load_store(&config)?;
-            let (proxy, backend) = {
-                let snapshot = store.current().load();
-                (
-                    snapshot.startup.proxy_listen,
-                    snapshot.upstream.addresses[0],
-                )
-            };
+            let snapshot = store.current().load_full();
+            let (proxy, backend) = (
+                snapshot.startup.proxy_listen,
+                snapshot.upstream.addresses[0],
+            );
             tracing::info!(%proxy, %backend, "demo: gateway with the mock v2 backend");
             let options = BuildOptions {
                 pingora_opt: Some(pingora_opt(false)),
                 mock_backend: Some(backend),
             };
-            server::build(store, prometheus::default_registry(), options)?.run_forever()
+            let gateway = server::build(store, prometheus::default_registry(), options)?;
+            let exe = std::env::current_exe().context("cannot tell this program's path")?;
+            let listeners = [Some(proxy), snapshot.startup.admin_listen, Some(backend)];
+            cli::demo::announce_when_listening(
+                listeners.into_iter().flatten().collect(),
+                cli::demo::try_these(&snapshot, &exe),
+            );
+            gateway.run_forever()
         }
         Command::CheckConfig { file, no_resolve } => match check_config(&file, no_resolve) {
             Ok(()) => {

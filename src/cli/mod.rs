@@ -1,5 +1,7 @@
 //! The commands of the binary that need more than a call into the library.
 
+pub mod demo;
+
 use std::time::Duration;
 
 use anyhow::{bail, Context};

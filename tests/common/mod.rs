@@ -91,12 +91,16 @@ pub struct Gateway {
     pub dir: tempfile::TempDir,
     pub config_path: PathBuf,
     pub log_path: PathBuf,
+    /// What it printed on stdout (logs go to stderr, `log_path`).
+    pub stdout_path: PathBuf,
 }
 
 /// How a test gateway is run: the config, the process's arguments and environment, and where
 /// its config file is. [`GatewayBuilder::start`] is the one place a gateway is spawned.
 pub struct GatewayBuilder {
     config: FileConfig,
+    /// `run`, or `demo` (the gateway and the mock backend on `upstream.addresses[0]`).
+    command: &'static str,
     args: Vec<String>,
     env: Vec<(String, String)>,
     config_path: Option<PathBuf>,
@@ -107,6 +111,7 @@ impl Gateway {
     pub fn builder(config: FileConfig) -> GatewayBuilder {
         GatewayBuilder {
             config,
+            command: "run",
             args: Vec::new(),
             env: Vec::new(),
             config_path: None,
@@ -120,6 +125,13 @@ impl Gateway {
 }
 
 impl GatewayBuilder {
+    /// Runs `agent-gateway demo` instead of `run`: the mock v2 backend in the same process, on
+    /// the config's first upstream address.
+    pub fn demo(mut self) -> Self {
+        self.command = "demo";
+        self
+    }
+
     /// An extra argument after `run --config <path>`.
     pub fn arg(mut self, arg: &str) -> Self {
         self.args.push(arg.into());
@@ -151,6 +163,7 @@ impl GatewayBuilder {
             .map(|a| listener(a, "listen.admin"))
             .expect("the harness needs an admin listener (test_config sets one)");
         let (dir, config_path, child, log_path) = self.spawn();
+        let stdout_path = dir.path().join(STDOUT_FILE);
         let mut gw = Gateway {
             proxy,
             admin,
@@ -159,6 +172,7 @@ impl GatewayBuilder {
             dir,
             config_path,
             log_path,
+            stdout_path,
         };
         gw.wait_listening();
         gw
@@ -183,7 +197,8 @@ impl GatewayBuilder {
         }
     }
 
-    /// `agent-gateway run --config <path> <args>`, stderr to a log file in a fresh directory.
+    /// `agent-gateway run --config <path> <args>`, stderr to a log file and stdout to another
+    /// in a fresh directory.
     fn spawn(&self) -> (tempfile::TempDir, PathBuf, Child, PathBuf) {
         let dir = tempfile::tempdir().unwrap();
         let config_path = match &self.config_path {
@@ -196,20 +211,24 @@ impl GatewayBuilder {
         };
         let log_path = dir.path().join("gateway.log");
         let log = std::fs::File::create(&log_path).unwrap();
+        let stdout = std::fs::File::create(dir.path().join(STDOUT_FILE)).unwrap();
         let child = Command::new(BIN)
-            .arg("run")
+            .arg(self.command)
             .arg("--config")
             .arg(&config_path)
             .args(&self.args)
             .env("RUST_LOG", "debug")
             .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdout(Stdio::null())
+            .stdout(stdout)
             .stderr(log)
             .spawn()
             .unwrap();
         (dir, config_path, child, log_path)
     }
 }
+
+/// The file in a gateway's directory that takes its stdout.
+const STDOUT_FILE: &str = "stdout.txt";
 
 /// A listener address of the config, as the harness connects to it.
 fn listener(addr: &str, key: &str) -> SocketAddr {
@@ -242,6 +261,11 @@ impl Gateway {
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// What it has printed on stdout so far.
+    pub fn stdout(&self) -> String {
+        std::fs::read_to_string(&self.stdout_path).unwrap_or_default()
     }
 
     /// Sends SIGTERM (through `kill`, so the test needs no libc binding).
