@@ -167,10 +167,8 @@ fn add_browned_agent(cfg: &mut FileConfig) {
         .agents
         .push(AgentFile::new("browned", testing::TOKEN));
     cfg.retirement.brownouts.push(BrownoutFile {
-        start: "2000-01-01T00:00:00Z".into(),
-        end: "2100-01-01T00:00:00Z".into(),
-        percent: None,
         agents: Some(vec!["browned".into()]),
+        ..BrownoutFile::new("2000-01-01T00:00:00Z", "2100-01-01T00:00:00Z")
     });
 }
 

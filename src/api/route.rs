@@ -200,6 +200,43 @@ pub fn upstream_path(
     )
 }
 
+/// The public v2 path a v1 call maps to (`/api/v2/verify/ORG/request`): its operation's v2
+/// path under `v2_base`, with the call's `service` code and transaction id. Written as a URI
+/// reference a `Link` header can carry: a path byte a URI cannot hold as it is (`<`, `>`,
+/// `"`, a `%` that starts no escape) is percent-encoded.
+pub fn successor_path(v2_base: &BasePath, route: &RouteMatch<'_>, service: &str) -> String {
+    let path = build_path(
+        v2_base.as_str(),
+        ApiVersion::V2,
+        route.operation,
+        service,
+        route.transaction_id.unwrap_or_default(),
+        None,
+    );
+    let b = path.as_bytes();
+    let escape_at = |i: usize| {
+        b.get(i + 1..i + 3)
+            .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
+    };
+    let fits = |i: usize, c: u8| {
+        c.is_ascii_alphanumeric()
+            || b"-._~!$&'()*+,;=:@/".contains(&c)
+            || (c == b'%' && escape_at(i))
+    };
+    if b.iter().enumerate().all(|(i, &c)| fits(i, c)) {
+        return path;
+    }
+    let mut out = String::with_capacity(path.len() + 8);
+    for (i, &c) in b.iter().enumerate() {
+        if fits(i, c) {
+            out.push(char::from(c));
+        } else {
+            out.push_str(&format!("%{c:02X}"));
+        }
+    }
+    out
+}
+
 /// The public path template of `operation` under `base`, with `{...}` placeholders, as a
 /// client would read it in documentation (`/api/v2/verify/{service_business_code}/request`).
 pub fn path_template(base: &str, version: ApiVersion, operation: Operation) -> String {
@@ -319,6 +356,32 @@ mod tests {
         assert_eq!(
             path_template(b.v1.as_str(), ApiVersion::V1, Operation::TransactionStatus),
             "/api/v1/transaction/{transaction_id}/status"
+        );
+    }
+
+    #[test]
+    fn a_v1_call_names_its_exact_v2_successor_as_a_uri_reference() {
+        let b = bases();
+        let successor = |method: &str, path: &str, service: &str| {
+            let route = match_route(&b, method, path).unwrap();
+            successor_path(&b.v2, &route, service)
+        };
+        assert_eq!(
+            successor("POST", "/api/v1/verify/request", "ORG"),
+            "/api/v2/verify/ORG/request"
+        );
+        assert_eq!(
+            successor("POST", "/api/v1/verify/response", ""),
+            "/api/v2/verify/response"
+        );
+        assert_eq!(
+            successor("GET", "/api/v1/transaction/tx-1%2Fa/status", ""),
+            "/api/v2/transaction/tx-1%2Fa/status"
+        );
+        // Bytes a URI cannot hold, which a Link header would misread, are escaped.
+        assert_eq!(
+            successor("GET", "/api/v1/transaction/a>;rel=\"x\"<%zz/status", ""),
+            "/api/v2/transaction/a%3E;rel=%22x%22%3C%25zz/status"
         );
     }
 

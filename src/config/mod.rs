@@ -21,8 +21,10 @@ use std::time::{Duration, SystemTime};
 pub use auth::{Agent, AuthConfig, RateLimit};
 pub use file::FileConfig;
 pub use limits::{Limits, ValidationMode};
-pub use retirement::{Brownout, Retirement};
-pub use types::{unix_seconds, BasePath, Bases, BusinessCode, TokenDigest, V1Policy};
+pub use retirement::{Brownout, Recurrence, Retirement, Terms};
+pub use types::{
+    unix_seconds, BasePath, Bases, BusinessCode, Dates, Repeat, TokenDigest, V1Policy, Weekday,
+};
 pub use upstream::UpstreamConfig;
 
 /// One thing wrong with a config file, located by its key path (`auth.agents[2].id`).
@@ -227,7 +229,7 @@ impl Snapshot {
         );
         let upstream = upstream::upstream(&f.upstream, &mut p);
         let auth = auth::auth(&f.auth, &mut p);
-        let retirement = retirement::retirement(&f.retirement, &auth.agents, &mut p);
+        let retirement = retirement::retirement(&f.retirement, &f.auth, &auth.agents, &mut p);
         let limits = limits::limits(&f.limits, &mut p);
         match (startup, bases, v1_default_service) {
             (Some(startup), Some(bases), Some(v1_default_service)) if p.0.is_empty() => {

@@ -4,17 +4,17 @@
 //! connection goes back to the pool as soon as its part is over.
 
 use bytes::{Buf, BytesMut};
-use http::HeaderValue;
 use tokio::io::AsyncReadExt;
 use tokio::time::timeout;
 
-use super::downstream::{header_bytes, Downstream};
+use super::downstream::Downstream;
 use super::forwarding::{is_listed, NOT_RELAYED};
 use super::pool::{UpstreamConn, UpstreamPool};
 use super::upstream::Answered;
 use crate::config::Snapshot;
 use crate::http1::{ChunkError, ChunkedDecoder, Framing, ResponseHead};
 use crate::observe::exchange::{Exchange, UpstreamErrorKind};
+use crate::policy::admit::Signals;
 use crate::policy::request_id;
 
 /// The backend's headers that reach the client: all but those of its hop ([`NOT_RELAYED`],
@@ -98,7 +98,7 @@ pub(super) async fn relay<D: Downstream>(
     answered: Answered,
     snap: &Snapshot,
     ex: &mut Exchange,
-    signals: &[(&'static str, HeaderValue)],
+    signals: &Signals<'_>,
 ) {
     let Answered {
         mut conn,
@@ -112,7 +112,7 @@ pub(super) async fn relay<D: Downstream>(
         let up = &conn;
         let headers = relayed_headers(&up.head, &up.buf, decode)
             .chain([(request_id::HEADER.as_bytes(), ex.request_id.as_bytes())])
-            .chain(signals.iter().map(header_bytes));
+            .chain(signals.headers());
         // A decoded body has no framing left for the client: it ends when the connection does.
         let to_client = if decode { Framing::UntilClose } else { framing };
         d.start_response(up.head.status, up.head.reason(&up.buf), headers, to_client);
