@@ -26,12 +26,16 @@ const PROMETHEUS_YML: &str = concat!(
 );
 
 /// The alert rules alerts.yml must define.
-const ALERT_NAMES: [&str; 5] = [
+const ALERT_NAMES: [&str; 9] = [
     "AgentGatewayDown",
     "AgentGatewayUpstreamErrorRatioHigh",
     "AgentGatewayP99LatencyHigh",
     "AgentGatewayAuthFailureSpike",
     "AgentGatewayConfigReloadFailed",
+    "AgentGatewayRetiredAgentCallingV1",
+    "AgentGatewayV1AgentQuiet",
+    "AgentGatewayV1ShareNotFalling",
+    "AgentGatewayBrownoutOverRefusing",
 ];
 
 /// The full path of `name` on PATH; fails the test when it is missing.
@@ -212,6 +216,209 @@ tests:
       - eval_time: 20m
         alertname: AgentGatewayConfigReloadFailed
         exp_alerts: []
+
+  - interval: 1m
+    input_series:
+      # What the replicas publish: blocked-a is blocked; late-b, vip and sunset-rehearser are
+      # past their sunset (600 s after the epoch); future-c is not; vip is exempt.
+      - series: 'agent_gateway_agent_info{job="agent-gateway", instance="gw-a", agent_id="blocked-a", v1_policy="block"}'
+        values: '1x40'
+      - series: 'agent_gateway_agent_info{job="agent-gateway", instance="gw-b", agent_id="blocked-a", v1_policy="block"}'
+        values: '1x40'
+      - series: 'agent_gateway_agent_info{job="agent-gateway", instance="gw-a", agent_id="blocked-quiet", v1_policy="block"}'
+        values: '1x40'
+      - series: 'agent_gateway_agent_info{job="agent-gateway", instance="gw-a", agent_id="late-b", v1_policy="allow"}'
+        values: '1x40'
+      - series: 'agent_gateway_agent_sunset_timestamp_seconds{job="agent-gateway", instance="gw-a", agent_id="late-b"}'
+        values: '600x40'
+      - series: 'agent_gateway_agent_info{job="agent-gateway", instance="gw-a", agent_id="future-c", v1_policy="allow"}'
+        values: '1x40'
+      - series: 'agent_gateway_agent_sunset_timestamp_seconds{job="agent-gateway", instance="gw-a", agent_id="future-c"}'
+        values: '1e10x40'
+      - series: 'agent_gateway_agent_info{job="agent-gateway", instance="gw-a", agent_id="vip", v1_policy="exempt"}'
+        values: '1x40'
+      - series: 'agent_gateway_agent_sunset_timestamp_seconds{job="agent-gateway", instance="gw-a", agent_id="vip"}'
+        values: '600x40'
+      - series: 'agent_gateway_agent_info{job="agent-gateway", instance="gw-a", agent_id="sunset-rehearser", v1_policy="allow"}'
+        values: '1x40'
+      - series: 'agent_gateway_agent_sunset_timestamp_seconds{job="agent-gateway", instance="gw-a", agent_id="sunset-rehearser"}'
+        values: '600x40'
+      # What happened: blocked-a calls v1 through gw-b only, once a minute; late-b, future-c
+      # and vip twice a minute; sunset-rehearser only rehearses; blocked-quiet never calls.
+      - series: 'agent_gateway_agent_requests_total{job="agent-gateway", instance="gw-a", agent_id="blocked-a", api_version="v1", operation="verify_request"}'
+        values: '0x40'
+      - series: 'agent_gateway_agent_requests_total{job="agent-gateway", instance="gw-b", agent_id="blocked-a", api_version="v1", operation="verify_request"}'
+        values: '0+1x40'
+      - series: 'agent_gateway_agent_requests_total{job="agent-gateway", instance="gw-a", agent_id="blocked-quiet", api_version="v1", operation="verify_request"}'
+        values: '0x40'
+      - series: 'agent_gateway_agent_requests_total{job="agent-gateway", instance="gw-a", agent_id="late-b", api_version="v1", operation="credential_offer"}'
+        values: '0+2x40'
+      - series: 'agent_gateway_agent_requests_total{job="agent-gateway", instance="gw-a", agent_id="future-c", api_version="v1", operation="verify_request"}'
+        values: '0+2x40'
+      - series: 'agent_gateway_agent_requests_total{job="agent-gateway", instance="gw-a", agent_id="vip", api_version="v1", operation="verify_request"}'
+        values: '0+2x40'
+      - series: 'agent_gateway_agent_requests_total{job="agent-gateway", instance="gw-a", agent_id="sunset-rehearser", api_version="v1", operation="verify_request"}'
+        values: '0+1x40'
+      - series: 'agent_gateway_v1_refusals_total{job="agent-gateway", instance="gw-a", agent_id="blocked-a", reason="rehearsal"}'
+        values: '0x40'
+      - series: 'agent_gateway_v1_refusals_total{job="agent-gateway", instance="gw-b", agent_id="blocked-a", reason="rehearsal"}'
+        values: '0x40'
+      - series: 'agent_gateway_v1_refusals_total{job="agent-gateway", instance="gw-a", agent_id="blocked-quiet", reason="rehearsal"}'
+        values: '0x40'
+      - series: 'agent_gateway_v1_refusals_total{job="agent-gateway", instance="gw-a", agent_id="late-b", reason="rehearsal"}'
+        values: '0x40'
+      - series: 'agent_gateway_v1_refusals_total{job="agent-gateway", instance="gw-a", agent_id="future-c", reason="rehearsal"}'
+        values: '0x40'
+      - series: 'agent_gateway_v1_refusals_total{job="agent-gateway", instance="gw-a", agent_id="vip", reason="rehearsal"}'
+        values: '0x40'
+      - series: 'agent_gateway_v1_refusals_total{job="agent-gateway", instance="gw-a", agent_id="sunset-rehearser", reason="rehearsal"}'
+        values: '0+1x40'
+    alert_rule_test:
+      - eval_time: 30m
+        alertname: AgentGatewayRetiredAgentCallingV1
+        exp_alerts:
+          - exp_labels: {severity: warning, agent_id: blocked-a}
+            exp_annotations:
+              summary: "agent blocked-a still calls v1: 30 calls in the last hour"
+              description: "blocked-a is blocked (v1_policy = \"block\") or past its sunset date, and still made v1 calls in the last hour, across the fleet (rehearsals not counted). It gets 410 (or, past its sunset without enforce_sunset, still reaches the backend): call the team behind blocked-a. `agent-gateway v1-usage --prometheus URL` shows which operations."
+          - exp_labels: {severity: warning, agent_id: late-b}
+            exp_annotations:
+              summary: "agent late-b still calls v1: 60 calls in the last hour"
+              description: "late-b is blocked (v1_policy = \"block\") or past its sunset date, and still made v1 calls in the last hour, across the fleet (rehearsals not counted). It gets 410 (or, past its sunset without enforce_sunset, still reaches the backend): call the team behind late-b. `agent-gateway v1-usage --prometheus URL` shows which operations."
+
+  - interval: 1m
+    input_series:
+      # buggy: 200 v1 calls per 10 minutes over two replicas, 90 % refused by brownouts under
+      # a 25 % share. fine: 25 % under 25 %. sparse: all refused, but 20 calls per 10 minutes.
+      # ended: 50 % under a 50 % window that closed at 15m.
+      - series: 'agent_gateway_agent_requests_total{job="agent-gateway", instance="gw-a", agent_id="buggy", api_version="v1", operation="verify_request"}'
+        values: '0+10x40'
+      - series: 'agent_gateway_agent_requests_total{job="agent-gateway", instance="gw-b", agent_id="buggy", api_version="v1", operation="verify_request"}'
+        values: '0+10x40'
+      - series: 'agent_gateway_v1_refusals_total{job="agent-gateway", instance="gw-a", agent_id="buggy", reason="brownout"}'
+        values: '0+9x40'
+      - series: 'agent_gateway_v1_refusals_total{job="agent-gateway", instance="gw-b", agent_id="buggy", reason="brownout"}'
+        values: '0+9x40'
+      - series: 'agent_gateway_v1_brownout_share{job="agent-gateway", instance="gw-a", agent_id="buggy"}'
+        values: '0.25x40'
+      - series: 'agent_gateway_v1_brownout_share{job="agent-gateway", instance="gw-b", agent_id="buggy"}'
+        values: '0.25x40'
+      - series: 'agent_gateway_agent_requests_total{job="agent-gateway", instance="gw-a", agent_id="fine", api_version="v1", operation="verify_request"}'
+        values: '0+20x40'
+      - series: 'agent_gateway_v1_refusals_total{job="agent-gateway", instance="gw-a", agent_id="fine", reason="brownout"}'
+        values: '0+5x40'
+      - series: 'agent_gateway_v1_brownout_share{job="agent-gateway", instance="gw-a", agent_id="fine"}'
+        values: '0.25x40'
+      - series: 'agent_gateway_agent_requests_total{job="agent-gateway", instance="gw-a", agent_id="sparse", api_version="v1", operation="verify_request"}'
+        values: '0+2x40'
+      - series: 'agent_gateway_v1_refusals_total{job="agent-gateway", instance="gw-a", agent_id="sparse", reason="brownout"}'
+        values: '0+2x40'
+      - series: 'agent_gateway_v1_brownout_share{job="agent-gateway", instance="gw-a", agent_id="sparse"}'
+        values: '0.1x40'
+      - series: 'agent_gateway_agent_requests_total{job="agent-gateway", instance="gw-a", agent_id="ended", api_version="v1", operation="verify_request"}'
+        values: '0+20x40'
+      - series: 'agent_gateway_v1_refusals_total{job="agent-gateway", instance="gw-a", agent_id="ended", reason="brownout"}'
+        values: '0+10x15 150x25'
+      - series: 'agent_gateway_v1_brownout_share{job="agent-gateway", instance="gw-a", agent_id="ended"}'
+        values: '0.5x15 0x25'
+    alert_rule_test:
+      - eval_time: 5m
+        alertname: AgentGatewayBrownoutOverRefusing
+        exp_alerts: []
+      - eval_time: 30m
+        alertname: AgentGatewayBrownoutOverRefusing
+        exp_alerts:
+          - exp_labels: {severity: warning, agent_id: buggy}
+            exp_annotations:
+              summary: "brownouts refused 90% of buggy's v1 calls"
+              description: "Over 10 minutes, brownouts refused far more of buggy's v1 calls than its schedule's share (more than 1.5 times it plus 10 points, over at least 100 calls). Suspect a gateway bug, replicas on different configs, or a client retrying with the same X-Request-Id (each retry is refused again). See \"Brownout: share refused vs configured\"."
+"#;
+
+/// Unit tests of the retirement alerts that look back weeks (quiet agents, the v1 share week
+/// over week), evaluated hourly so that 15 days of series stay quick.
+const LONG_RULE_TESTS: &str = r#"
+rule_files:
+  - {alerts}
+evaluation_interval: 1h
+tests:
+  - interval: 1h
+    input_series:
+      # Prometheus has scraped gw-a since the start. "never" never called v1; "old" last
+      # called 12 hours in (43200 s); "recent" on day 12 (1036800 s); "blocked" is blocked.
+      - series: 'agent_gateway_build_info{job="agent-gateway", instance="gw-a", version="0.1.0"}'
+        values: '1x400'
+      - series: 'agent_gateway_agent_info{job="agent-gateway", instance="gw-a", agent_id="never", v1_policy="allow"}'
+        values: '1x400'
+      - series: 'agent_gateway_agent_info{job="agent-gateway", instance="gw-a", agent_id="old", v1_policy="allow"}'
+        values: '1x400'
+      - series: 'agent_gateway_v1_last_seen_timestamp_seconds{job="agent-gateway", instance="gw-a", agent_id="old"}'
+        values: '_x12 43200x388'
+      - series: 'agent_gateway_agent_info{job="agent-gateway", instance="gw-a", agent_id="recent", v1_policy="allow"}'
+        values: '1x400'
+      - series: 'agent_gateway_v1_last_seen_timestamp_seconds{job="agent-gateway", instance="gw-a", agent_id="recent"}'
+        values: '_x288 1036800x112'
+      - series: 'agent_gateway_agent_info{job="agent-gateway", instance="gw-a", agent_id="blocked", v1_policy="block"}'
+        values: '1x400'
+    alert_rule_test:
+      # Day 10: Prometheus does not hold 14 days yet, so nobody is known to be quiet.
+      - eval_time: 10d
+        alertname: AgentGatewayV1AgentQuiet
+        exp_alerts: []
+      - eval_time: 15d
+        alertname: AgentGatewayV1AgentQuiet
+        exp_alerts:
+          - exp_labels: {severity: info, agent_id: never}
+            exp_annotations:
+              summary: "agent never has made no v1 call for 14 days: safe to block"
+              description: "No replica has seen a v1 call by never for 14 days, and Prometheus holds the gateway's metrics from at least that long ago. Set its v1_policy to \"block\" (a reminder, not a page; `agent-gateway v1-usage --prometheus URL` double-checks)."
+          - exp_labels: {severity: info, agent_id: old}
+            exp_annotations:
+              summary: "agent old has made no v1 call for 14 days: safe to block"
+              description: "No replica has seen a v1 call by old for 14 days, and Prometheus holds the gateway's metrics from at least that long ago. Set its v1_policy to \"block\" (a reminder, not a page; `agent-gateway v1-usage --prometheus URL` double-checks)."
+
+  - interval: 1h
+    input_series:
+      # v1 steady at 10/h; v2 10/h the first week, 20/h after: the share falls, 50 % to 33 %.
+      - series: 'agent_gateway_requests_total{job="agent-gateway", instance="gw-a", api_version="v1", operation="verify_request", code="200"}'
+        values: '0+10x400'
+      - series: 'agent_gateway_requests_total{job="agent-gateway", instance="gw-a", api_version="v2", operation="verify_request", code="200"}'
+        values: '0+10x168 1680+20x232'
+    alert_rule_test:
+      - eval_time: 15d
+        alertname: AgentGatewayV1ShareNotFalling
+        exp_alerts: []
+
+  - interval: 1h
+    input_series:
+      # v1 and v2 both steady at 10/h, v1 over two replicas: the share stays at 50 %.
+      - series: 'agent_gateway_requests_total{job="agent-gateway", instance="gw-a", api_version="v1", operation="verify_request", code="200"}'
+        values: '0+5x400'
+      - series: 'agent_gateway_requests_total{job="agent-gateway", instance="gw-b", api_version="v1", operation="verify_request", code="200"}'
+        values: '0+5x400'
+      - series: 'agent_gateway_requests_total{job="agent-gateway", instance="gw-a", api_version="v2", operation="connection_invitation", code="200"}'
+        values: '0+10x400'
+    alert_rule_test:
+      # A week in, there is no week before to compare with.
+      - eval_time: 6d
+        alertname: AgentGatewayV1ShareNotFalling
+        exp_alerts: []
+      - eval_time: 15d
+        alertname: AgentGatewayV1ShareNotFalling
+        exp_alerts:
+          - exp_labels: {severity: warning}
+            exp_annotations:
+              summary: "v1 share not falling: 50% of requests this week"
+              description: "The share of requests on v1 over the last 7 days fell by less than 5 % of itself from the 7 days before, across the fleet. The retirement has stalled: \"v1 requests/s by agent\" shows who keeps it up; raise the pressure (brownout ramps, per-agent sunset dates)."
+
+  - interval: 1h
+    input_series:
+      # No v1 at all is not a stall.
+      - series: 'agent_gateway_requests_total{job="agent-gateway", instance="gw-a", api_version="v2", operation="connection_invitation", code="200"}'
+        values: '0+10x400'
+    alert_rule_test:
+      - eval_time: 15d
+        alertname: AgentGatewayV1ShareNotFalling
+        exp_alerts: []
 "#;
 
 #[test]
@@ -231,7 +438,14 @@ fn promtool_accepts_the_shipped_rules_and_config_and_the_alerts_fire_as_designed
 
     let tests = dir.path().join("alerts_test.yml");
     std::fs::write(&tests, RULE_TESTS.replace("{alerts}", ALERTS)).unwrap();
-    promtool(&["test", "rules", tests.to_str().unwrap()]);
+    let long_tests = dir.path().join("alerts_long_test.yml");
+    std::fs::write(&long_tests, LONG_RULE_TESTS.replace("{alerts}", ALERTS)).unwrap();
+    promtool(&[
+        "test",
+        "rules",
+        tests.to_str().unwrap(),
+        long_tests.to_str().unwrap(),
+    ]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -504,8 +718,32 @@ fn a_real_prometheus_scrapes_the_gateway_and_runs_every_dashboard_and_alert_quer
             panic!("alert {name}: Prometheus refused\n{expr}\n{e}");
         }
     }
-    // Healthy traffic raises nothing.
-    assert_eq!(prom.alerts(), vec![], "alerts with a healthy gateway");
+    // The traffic's blocked agent, past its own sunset too, still calls v1: that, fleet-wide
+    // and naming it, is the only alert healthy traffic raises.
+    wait_until(
+        left().min(10),
+        "AgentGatewayRetiredAgentCallingV1 to fire for \"retired\"",
+        || {
+            prom.alerts().iter().any(|(name, state, labels)| {
+                name == "AgentGatewayRetiredAgentCallingV1"
+                    && state == "firing"
+                    && labels["agent_id"] == "retired"
+            })
+        },
+    );
+    let raised: Vec<(String, String)> = prom
+        .alerts()
+        .into_iter()
+        .map(|(name, _, labels)| (name, labels["agent_id"].as_str().unwrap_or("").to_owned()))
+        .collect();
+    assert_eq!(
+        raised,
+        [(
+            "AgentGatewayRetiredAgentCallingV1".to_owned(),
+            "retired".to_owned()
+        )],
+        "alerts with a healthy gateway"
+    );
 
     // A refused reload raises AgentGatewayConfigReloadFailed.
     std::fs::write(&gw.config_path, "[listen]\nproxy = \"nonsense\"\n").unwrap();

@@ -308,6 +308,8 @@ fn v1_usage_reports_a_known_mix() {
     as_agent(&gw, "new", "POST", "/api/v2/verify/S/request", None);
     as_agent(&gw, "new", "POST", "/api/v1/verify/response", None); // refused, still a v1 call
 
+    // A request is counted just after its answer: wait until the last one is.
+    gw.metric("agent_gateway_in_flight_requests");
     let report = get(gw.admin, "/v1-usage").json();
     let agents = report["agents"].as_array().unwrap();
     let find = |id: &str| agents.iter().find(|a| a["agent_id"] == id).unwrap().clone();
