@@ -1,6 +1,7 @@
 //! The shipped Prometheus files and Grafana dashboard against the real tools: `promtool` checks
 //! and unit-tests the alert rules, then a real Prometheus scrapes a running gateway and runs
-//! every dashboard query and alert expression.
+//! every dashboard query and alert expression; and `v1-usage --prometheus` reads the v1 usage
+//! of two replicas, one restarted, from a real Prometheus.
 //!
 //! Needs `prometheus` and `promtool` on PATH (Debian: `apt-get install prometheus`, which
 //! `.ci/run` does). Without them these tests fail rather than pass silently.
@@ -15,6 +16,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use agent_gateway::config::file::AgentFile;
+use agent_gateway::config::testing::TOKEN;
+use agent_gateway::config::V1Policy;
 use serde_json::Value;
 
 use common::*;
@@ -83,11 +87,17 @@ fn replace_once(text: &str, from: &str, to: &str) -> String {
 /// The shipped prometheus.yml, aimed at `target` with 1 s scrape and evaluation intervals and
 /// the shipped alerts.yml by absolute path.
 fn scrape_config(target: SocketAddr) -> String {
+    fleet_scrape_config(&[target])
+}
+
+/// The shipped prometheus.yml, as [`scrape_config`], aimed at every one of `targets`.
+fn fleet_scrape_config(targets: &[SocketAddr]) -> String {
     let text = std::fs::read_to_string(PROMETHEUS_YML).unwrap();
     let text = replace_once(&text, "scrape_interval: 15s", "scrape_interval: 1s");
     let text = replace_once(&text, "evaluation_interval: 15s", "evaluation_interval: 1s");
     let text = replace_once(&text, "- alerts.yml", &format!("- {ALERTS}"));
-    replace_once(&text, "\"127.0.0.1:9090\"", &format!("\"{target}\""))
+    let targets: Vec<String> = targets.iter().map(|t| format!("\"{t}\"")).collect();
+    replace_once(&text, "\"127.0.0.1:9090\"", &targets.join(", "))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -779,4 +789,190 @@ fn a_real_prometheus_scrapes_the_gateway_and_runs_every_dashboard_and_alert_quer
         began.elapsed(),
         prom.log()
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// v1-usage --prometheus: a fleet of two, one restarted
+// ---------------------------------------------------------------------------------------------
+
+impl Prometheus {
+    /// The value of an expression that yields one series, if it yields one.
+    fn value(&self, expr: &str) -> Option<f64> {
+        let result = self.query(expr).unwrap_or_else(|e| panic!("{expr}: {e}"));
+        let [one] = result.as_slice() else {
+            return None;
+        };
+        one["value"][1].as_str()?.parse().ok()
+    }
+
+    /// Waits until `expr` yields exactly `want`.
+    fn wait_for(&self, expr: &str, want: f64) {
+        wait_until(30, &format!("{expr} == {want} in Prometheus"), || {
+            self.value(expr) == Some(want)
+        });
+    }
+}
+
+/// A call through `proxy` by `agent` (token [`TOKEN`]); its status.
+fn call(proxy: SocketAddr, agent: &str, method: &str, path: &str) -> u16 {
+    let body = if method == "POST" {
+        BODY.as_bytes()
+    } else {
+        b""
+    };
+    request(proxy, method, path, &agent_headers(agent), body).status
+}
+
+/// `agent-gateway v1-usage --prometheus URL` with `args`: its standard output.
+fn v1_usage(prom: &Prometheus, args: &[&str]) -> String {
+    let url = format!("http://{}", prom.addr);
+    let out = Command::new(BIN)
+        .args(["v1-usage", "--prometheus", &url])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "v1-usage failed: {}", show(&out));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn v1_usage_from_prometheus_sums_two_replicas_across_a_restart() {
+    tool("prometheus");
+    let backend = Backend::start();
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.server.watch_config = false;
+    cfg.retirement.sunset_at = Some("2027-06-01T00:00:00Z".into());
+    cfg.auth.agents.extend([
+        AgentFile {
+            v1_policy: V1Policy::Block,
+            sunset_at: Some("2026-06-01T00:00:00Z".into()),
+            ..AgentFile::new("blocked", TOKEN)
+        },
+        AgentFile::new("old", TOKEN),
+        AgentFile::new("idle", TOKEN),
+    ]);
+    let mut cfg_b = cfg.clone();
+    cfg_b.listen.proxy = loopback(free_port()).to_string();
+    cfg_b.listen.admin = Some(loopback(free_port()).to_string());
+    let a = Gateway::builder(cfg.clone()).start();
+    let b = Gateway::builder(cfg_b).start();
+    let (a_proxy, a_admin, b_proxy) = (a.proxy, a.admin, b.proxy);
+    let on_a =
+        |metric: &str| format!("sum({metric}{{instance=\"{a_admin}\",agent_id!=\"unknown\"}})");
+    let everywhere = "sum(agent_gateway_agent_requests_total{agent_id!=\"unknown\"})";
+
+    // Calls served before Prometheus first scrapes the replicas (it is not even running):
+    // each replica started inside the window, so its first scrape's values count in full.
+    let sent_before = [
+        call(a_proxy, "agent-1", "POST", "/api/v1/verify/request"),
+        call(a_proxy, "agent-1", "POST", "/api/v1/verify/request"),
+        call(a_proxy, "agent-1", "POST", "/api/v1/verify/request"),
+        call(a_proxy, "agent-1", "GET", "/api/v1/transaction/t-1/status"),
+        call(a_proxy, "agent-1", "POST", "/api/v2/credential/S/offer"),
+        call(a_proxy, "agent-1", "POST", "/api/v2/credential/S/offer"),
+        call(b_proxy, "agent-1", "POST", "/api/v1/verify/request"),
+        call(b_proxy, "old", "POST", "/api/v1/connection/invitation"),
+        call(b_proxy, "old", "POST", "/api/v1/connection/invitation"),
+        call(b_proxy, "blocked", "POST", "/api/v1/verify/request"),
+        call(b_proxy, "blocked", "POST", "/api/v2/verify/S/request"),
+    ];
+    assert_eq!(
+        sent_before,
+        [200, 200, 200, 200, 200, 200, 200, 200, 200, 410, 200]
+    );
+    let prom = Prometheus::start(&fleet_scrape_config(&[a_admin, b.admin]));
+    prom.wait_for(everywhere, 11.0);
+
+    // Replica a restarts on the same addresses: its counters start again from zero. It serves
+    // fewer calls (4) than it had counted (6) before Prometheus scrapes it again, so the drop
+    // that marks the restart is seen whether that scrape comes before or after them.
+    drop(a);
+    let a = Gateway::builder(cfg).start();
+    let sent_after = [
+        call(a.proxy, "agent-1", "POST", "/api/v1/verify/request"),
+        call(a.proxy, "agent-1", "POST", "/api/v1/verify/request"),
+        call(a.proxy, "old", "POST", "/api/v1/connection/invitation"),
+        call(a.proxy, "old", "POST", "/api/v2/verify/response"),
+    ];
+    assert_eq!(sent_after, [200; 4]);
+    prom.wait_for(&on_a("agent_gateway_agent_requests_total"), 4.0);
+
+    let report: Value = serde_json::from_str(&v1_usage(&prom, &["--json"])).unwrap();
+    let agents = report["agents"].as_array().unwrap();
+    let ids: Vec<&str> = agents
+        .iter()
+        .map(|a| a["agent_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["agent-1", "blocked", "idle", "old"]);
+    let find = |id: &str| agents.iter().find(|a| a["agent_id"] == id).unwrap();
+    let counts = |id: &str, version: &str| {
+        let all = find(id)[version].as_object().unwrap();
+        let mut nonzero: Vec<(String, u64)> = all
+            .iter()
+            .map(|(op, n)| (op.clone(), n.as_u64().unwrap()))
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        nonzero.sort();
+        assert_eq!(all.len(), 5, "every operation, at zero too");
+        nonzero
+    };
+    let ops = |list: &[(&str, u64)]| -> Vec<(String, u64)> {
+        list.iter().map(|(o, n)| (o.to_string(), *n)).collect()
+    };
+    // Exactly what was sent, over both replicas and across a's restart.
+    assert_eq!(
+        counts("agent-1", "v1_requests"),
+        ops(&[("transaction_status", 1), ("verify_request", 6)])
+    );
+    assert_eq!(
+        counts("agent-1", "v2_requests"),
+        ops(&[("credential_offer", 2)])
+    );
+    assert_eq!(
+        counts("old", "v1_requests"),
+        ops(&[("connection_invitation", 3)])
+    );
+    assert_eq!(counts("old", "v2_requests"), ops(&[("verify_response", 1)]));
+    assert_eq!(
+        counts("blocked", "v1_requests"),
+        ops(&[("verify_request", 1)])
+    );
+    assert_eq!(
+        counts("blocked", "v2_requests"),
+        ops(&[("verify_request", 1)])
+    );
+    assert_eq!(counts("idle", "v1_requests"), ops(&[]));
+
+    assert_eq!(find("blocked")["v1_policy"], "block");
+    assert_eq!(find("blocked")["sunset_at"], "2026-06-01T00:00:00Z");
+    assert_eq!(find("old")["v1_policy"], "allow");
+    assert_eq!(find("old")["sunset_at"], "2027-06-01T00:00:00Z");
+    for id in ["agent-1", "blocked", "old"] {
+        let (first, last) = (&find(id)["first_v1_call"], &find(id)["last_v1_call"]);
+        assert!(
+            first.is_string() && last.is_string(),
+            "{id}: {first} {last}"
+        );
+        assert!(first.as_str() <= last.as_str(), "{id}");
+    }
+    assert_eq!(find("idle")["last_v1_call"], Value::Null);
+    // Prometheus holds seconds of data, not quiet_days: nobody is safe to block, and the
+    // report says why.
+    assert!(agents.iter().all(|a| a["safe_to_block"] == false));
+    assert_eq!(report["quiet_days"], 14);
+    let note = report["coverage_note"].as_str().unwrap();
+    assert!(note.contains("fewer than quiet_days = 14"), "{note}");
+
+    let table = v1_usage(&prom, &[]);
+    let row = |id: &str| -> Vec<String> {
+        let line = table
+            .lines()
+            .find(|l| l.starts_with(&format!("{id} ")))
+            .unwrap_or_else(|| panic!("no row for {id} in\n{table}"));
+        line.split_whitespace().map(str::to_owned).collect()
+    };
+    assert_eq!(&row("agent-1")[..4], ["agent-1", "allow", "7", "2"]);
+    assert_eq!(&row("old")[..4], ["old", "allow", "3", "1"]);
+    assert_eq!(&row("idle")[..5], ["idle", "allow", "0", "0", "never"]);
+    assert!(table.contains("note: Prometheus' data covers"), "{table}");
 }

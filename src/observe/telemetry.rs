@@ -8,7 +8,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use prometheus::{
-    exponential_buckets, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter,
+    exponential_buckets, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter,
     IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
 
@@ -145,6 +145,19 @@ impl Telemetry {
         build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
+        let usage = UsageTracker::default();
+        // Tells a counter's first scrape from a window's cut: `v1-usage --prometheus` counts a
+        // replica's first scraped values only when it started inside the window.
+        let start_time = Gauge::new(
+            "agent_gateway_start_time_seconds",
+            "Unix time this process started (its counters started from zero then).",
+        )?;
+        start_time.set(
+            usage
+                .started()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+        );
 
         let v1_refusals = IntCounterVec::new(
             Opts::new(
@@ -191,6 +204,7 @@ impl Telemetry {
         registry.register(Box::new(upstream_errors_vec.clone()))?;
         registry.register(Box::new(in_flight.clone()))?;
         registry.register(Box::new(build_info))?;
+        registry.register(Box::new(start_time))?;
         registry.register(Box::new(v1_refusals.clone()))?;
         registry.register(Box::new(v1_first_seen.clone()))?;
         registry.register(Box::new(v1_last_seen.clone()))?;
@@ -236,7 +250,7 @@ impl Telemetry {
             v1_first_seen,
             v1_last_seen,
             retirement: RetirementMetrics::register(registry)?,
-            usage: UsageTracker::default(),
+            usage,
             validation_failures,
             rate_limited,
         })

@@ -1,5 +1,6 @@
 //! Who still calls v1: per-agent request counts since start, first and last v1 call, and the
-//! report `/v1-usage` answers with.
+//! report `/v1-usage` answers with (`v1-usage --prometheus` builds the same report for a whole
+//! fleet, [`super::fleet`]).
 //!
 //! Counting is lock-free on the request path (a read lock to find the agent's counters, then
 //! atomics); only an agent's first request takes the write lock. Only configured agents are
@@ -119,6 +120,11 @@ pub fn coverage_note(
 }
 
 impl UsageTracker {
+    /// When counting started: the gateway's start.
+    pub fn started(&self) -> SystemTime {
+        self.started
+    }
+
     /// Counts one request of a configured agent at `now`; true when it is the agent's first
     /// v1 call since the gateway started.
     pub fn record(
