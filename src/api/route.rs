@@ -200,41 +200,54 @@ pub fn upstream_path(
     )
 }
 
-/// The public v2 path a v1 call maps to (`/api/v2/verify/ORG/request`): its operation's v2
-/// path under `v2_base`, with the call's `service` code and transaction id. Written as a URI
-/// reference a `Link` header can carry: a path byte a URI cannot hold as it is (`<`, `>`,
-/// `"`, a `%` that starts no escape) is percent-encoded.
-pub fn successor_path(v2_base: &BasePath, route: &RouteMatch<'_>, service: &str) -> String {
-    let path = build_path(
-        v2_base.as_str(),
-        ApiVersion::V2,
-        route.operation,
-        service,
-        route.transaction_id.unwrap_or_default(),
-        None,
-    );
-    let b = path.as_bytes();
-    let escape_at = |i: usize| {
-        b.get(i + 1..i + 3)
-            .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
-    };
-    let fits = |i: usize, c: u8| {
-        c.is_ascii_alphanumeric()
-            || b"-._~!$&'()*+,;=:@/".contains(&c)
-            || (c == b'%' && escape_at(i))
-    };
-    if b.iter().enumerate().all(|(i, &c)| fits(i, c)) {
-        return path;
+/// The v2 call a v1 call maps to: its route, and the service code it acts on (empty for an
+/// operation without one).
+#[derive(Debug, Clone, Copy)]
+pub struct Successor<'a> {
+    pub route: RouteMatch<'a>,
+    pub service: &'a str,
+}
+
+impl Successor<'_> {
+    /// Appends its public v2 path (`/api/v2/verify/ORG/request`) to `out`: the operation's v2
+    /// path under `v2_base`, with the call's service code and transaction id. Written as a URI
+    /// reference a `Link` header can carry: a path byte a URI cannot hold as it is (`<`, `>`,
+    /// `"`, a `%` that starts no escape) is percent-encoded.
+    pub fn push_path(&self, v2_base: &BasePath, out: &mut String) {
+        out.push_str(v2_base.as_str());
+        for seg in self.route.operation.path(ApiVersion::V2) {
+            out.push('/');
+            let text = match *seg {
+                Segment::Literal(text) => text,
+                Segment::ServiceCode => self.service,
+                Segment::TransactionId => self.route.transaction_id.unwrap_or_default(),
+            };
+            push_uri_segment(text, out);
+        }
     }
-    let mut out = String::with_capacity(path.len() + 8);
+
+    /// Its public v2 path, as [`Self::push_path`] writes it.
+    pub fn path(&self, v2_base: &BasePath) -> String {
+        let mut out = String::with_capacity(v2_base.as_str().len() + 48);
+        self.push_path(v2_base, &mut out);
+        out
+    }
+}
+
+/// Appends a raw path segment as a URI can hold it: RFC 3986 `pchar`s and valid percent
+/// escapes as they are, any other byte percent-encoded.
+fn push_uri_segment(segment: &str, out: &mut String) {
+    let b = segment.as_bytes();
     for (i, &c) in b.iter().enumerate() {
-        if fits(i, c) {
+        let escape = c == b'%'
+            && b.get(i + 1..i + 3)
+                .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit));
+        if c.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@".contains(&c) || escape {
             out.push(char::from(c));
         } else {
             out.push_str(&format!("%{c:02X}"));
         }
     }
-    out
 }
 
 /// The public path template of `operation` under `base`, with `{...}` placeholders, as a
@@ -364,7 +377,7 @@ mod tests {
         let b = bases();
         let successor = |method: &str, path: &str, service: &str| {
             let route = match_route(&b, method, path).unwrap();
-            successor_path(&b.v2, &route, service)
+            Successor { route, service }.path(&b.v2)
         };
         assert_eq!(
             successor("POST", "/api/v1/verify/request", "ORG"),

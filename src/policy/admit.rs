@@ -16,7 +16,7 @@ use http::HeaderValue;
 use crate::api::operation::{ApiVersion, Operation};
 use crate::api::reply::Reply;
 use crate::api::route::{
-    match_route, path_template, successor_path, upstream_path, RouteError, RouteMatch,
+    match_route, path_template, upstream_path, RouteError, RouteMatch, Successor,
 };
 use crate::api::schema::ObjectSchema;
 use crate::config::{Agent, RateLimit, Snapshot, Terms, ValidationMode};
@@ -234,7 +234,7 @@ pub struct Signals<'s> {
 impl<'s> Signals<'s> {
     /// The signals of a call identified as `who`, whose v2 successor is `successor` when the
     /// gateway can name it.
-    fn of(snapshot: &'s Snapshot, who: &Identified<'s>, successor: Option<&str>) -> Self {
+    fn of(snapshot: &'s Snapshot, who: &Identified<'s>, successor: Option<Successor<'_>>) -> Self {
         if who.version != Some(ApiVersion::V1) {
             return Signals::default();
         }
@@ -243,16 +243,15 @@ impl<'s> Signals<'s> {
         let link = match (docs, successor) {
             (None, None) => None,
             (docs, successor) => {
-                let mut v = String::with_capacity(
-                    docs.map_or(0, str::len) + successor.map_or(0, |s| s.len() + 32),
-                );
+                // One allocation, written in place: this is on every v1 request.
+                let mut v = String::with_capacity(docs.map_or(0, str::len) + 96);
                 v.push_str(docs.unwrap_or_default());
-                if let Some(path) = successor {
+                if let Some(successor) = successor {
                     if !v.is_empty() {
                         v.push_str(", ");
                     }
                     v.push('<');
-                    v.push_str(path);
+                    successor.push_path(&snapshot.bases.v2, &mut v);
                     v.push_str(">; rel=\"successor-version\"");
                 }
                 Some(v)
@@ -278,11 +277,11 @@ impl<'s> Signals<'s> {
     }
 }
 
-/// The v2 path of a v1 call when the gateway can name it without an agent: an operation
+/// The v2 call of a v1 call when the gateway can name it without an agent: an operation
 /// with no service code in its path.
-fn unscoped_successor(snapshot: &Snapshot, route: &RouteMatch<'_>) -> Option<String> {
+fn unscoped_successor(route: RouteMatch<'_>) -> Option<Successor<'_>> {
     (route.version == ApiVersion::V1 && !route.operation.is_service_scoped())
-        .then(|| successor_path(&snapshot.bases.v2, route, ""))
+        .then_some(Successor { route, service: "" })
 }
 
 /// Refuses request lines and headers over the configured limits.
@@ -327,8 +326,8 @@ pub fn admit<'s>(
             who.operation = Some(operation);
             let successor = match_route(&snapshot.bases, operation.method(), req.path)
                 .ok()
-                .and_then(|route| unscoped_successor(snapshot, &route));
-            let signals = Signals::of(snapshot, &who, successor.as_deref());
+                .and_then(unscoped_successor);
+            let signals = Signals::of(snapshot, &who, successor);
             return Err(Refusal::new(who, e.into()).with(signals));
         }
     };
@@ -338,8 +337,8 @@ pub fn admit<'s>(
     if route.operation.needs_auth(snapshot.auth.require_on_status) {
         let agent = authenticate(&snapshot.auth, req.agent_id, req.token).map_err(|f| {
             // A stranger learns no agent's service code from the successor link.
-            let successor = unscoped_successor(snapshot, &route);
-            Refusal::unauthorized(who, f).with(Signals::of(snapshot, &who, successor.as_deref()))
+            let successor = unscoped_successor(route);
+            Refusal::unauthorized(who, f).with(Signals::of(snapshot, &who, successor))
         })?;
         who.agent = Some(agent);
     }
@@ -353,10 +352,9 @@ pub fn admit<'s>(
             .unwrap_or(&snapshot.v1_default_service)
             .as_str(),
     };
-    // Every v1 call from here on maps to one v2 path, which every answer names.
-    let successor = (route.version == ApiVersion::V1)
-        .then(|| successor_path(&snapshot.bases.v2, &route, service));
-    let signals = Signals::of(snapshot, &who, successor.as_deref());
+    // Every v1 call from here on maps to one v2 call, which every answer names.
+    let successor = (route.version == ApiVersion::V1).then_some(Successor { route, service });
+    let signals = Signals::of(snapshot, &who, successor);
     let refuse = |reply| Refusal::new(who, reply).with(signals.clone());
     if route.operation.is_service_scoped() {
         if let Some(agent) = who.agent {
@@ -375,9 +373,10 @@ pub fn admit<'s>(
             req.request_id,
             req.rehearsal,
         ) {
-            let v2 = successor.unwrap_or_else(|| {
-                path_template(snapshot.bases.v2.as_str(), ApiVersion::V2, route.operation)
-            });
+            let v2 = successor.map_or_else(
+                || path_template(snapshot.bases.v2.as_str(), ApiVersion::V2, route.operation),
+                |s| s.path(&snapshot.bases.v2),
+            );
             return Err(Refusal {
                 hint: Some(format!("use {} {v2} instead", route.operation.method())),
                 ..refuse(Reply::V1Gone(refusal))
