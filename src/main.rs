@@ -21,6 +21,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use agent_gateway::app::logging::{self, LogFormat};
 use agent_gateway::app::reload::ConfigStore;
 use agent_gateway::app::server::{self, BuildOptions};
+use agent_gateway::observe::fleet;
 use agent_gateway::observe::usage::UsageReport;
 
 #[derive(Parser)]
@@ -86,12 +87,20 @@ enum Command {
         #[arg(long, short, default_value = "config/gateway.toml")]
         config: PathBuf,
     },
-    /// Print which agents still call v1, from a running gateway's admin listener.
+    /// Print which agents still call v1: from a running gateway's admin listener (what it saw
+    /// since it started), or with --prometheus from the whole fleet a Prometheus scrapes.
     V1Usage {
         /// The admin listener's base URL.
         #[arg(long, default_value = "http://127.0.0.1:9090")]
         admin: String,
-        /// Print the JSON instead of a table.
+        /// A Prometheus that scrapes every replica (base URL, with its route prefix if any):
+        /// counts summed over replicas and restarts.
+        #[arg(long, conflicts_with = "admin")]
+        prometheus: Option<String>,
+        /// With --prometheus: how far back to count (`30d`, `12h`, ...).
+        #[arg(long, default_value = "30d", requires = "prometheus")]
+        window: humantime::Duration,
+        /// Print the JSON (the shape of /v1-usage) instead of a table.
         #[arg(long)]
         json: bool,
     },
@@ -246,7 +255,31 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             print_out(&(doc + "\n"))?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::V1Usage { admin, json } => {
+        Command::V1Usage {
+            prometheus: Some(base),
+            window,
+            json,
+            ..
+        } => {
+            let mut api = cli::PrometheusApi { base: base.clone() };
+            let report = fleet::fleet_report(&mut api, *window)
+                .with_context(|| format!("the fleet's v1 usage from {base}"))?;
+            if json {
+                print_out(&(serde_json::to_string(&report)? + "\n"))?;
+            } else {
+                print_out(&report.to_table())?;
+                print_out(&format!(
+                    "(every replica {base} scrapes, over the last {window})\n"
+                ))?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::V1Usage {
+            admin,
+            prometheus: None,
+            json,
+            ..
+        } => {
             let body = cli::admin_get(&admin, "/v1-usage")?;
             if json {
                 print_out(&(body + "\n"))?;

@@ -167,10 +167,8 @@ fn add_browned_agent(cfg: &mut FileConfig) {
         .agents
         .push(AgentFile::new("browned", testing::TOKEN));
     cfg.retirement.brownouts.push(BrownoutFile {
-        start: "2000-01-01T00:00:00Z".into(),
-        end: "2100-01-01T00:00:00Z".into(),
-        percent: None,
         agents: Some(vec!["browned".into()]),
+        ..BrownoutFile::new("2000-01-01T00:00:00Z", "2100-01-01T00:00:00Z")
     });
 }
 
@@ -282,19 +280,32 @@ fn metrics_count_a_known_mix_exactly() {
     // Only an authenticated (or allow-list-refused) agent is named; everything else, the
     // unconfigured "nobody-zz" and a configured id with a wrong token included, is "unknown".
     // The 404 names no version and is not counted here.
+    let a = |agent, version, op| -> [(&str, &str); 3] {
+        [
+            ("agent_id", agent),
+            ("api_version", version),
+            ("operation", op),
+        ]
+    };
     expect_family(
         &samples,
         "agent_gateway_agent_requests_total",
         &[
-            (&[("agent_id", "agent-1"), ("api_version", "v1")], 4),
-            (&[("agent_id", "agent-1"), ("api_version", "v2")], 5),
-            (&[("agent_id", "agent-2"), ("api_version", "v2")], 1),
-            (&[("agent_id", "browned"), ("api_version", "v1")], 1),
-            (&[("agent_id", "retired"), ("api_version", "v1")], 1),
-            (&[("agent_id", "retired"), ("api_version", "v2")], 1),
-            (&[("agent_id", "throttled"), ("api_version", "v2")], 2),
-            (&[("agent_id", "unknown"), ("api_version", "v1")], 3),
-            (&[("agent_id", "unknown"), ("api_version", "v2")], 1),
+            (&a("agent-1", "v1", "verify_request"), 3),
+            (&a("agent-1", "v1", "transaction_status"), 1),
+            (&a("agent-1", "v2", "connection_invitation"), 2),
+            (&a("agent-1", "v2", "transaction_status"), 1),
+            (&a("agent-1", "v2", "credential_offer"), 1),
+            (&a("agent-1", "v2", "verify_request"), 1),
+            (&a("agent-2", "v2", "verify_request"), 1),
+            (&a("browned", "v1", "transaction_status"), 1),
+            (&a("retired", "v1", "verify_request"), 1),
+            (&a("retired", "v2", "verify_request"), 1),
+            (&a("throttled", "v2", "transaction_status"), 2),
+            (&a("unknown", "v1", "credential_offer"), 1),
+            (&a("unknown", "v1", "verify_response"), 1),
+            (&a("unknown", "v1", "verify_request"), 1),
+            (&a("unknown", "v2", "verify_response"), 1),
         ],
     );
     expect_family(
@@ -338,6 +349,16 @@ fn metrics_count_a_known_mix_exactly() {
         assert!(
             (started_at - 1.0..=now + 1.0).contains(t),
             "{l:?} last seen at {t}, test ran {started_at}..{now}"
+        );
+    }
+    // A configured agent's first v1 call is kept too, never after its last.
+    let first_seen = family(&samples, "agent_gateway_v1_first_seen_timestamp_seconds");
+    let firsts: Vec<&str> = first_seen.keys().map(|l| l["agent_id"].as_str()).collect();
+    assert_eq!(firsts, ["agent-1", "browned", "retired"]);
+    for (l, first) in &first_seen {
+        assert!(
+            started_at - 1.0 <= *first && *first <= last_seen[l],
+            "{l:?}"
         );
     }
     expect_family(
@@ -481,6 +502,7 @@ fn check_labels_are_bounded(samples: &[Sample], agents: &[&str]) {
                     "blocked",
                     "brownout",
                     "sunset",
+                    "rehearsal",
                 ]
                 .contains(&v.as_str()),
                 "kind" if s.name.starts_with("agent_gateway_rate_limit_") => {
@@ -493,6 +515,7 @@ fn check_labels_are_bounded(samples: &[Sample], agents: &[&str]) {
                 }
                 "result" => ["success", "failure"].contains(&v.as_str()),
                 "backend" => ["local", "redis", "on_redis_error"].contains(&v.as_str()),
+                "v1_policy" => ["allow", "block", "exempt"].contains(&v.as_str()),
                 "rule" => [
                     "not_json",
                     "not_object",
@@ -546,7 +569,14 @@ fn a_dead_upstream_address_is_a_502_counted_as_a_connect_error() {
     expect_family(
         &samples,
         "agent_gateway_agent_requests_total",
-        &[(&[("agent_id", "agent-1"), ("api_version", "v1")], 1)],
+        &[(
+            &[
+                ("agent_id", "agent-1"),
+                ("api_version", "v1"),
+                ("operation", "verify_request"),
+            ],
+            1,
+        )],
     );
     expect_family(
         &samples,

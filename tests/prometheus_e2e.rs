@@ -1,6 +1,7 @@
 //! The shipped Prometheus files and Grafana dashboard against the real tools: `promtool` checks
 //! and unit-tests the alert rules, then a real Prometheus scrapes a running gateway and runs
-//! every dashboard query and alert expression.
+//! every dashboard query and alert expression; and `v1-usage --prometheus` reads the v1 usage
+//! of two replicas, one restarted, from a real Prometheus.
 //!
 //! Needs `prometheus` and `promtool` on PATH (Debian: `apt-get install prometheus`, which
 //! `.ci/run` does). Without them these tests fail rather than pass silently.
@@ -15,6 +16,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use agent_gateway::config::file::AgentFile;
+use agent_gateway::config::testing::TOKEN;
+use agent_gateway::config::V1Policy;
 use serde_json::Value;
 
 use common::*;
@@ -26,13 +30,17 @@ const PROMETHEUS_YML: &str = concat!(
 );
 
 /// The alert rules alerts.yml must define.
-const ALERT_NAMES: [&str; 6] = [
+const ALERT_NAMES: [&str; 10] = [
     "AgentGatewayDown",
     "AgentGatewayUpstreamErrorRatioHigh",
     "AgentGatewayP99LatencyHigh",
     "AgentGatewayAuthFailureSpike",
     "AgentGatewayConfigReloadFailed",
     "AgentGatewayRateLimitBackendFailing",
+    "AgentGatewayRetiredAgentCallingV1",
+    "AgentGatewayV1AgentQuiet",
+    "AgentGatewayV1ShareNotFalling",
+    "AgentGatewayBrownoutOverRefusing",
 ];
 
 /// The full path of `name` on PATH; fails the test when it is missing.
@@ -80,11 +88,17 @@ fn replace_once(text: &str, from: &str, to: &str) -> String {
 /// The shipped prometheus.yml, aimed at `target` with 1 s scrape and evaluation intervals and
 /// the shipped alerts.yml by absolute path.
 fn scrape_config(target: SocketAddr) -> String {
+    fleet_scrape_config(&[target])
+}
+
+/// The shipped prometheus.yml, as [`scrape_config`], aimed at every one of `targets`.
+fn fleet_scrape_config(targets: &[SocketAddr]) -> String {
     let text = std::fs::read_to_string(PROMETHEUS_YML).unwrap();
     let text = replace_once(&text, "scrape_interval: 15s", "scrape_interval: 1s");
     let text = replace_once(&text, "evaluation_interval: 15s", "evaluation_interval: 1s");
     let text = replace_once(&text, "- alerts.yml", &format!("- {ALERTS}"));
-    replace_once(&text, "\"127.0.0.1:9090\"", &format!("\"{target}\""))
+    let targets: Vec<String> = targets.iter().map(|t| format!("\"{t}\"")).collect();
+    replace_once(&text, "\"127.0.0.1:9090\"", &targets.join(", "))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -232,6 +246,209 @@ tests:
             exp_annotations:
               summary: "agent-gateway gw-a: the shared rate limit is not holding"
               description: "For 5 minutes Redis has left some of this replica's rate-limit decisions undecided (timeouts, errors, or skipped right after a failure), so rate_limit.on_redis_error applied: this replica's own buckets (\"local\"), no limit (\"allow\") or 429s (\"deny\"). See the \"Rate-limit backend errors/s by kind\" panel and the gateway log."
+
+  - interval: 1m
+    input_series:
+      # What the replicas publish: blocked-a is blocked; late-b, vip and sunset-rehearser are
+      # past their sunset (600 s after the epoch); future-c is not; vip is exempt.
+      - series: 'agent_gateway_agent_info{job="agent-gateway", instance="gw-a", agent_id="blocked-a", v1_policy="block"}'
+        values: '1x40'
+      - series: 'agent_gateway_agent_info{job="agent-gateway", instance="gw-b", agent_id="blocked-a", v1_policy="block"}'
+        values: '1x40'
+      - series: 'agent_gateway_agent_info{job="agent-gateway", instance="gw-a", agent_id="blocked-quiet", v1_policy="block"}'
+        values: '1x40'
+      - series: 'agent_gateway_agent_info{job="agent-gateway", instance="gw-a", agent_id="late-b", v1_policy="allow"}'
+        values: '1x40'
+      - series: 'agent_gateway_agent_sunset_timestamp_seconds{job="agent-gateway", instance="gw-a", agent_id="late-b"}'
+        values: '600x40'
+      - series: 'agent_gateway_agent_info{job="agent-gateway", instance="gw-a", agent_id="future-c", v1_policy="allow"}'
+        values: '1x40'
+      - series: 'agent_gateway_agent_sunset_timestamp_seconds{job="agent-gateway", instance="gw-a", agent_id="future-c"}'
+        values: '1e10x40'
+      - series: 'agent_gateway_agent_info{job="agent-gateway", instance="gw-a", agent_id="vip", v1_policy="exempt"}'
+        values: '1x40'
+      - series: 'agent_gateway_agent_sunset_timestamp_seconds{job="agent-gateway", instance="gw-a", agent_id="vip"}'
+        values: '600x40'
+      - series: 'agent_gateway_agent_info{job="agent-gateway", instance="gw-a", agent_id="sunset-rehearser", v1_policy="allow"}'
+        values: '1x40'
+      - series: 'agent_gateway_agent_sunset_timestamp_seconds{job="agent-gateway", instance="gw-a", agent_id="sunset-rehearser"}'
+        values: '600x40'
+      # What happened: blocked-a calls v1 through gw-b only, once a minute; late-b, future-c
+      # and vip twice a minute; sunset-rehearser only rehearses; blocked-quiet never calls.
+      - series: 'agent_gateway_agent_requests_total{job="agent-gateway", instance="gw-a", agent_id="blocked-a", api_version="v1", operation="verify_request"}'
+        values: '0x40'
+      - series: 'agent_gateway_agent_requests_total{job="agent-gateway", instance="gw-b", agent_id="blocked-a", api_version="v1", operation="verify_request"}'
+        values: '0+1x40'
+      - series: 'agent_gateway_agent_requests_total{job="agent-gateway", instance="gw-a", agent_id="blocked-quiet", api_version="v1", operation="verify_request"}'
+        values: '0x40'
+      - series: 'agent_gateway_agent_requests_total{job="agent-gateway", instance="gw-a", agent_id="late-b", api_version="v1", operation="credential_offer"}'
+        values: '0+2x40'
+      - series: 'agent_gateway_agent_requests_total{job="agent-gateway", instance="gw-a", agent_id="future-c", api_version="v1", operation="verify_request"}'
+        values: '0+2x40'
+      - series: 'agent_gateway_agent_requests_total{job="agent-gateway", instance="gw-a", agent_id="vip", api_version="v1", operation="verify_request"}'
+        values: '0+2x40'
+      - series: 'agent_gateway_agent_requests_total{job="agent-gateway", instance="gw-a", agent_id="sunset-rehearser", api_version="v1", operation="verify_request"}'
+        values: '0+1x40'
+      - series: 'agent_gateway_v1_refusals_total{job="agent-gateway", instance="gw-a", agent_id="blocked-a", reason="rehearsal"}'
+        values: '0x40'
+      - series: 'agent_gateway_v1_refusals_total{job="agent-gateway", instance="gw-b", agent_id="blocked-a", reason="rehearsal"}'
+        values: '0x40'
+      - series: 'agent_gateway_v1_refusals_total{job="agent-gateway", instance="gw-a", agent_id="blocked-quiet", reason="rehearsal"}'
+        values: '0x40'
+      - series: 'agent_gateway_v1_refusals_total{job="agent-gateway", instance="gw-a", agent_id="late-b", reason="rehearsal"}'
+        values: '0x40'
+      - series: 'agent_gateway_v1_refusals_total{job="agent-gateway", instance="gw-a", agent_id="future-c", reason="rehearsal"}'
+        values: '0x40'
+      - series: 'agent_gateway_v1_refusals_total{job="agent-gateway", instance="gw-a", agent_id="vip", reason="rehearsal"}'
+        values: '0x40'
+      - series: 'agent_gateway_v1_refusals_total{job="agent-gateway", instance="gw-a", agent_id="sunset-rehearser", reason="rehearsal"}'
+        values: '0+1x40'
+    alert_rule_test:
+      - eval_time: 30m
+        alertname: AgentGatewayRetiredAgentCallingV1
+        exp_alerts:
+          - exp_labels: {severity: warning, agent_id: blocked-a}
+            exp_annotations:
+              summary: "agent blocked-a still calls v1: 30 calls in the last hour"
+              description: "blocked-a is blocked (v1_policy = \"block\") or past its sunset date, and still made v1 calls in the last hour, across the fleet (rehearsals not counted). It gets 410 (or, past its sunset without enforce_sunset, still reaches the backend): call the team behind blocked-a. `agent-gateway v1-usage --prometheus URL` shows which operations."
+          - exp_labels: {severity: warning, agent_id: late-b}
+            exp_annotations:
+              summary: "agent late-b still calls v1: 60 calls in the last hour"
+              description: "late-b is blocked (v1_policy = \"block\") or past its sunset date, and still made v1 calls in the last hour, across the fleet (rehearsals not counted). It gets 410 (or, past its sunset without enforce_sunset, still reaches the backend): call the team behind late-b. `agent-gateway v1-usage --prometheus URL` shows which operations."
+
+  - interval: 1m
+    input_series:
+      # buggy: 200 v1 calls per 10 minutes over two replicas, 90 % refused by brownouts under
+      # a 25 % share. fine: 25 % under 25 %. sparse: all refused, but 20 calls per 10 minutes.
+      # ended: 50 % under a 50 % window that closed at 15m.
+      - series: 'agent_gateway_agent_requests_total{job="agent-gateway", instance="gw-a", agent_id="buggy", api_version="v1", operation="verify_request"}'
+        values: '0+10x40'
+      - series: 'agent_gateway_agent_requests_total{job="agent-gateway", instance="gw-b", agent_id="buggy", api_version="v1", operation="verify_request"}'
+        values: '0+10x40'
+      - series: 'agent_gateway_v1_refusals_total{job="agent-gateway", instance="gw-a", agent_id="buggy", reason="brownout"}'
+        values: '0+9x40'
+      - series: 'agent_gateway_v1_refusals_total{job="agent-gateway", instance="gw-b", agent_id="buggy", reason="brownout"}'
+        values: '0+9x40'
+      - series: 'agent_gateway_v1_brownout_share{job="agent-gateway", instance="gw-a", agent_id="buggy"}'
+        values: '0.25x40'
+      - series: 'agent_gateway_v1_brownout_share{job="agent-gateway", instance="gw-b", agent_id="buggy"}'
+        values: '0.25x40'
+      - series: 'agent_gateway_agent_requests_total{job="agent-gateway", instance="gw-a", agent_id="fine", api_version="v1", operation="verify_request"}'
+        values: '0+20x40'
+      - series: 'agent_gateway_v1_refusals_total{job="agent-gateway", instance="gw-a", agent_id="fine", reason="brownout"}'
+        values: '0+5x40'
+      - series: 'agent_gateway_v1_brownout_share{job="agent-gateway", instance="gw-a", agent_id="fine"}'
+        values: '0.25x40'
+      - series: 'agent_gateway_agent_requests_total{job="agent-gateway", instance="gw-a", agent_id="sparse", api_version="v1", operation="verify_request"}'
+        values: '0+2x40'
+      - series: 'agent_gateway_v1_refusals_total{job="agent-gateway", instance="gw-a", agent_id="sparse", reason="brownout"}'
+        values: '0+2x40'
+      - series: 'agent_gateway_v1_brownout_share{job="agent-gateway", instance="gw-a", agent_id="sparse"}'
+        values: '0.1x40'
+      - series: 'agent_gateway_agent_requests_total{job="agent-gateway", instance="gw-a", agent_id="ended", api_version="v1", operation="verify_request"}'
+        values: '0+20x40'
+      - series: 'agent_gateway_v1_refusals_total{job="agent-gateway", instance="gw-a", agent_id="ended", reason="brownout"}'
+        values: '0+10x15 150x25'
+      - series: 'agent_gateway_v1_brownout_share{job="agent-gateway", instance="gw-a", agent_id="ended"}'
+        values: '0.5x15 0x25'
+    alert_rule_test:
+      - eval_time: 5m
+        alertname: AgentGatewayBrownoutOverRefusing
+        exp_alerts: []
+      - eval_time: 30m
+        alertname: AgentGatewayBrownoutOverRefusing
+        exp_alerts:
+          - exp_labels: {severity: warning, agent_id: buggy}
+            exp_annotations:
+              summary: "brownouts refused 90% of buggy's v1 calls"
+              description: "Over 10 minutes, brownouts refused far more of buggy's v1 calls than its schedule's share (more than 1.5 times it plus 10 points, over at least 100 calls). Suspect a gateway bug, replicas on different configs, or a client retrying with the same X-Request-Id (each retry is refused again). See \"Brownout: share refused vs configured\"."
+"#;
+
+/// Unit tests of the retirement alerts that look back weeks (quiet agents, the v1 share week
+/// over week), evaluated hourly so that 15 days of series stay quick.
+const LONG_RULE_TESTS: &str = r#"
+rule_files:
+  - {alerts}
+evaluation_interval: 1h
+tests:
+  - interval: 1h
+    input_series:
+      # Prometheus has scraped gw-a since the start. "never" never called v1; "old" last
+      # called 12 hours in (43200 s); "recent" on day 12 (1036800 s); "blocked" is blocked.
+      - series: 'agent_gateway_build_info{job="agent-gateway", instance="gw-a", version="0.1.0"}'
+        values: '1x400'
+      - series: 'agent_gateway_agent_info{job="agent-gateway", instance="gw-a", agent_id="never", v1_policy="allow"}'
+        values: '1x400'
+      - series: 'agent_gateway_agent_info{job="agent-gateway", instance="gw-a", agent_id="old", v1_policy="allow"}'
+        values: '1x400'
+      - series: 'agent_gateway_v1_last_seen_timestamp_seconds{job="agent-gateway", instance="gw-a", agent_id="old"}'
+        values: '_x12 43200x388'
+      - series: 'agent_gateway_agent_info{job="agent-gateway", instance="gw-a", agent_id="recent", v1_policy="allow"}'
+        values: '1x400'
+      - series: 'agent_gateway_v1_last_seen_timestamp_seconds{job="agent-gateway", instance="gw-a", agent_id="recent"}'
+        values: '_x288 1036800x112'
+      - series: 'agent_gateway_agent_info{job="agent-gateway", instance="gw-a", agent_id="blocked", v1_policy="block"}'
+        values: '1x400'
+    alert_rule_test:
+      # Day 10: Prometheus does not hold 14 days yet, so nobody is known to be quiet.
+      - eval_time: 10d
+        alertname: AgentGatewayV1AgentQuiet
+        exp_alerts: []
+      - eval_time: 15d
+        alertname: AgentGatewayV1AgentQuiet
+        exp_alerts:
+          - exp_labels: {severity: info, agent_id: never}
+            exp_annotations:
+              summary: "agent never has made no v1 call for 14 days: safe to block"
+              description: "No replica has seen a v1 call by never for 14 days, and Prometheus holds the gateway's metrics from at least that long ago. Set its v1_policy to \"block\" (a reminder, not a page; `agent-gateway v1-usage --prometheus URL` double-checks)."
+          - exp_labels: {severity: info, agent_id: old}
+            exp_annotations:
+              summary: "agent old has made no v1 call for 14 days: safe to block"
+              description: "No replica has seen a v1 call by old for 14 days, and Prometheus holds the gateway's metrics from at least that long ago. Set its v1_policy to \"block\" (a reminder, not a page; `agent-gateway v1-usage --prometheus URL` double-checks)."
+
+  - interval: 1h
+    input_series:
+      # v1 steady at 10/h; v2 10/h the first week, 20/h after: the share falls, 50 % to 33 %.
+      - series: 'agent_gateway_requests_total{job="agent-gateway", instance="gw-a", api_version="v1", operation="verify_request", code="200"}'
+        values: '0+10x400'
+      - series: 'agent_gateway_requests_total{job="agent-gateway", instance="gw-a", api_version="v2", operation="verify_request", code="200"}'
+        values: '0+10x168 1680+20x232'
+    alert_rule_test:
+      - eval_time: 15d
+        alertname: AgentGatewayV1ShareNotFalling
+        exp_alerts: []
+
+  - interval: 1h
+    input_series:
+      # v1 and v2 both steady at 10/h, v1 over two replicas: the share stays at 50 %.
+      - series: 'agent_gateway_requests_total{job="agent-gateway", instance="gw-a", api_version="v1", operation="verify_request", code="200"}'
+        values: '0+5x400'
+      - series: 'agent_gateway_requests_total{job="agent-gateway", instance="gw-b", api_version="v1", operation="verify_request", code="200"}'
+        values: '0+5x400'
+      - series: 'agent_gateway_requests_total{job="agent-gateway", instance="gw-a", api_version="v2", operation="connection_invitation", code="200"}'
+        values: '0+10x400'
+    alert_rule_test:
+      # A week in, there is no week before to compare with.
+      - eval_time: 6d
+        alertname: AgentGatewayV1ShareNotFalling
+        exp_alerts: []
+      - eval_time: 15d
+        alertname: AgentGatewayV1ShareNotFalling
+        exp_alerts:
+          - exp_labels: {severity: warning}
+            exp_annotations:
+              summary: "v1 share not falling: 50% of requests this week"
+              description: "The share of requests on v1 over the last 7 days fell by less than 5 % of itself from the 7 days before, across the fleet. The retirement has stalled: \"v1 requests/s by agent\" shows who keeps it up; raise the pressure (brownout ramps, per-agent sunset dates)."
+
+  - interval: 1h
+    input_series:
+      # No v1 at all is not a stall.
+      - series: 'agent_gateway_requests_total{job="agent-gateway", instance="gw-a", api_version="v2", operation="connection_invitation", code="200"}'
+        values: '0+10x400'
+    alert_rule_test:
+      - eval_time: 15d
+        alertname: AgentGatewayV1ShareNotFalling
+        exp_alerts: []
 "#;
 
 #[test]
@@ -251,7 +468,14 @@ fn promtool_accepts_the_shipped_rules_and_config_and_the_alerts_fire_as_designed
 
     let tests = dir.path().join("alerts_test.yml");
     std::fs::write(&tests, RULE_TESTS.replace("{alerts}", ALERTS)).unwrap();
-    promtool(&["test", "rules", tests.to_str().unwrap()]);
+    let long_tests = dir.path().join("alerts_long_test.yml");
+    std::fs::write(&long_tests, LONG_RULE_TESTS.replace("{alerts}", ALERTS)).unwrap();
+    promtool(&[
+        "test",
+        "rules",
+        tests.to_str().unwrap(),
+        long_tests.to_str().unwrap(),
+    ]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -524,8 +748,32 @@ fn a_real_prometheus_scrapes_the_gateway_and_runs_every_dashboard_and_alert_quer
             panic!("alert {name}: Prometheus refused\n{expr}\n{e}");
         }
     }
-    // Healthy traffic raises nothing.
-    assert_eq!(prom.alerts(), vec![], "alerts with a healthy gateway");
+    // The traffic's blocked agent, past its own sunset too, still calls v1: that, fleet-wide
+    // and naming it, is the only alert healthy traffic raises.
+    wait_until(
+        left().min(10),
+        "AgentGatewayRetiredAgentCallingV1 to fire for \"retired\"",
+        || {
+            prom.alerts().iter().any(|(name, state, labels)| {
+                name == "AgentGatewayRetiredAgentCallingV1"
+                    && state == "firing"
+                    && labels["agent_id"] == "retired"
+            })
+        },
+    );
+    let raised: Vec<(String, String)> = prom
+        .alerts()
+        .into_iter()
+        .map(|(name, _, labels)| (name, labels["agent_id"].as_str().unwrap_or("").to_owned()))
+        .collect();
+    assert_eq!(
+        raised,
+        [(
+            "AgentGatewayRetiredAgentCallingV1".to_owned(),
+            "retired".to_owned()
+        )],
+        "alerts with a healthy gateway"
+    );
 
     // A refused reload raises AgentGatewayConfigReloadFailed.
     std::fs::write(&gw.config_path, "[listen]\nproxy = \"nonsense\"\n").unwrap();
@@ -561,4 +809,190 @@ fn a_real_prometheus_scrapes_the_gateway_and_runs_every_dashboard_and_alert_quer
         began.elapsed(),
         prom.log()
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// v1-usage --prometheus: a fleet of two, one restarted
+// ---------------------------------------------------------------------------------------------
+
+impl Prometheus {
+    /// The value of an expression that yields one series, if it yields one.
+    fn value(&self, expr: &str) -> Option<f64> {
+        let result = self.query(expr).unwrap_or_else(|e| panic!("{expr}: {e}"));
+        let [one] = result.as_slice() else {
+            return None;
+        };
+        one["value"][1].as_str()?.parse().ok()
+    }
+
+    /// Waits until `expr` yields exactly `want`.
+    fn wait_for(&self, expr: &str, want: f64) {
+        wait_until(30, &format!("{expr} == {want} in Prometheus"), || {
+            self.value(expr) == Some(want)
+        });
+    }
+}
+
+/// A call through `proxy` by `agent` (token [`TOKEN`]); its status.
+fn call(proxy: SocketAddr, agent: &str, method: &str, path: &str) -> u16 {
+    let body = if method == "POST" {
+        BODY.as_bytes()
+    } else {
+        b""
+    };
+    request(proxy, method, path, &agent_headers(agent), body).status
+}
+
+/// `agent-gateway v1-usage --prometheus URL` with `args`: its standard output.
+fn v1_usage(prom: &Prometheus, args: &[&str]) -> String {
+    let url = format!("http://{}", prom.addr);
+    let out = Command::new(BIN)
+        .args(["v1-usage", "--prometheus", &url])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "v1-usage failed: {}", show(&out));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn v1_usage_from_prometheus_sums_two_replicas_across_a_restart() {
+    tool("prometheus");
+    let backend = Backend::start();
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.server.watch_config = false;
+    cfg.retirement.sunset_at = Some("2027-06-01T00:00:00Z".into());
+    cfg.auth.agents.extend([
+        AgentFile {
+            v1_policy: V1Policy::Block,
+            sunset_at: Some("2026-06-01T00:00:00Z".into()),
+            ..AgentFile::new("blocked", TOKEN)
+        },
+        AgentFile::new("old", TOKEN),
+        AgentFile::new("idle", TOKEN),
+    ]);
+    let mut cfg_b = cfg.clone();
+    cfg_b.listen.proxy = loopback(free_port()).to_string();
+    cfg_b.listen.admin = Some(loopback(free_port()).to_string());
+    let a = Gateway::builder(cfg.clone()).start();
+    let b = Gateway::builder(cfg_b).start();
+    let (a_proxy, a_admin, b_proxy) = (a.proxy, a.admin, b.proxy);
+    let on_a =
+        |metric: &str| format!("sum({metric}{{instance=\"{a_admin}\",agent_id!=\"unknown\"}})");
+    let everywhere = "sum(agent_gateway_agent_requests_total{agent_id!=\"unknown\"})";
+
+    // Calls served before Prometheus first scrapes the replicas (it is not even running):
+    // each replica started inside the window, so its first scrape's values count in full.
+    let sent_before = [
+        call(a_proxy, "agent-1", "POST", "/api/v1/verify/request"),
+        call(a_proxy, "agent-1", "POST", "/api/v1/verify/request"),
+        call(a_proxy, "agent-1", "POST", "/api/v1/verify/request"),
+        call(a_proxy, "agent-1", "GET", "/api/v1/transaction/t-1/status"),
+        call(a_proxy, "agent-1", "POST", "/api/v2/credential/S/offer"),
+        call(a_proxy, "agent-1", "POST", "/api/v2/credential/S/offer"),
+        call(b_proxy, "agent-1", "POST", "/api/v1/verify/request"),
+        call(b_proxy, "old", "POST", "/api/v1/connection/invitation"),
+        call(b_proxy, "old", "POST", "/api/v1/connection/invitation"),
+        call(b_proxy, "blocked", "POST", "/api/v1/verify/request"),
+        call(b_proxy, "blocked", "POST", "/api/v2/verify/S/request"),
+    ];
+    assert_eq!(
+        sent_before,
+        [200, 200, 200, 200, 200, 200, 200, 200, 200, 410, 200]
+    );
+    let prom = Prometheus::start(&fleet_scrape_config(&[a_admin, b.admin]));
+    prom.wait_for(everywhere, 11.0);
+
+    // Replica a restarts on the same addresses: its counters start again from zero. It serves
+    // fewer calls (4) than it had counted (6) before Prometheus scrapes it again, so the drop
+    // that marks the restart is seen whether that scrape comes before or after them.
+    drop(a);
+    let a = Gateway::builder(cfg).start();
+    let sent_after = [
+        call(a.proxy, "agent-1", "POST", "/api/v1/verify/request"),
+        call(a.proxy, "agent-1", "POST", "/api/v1/verify/request"),
+        call(a.proxy, "old", "POST", "/api/v1/connection/invitation"),
+        call(a.proxy, "old", "POST", "/api/v2/verify/response"),
+    ];
+    assert_eq!(sent_after, [200; 4]);
+    prom.wait_for(&on_a("agent_gateway_agent_requests_total"), 4.0);
+
+    let report: Value = serde_json::from_str(&v1_usage(&prom, &["--json"])).unwrap();
+    let agents = report["agents"].as_array().unwrap();
+    let ids: Vec<&str> = agents
+        .iter()
+        .map(|a| a["agent_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["agent-1", "blocked", "idle", "old"]);
+    let find = |id: &str| agents.iter().find(|a| a["agent_id"] == id).unwrap();
+    let counts = |id: &str, version: &str| {
+        let all = find(id)[version].as_object().unwrap();
+        let mut nonzero: Vec<(String, u64)> = all
+            .iter()
+            .map(|(op, n)| (op.clone(), n.as_u64().unwrap()))
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        nonzero.sort();
+        assert_eq!(all.len(), 5, "every operation, at zero too");
+        nonzero
+    };
+    let ops = |list: &[(&str, u64)]| -> Vec<(String, u64)> {
+        list.iter().map(|(o, n)| (o.to_string(), *n)).collect()
+    };
+    // Exactly what was sent, over both replicas and across a's restart.
+    assert_eq!(
+        counts("agent-1", "v1_requests"),
+        ops(&[("transaction_status", 1), ("verify_request", 6)])
+    );
+    assert_eq!(
+        counts("agent-1", "v2_requests"),
+        ops(&[("credential_offer", 2)])
+    );
+    assert_eq!(
+        counts("old", "v1_requests"),
+        ops(&[("connection_invitation", 3)])
+    );
+    assert_eq!(counts("old", "v2_requests"), ops(&[("verify_response", 1)]));
+    assert_eq!(
+        counts("blocked", "v1_requests"),
+        ops(&[("verify_request", 1)])
+    );
+    assert_eq!(
+        counts("blocked", "v2_requests"),
+        ops(&[("verify_request", 1)])
+    );
+    assert_eq!(counts("idle", "v1_requests"), ops(&[]));
+
+    assert_eq!(find("blocked")["v1_policy"], "block");
+    assert_eq!(find("blocked")["sunset_at"], "2026-06-01T00:00:00Z");
+    assert_eq!(find("old")["v1_policy"], "allow");
+    assert_eq!(find("old")["sunset_at"], "2027-06-01T00:00:00Z");
+    for id in ["agent-1", "blocked", "old"] {
+        let (first, last) = (&find(id)["first_v1_call"], &find(id)["last_v1_call"]);
+        assert!(
+            first.is_string() && last.is_string(),
+            "{id}: {first} {last}"
+        );
+        assert!(first.as_str() <= last.as_str(), "{id}");
+    }
+    assert_eq!(find("idle")["last_v1_call"], Value::Null);
+    // Prometheus holds seconds of data, not quiet_days: nobody is safe to block, and the
+    // report says why.
+    assert!(agents.iter().all(|a| a["safe_to_block"] == false));
+    assert_eq!(report["quiet_days"], 14);
+    let note = report["coverage_note"].as_str().unwrap();
+    assert!(note.contains("fewer than quiet_days = 14"), "{note}");
+
+    let table = v1_usage(&prom, &[]);
+    let row = |id: &str| -> Vec<String> {
+        let line = table
+            .lines()
+            .find(|l| l.starts_with(&format!("{id} ")))
+            .unwrap_or_else(|| panic!("no row for {id} in\n{table}"));
+        line.split_whitespace().map(str::to_owned).collect()
+    };
+    assert_eq!(&row("agent-1")[..4], ["agent-1", "allow", "7", "2"]);
+    assert_eq!(&row("old")[..4], ["old", "allow", "3", "1"]);
+    assert_eq!(&row("idle")[..5], ["idle", "allow", "0", "0", "never"]);
+    assert!(table.contains("note: Prometheus' data covers"), "{table}");
 }

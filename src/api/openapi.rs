@@ -58,6 +58,8 @@ pub fn document(snapshot: &Snapshot) -> Value {
 fn legacy_sunset(snapshot: &Snapshot) -> Option<String> {
     snapshot
         .retirement
+        .terms
+        .dates
         .sunset_at
         .map(|t| humantime::format_rfc3339_seconds(t).to_string())
 }
@@ -189,12 +191,15 @@ pub fn operation_id(version: ApiVersion, op: Operation) -> String {
 pub fn v1_sunset_notice(sunset: Option<&str>) -> String {
     let refusals = "v1 calls may be refused with 410 for agents whose v1 access is blocked and \
                     during scheduled brownouts";
+    let signals = "Every answer names the v2 path of the same call in a Link header with \
+                   rel=\"successor-version\"; a request with the header X-Sunset-Rehearsal: 1 \
+                   gets the answer of a call after the sunset (410) now, and is not forwarded.";
     match sunset {
         Some(date) => format!(
-            "Its sunset date is {date}. {refusals}, and after the sunset date when it is \
-             enforced."
+            "Its sunset date is {date} (an agent may have its own). {refusals}, and after the \
+             sunset date when it is enforced. {signals}"
         ),
-        None => format!("No sunset date is configured. {refusals}."),
+        None => format!("No sunset date is configured. {refusals}. {signals}"),
     }
 }
 

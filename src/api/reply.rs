@@ -21,15 +21,28 @@ pub enum V1Refusal {
         until: SystemTime,
     },
     Sunset,
+    /// The client asked (`X-Sunset-Rehearsal: 1`) for the answer it will get after the sunset.
+    Rehearsal,
 }
 
 impl V1Refusal {
+    /// Every reason, for metrics that start at zero.
+    pub const ALL: [V1Refusal; 4] = [
+        V1Refusal::Blocked,
+        V1Refusal::Brownout {
+            until: std::time::UNIX_EPOCH,
+        },
+        V1Refusal::Sunset,
+        V1Refusal::Rehearsal,
+    ];
+
     /// The metric label.
     pub fn reason(self) -> &'static str {
         match self {
             V1Refusal::Blocked => "blocked",
             V1Refusal::Brownout { .. } => "brownout",
             V1Refusal::Sunset => "sunset",
+            V1Refusal::Rehearsal => "rehearsal",
         }
     }
 }
@@ -91,7 +104,7 @@ impl From<RouteError> for Reply {
 
 impl Reply {
     /// One of each kind, for documentation and tests.
-    pub const ALL_CODES: [Reply; 21] = [
+    pub const ALL_CODES: [Reply; 22] = [
         Reply::BadPath,
         Reply::BadBody,
         Reply::InvalidBody,
@@ -106,6 +119,7 @@ impl Reply {
             until: std::time::UNIX_EPOCH,
         }),
         Reply::V1Gone(V1Refusal::Sunset),
+        Reply::V1Gone(V1Refusal::Rehearsal),
         Reply::PayloadTooLarge,
         Reply::UriTooLong,
         Reply::UnsupportedMediaType,
@@ -153,6 +167,7 @@ impl Reply {
             Reply::V1Gone(V1Refusal::Blocked) => 1,
             Reply::V1Gone(V1Refusal::Brownout { .. }) => 2,
             Reply::V1Gone(V1Refusal::Sunset) => 3,
+            Reply::V1Gone(V1Refusal::Rehearsal) => 4,
             _ => 0,
         };
         u32::from(self.status()) * 100 + cause
@@ -185,6 +200,10 @@ impl Reply {
                 "API v1 is in a scheduled brownout; retry after it ends"
             }
             Reply::V1Gone(V1Refusal::Sunset) => "API v1 has reached its sunset date",
+            Reply::V1Gone(V1Refusal::Rehearsal) => {
+                "sunset rehearsal (X-Sunset-Rehearsal: 1): after the sunset date every v1 call \
+                 gets this answer"
+            }
             Reply::PayloadTooLarge => "request body exceeds limits.max_body_bytes",
             Reply::UpstreamConnect => "the backend could not be reached",
             Reply::UpstreamBroken => {

@@ -222,6 +222,56 @@ pub fn upstream_path(
     )
 }
 
+/// The v2 call a v1 call maps to: its route, and the service code it acts on (empty for an
+/// operation without one).
+#[derive(Debug, Clone, Copy)]
+pub struct Successor<'a> {
+    pub route: RouteMatch<'a>,
+    pub service: &'a str,
+}
+
+impl Successor<'_> {
+    /// Appends its public v2 path (`/api/v2/verify/ORG/request`) to `out`: the operation's v2
+    /// path under `v2_base`, with the call's service code and transaction id. Written as a URI
+    /// reference a `Link` header can carry: a path byte a URI cannot hold as it is (`<`, `>`,
+    /// `"`, a `%` that starts no escape) is percent-encoded.
+    pub fn push_path(&self, v2_base: &BasePath, out: &mut String) {
+        out.push_str(v2_base.as_str());
+        for seg in self.route.operation.path(ApiVersion::V2) {
+            out.push('/');
+            let text = match *seg {
+                Segment::Literal(text) => text,
+                Segment::ServiceCode => self.service,
+                Segment::TransactionId => self.route.transaction_id.unwrap_or_default(),
+            };
+            push_uri_segment(text, out);
+        }
+    }
+
+    /// Its public v2 path, as [`Self::push_path`] writes it.
+    pub fn path(&self, v2_base: &BasePath) -> String {
+        let mut out = String::with_capacity(v2_base.as_str().len() + 48);
+        self.push_path(v2_base, &mut out);
+        out
+    }
+}
+
+/// Appends a raw path segment as a URI can hold it: RFC 3986 `pchar`s and valid percent
+/// escapes as they are, any other byte percent-encoded.
+fn push_uri_segment(segment: &str, out: &mut String) {
+    let b = segment.as_bytes();
+    for (i, &c) in b.iter().enumerate() {
+        let escape = c == b'%'
+            && b.get(i + 1..i + 3)
+                .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit));
+        if c.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@".contains(&c) || escape {
+            out.push(char::from(c));
+        } else {
+            out.push_str(&format!("%{c:02X}"));
+        }
+    }
+}
+
 /// The public path template of `operation` under `base`, with `{...}` placeholders, as a
 /// client would read it in documentation (`/api/v2/verify/{service_business_code}/request`).
 pub fn path_template(base: &str, version: ApiVersion, operation: Operation) -> String {
@@ -353,6 +403,32 @@ mod tests {
         assert_eq!(
             path_template(b.v1.as_str(), ApiVersion::V1, Operation::TransactionStatus),
             "/api/v1/transaction/{transaction_id}/status"
+        );
+    }
+
+    #[test]
+    fn a_v1_call_names_its_exact_v2_successor_as_a_uri_reference() {
+        let b = bases();
+        let successor = |method: &str, path: &str, service: &str| {
+            let route = match_route(&b, method, path).unwrap();
+            Successor { route, service }.path(&b.v2)
+        };
+        assert_eq!(
+            successor("POST", "/api/v1/verify/request", "ORG"),
+            "/api/v2/verify/ORG/request"
+        );
+        assert_eq!(
+            successor("POST", "/api/v1/verify/response", ""),
+            "/api/v2/verify/response"
+        );
+        assert_eq!(
+            successor("GET", "/api/v1/transaction/tx-1%2Fa/status", ""),
+            "/api/v2/transaction/tx-1%2Fa/status"
+        );
+        // Bytes a URI cannot hold, which a Link header would misread, are escaped.
+        assert_eq!(
+            successor("GET", "/api/v1/transaction/a>;rel=\"x\"<%zz/status", ""),
+            "/api/v2/transaction/a%3E;rel=%22x%22%3C%25zz/status"
         );
     }
 

@@ -42,6 +42,8 @@ impl ServeHttp for AdminApp {
         let req = session.req_header();
         match (req.method.as_str(), req.uri.path()) {
             ("GET", "/metrics") => {
+                self.telemetry
+                    .publish(&self.store.current().load(), SystemTime::now());
                 let mut out = Vec::new();
                 let encoder = TextEncoder::new();
                 if let Err(e) = encoder.encode(&self.registry.gather(), &mut out) {

@@ -3,8 +3,8 @@
 use std::collections::{HashMap, HashSet};
 
 use super::file::{AgentFile, AuthFile};
-use super::types::{BusinessCode, TokenDigest, V1Policy};
-use super::Problems;
+use super::types::{BusinessCode, Dates, TokenDigest, V1Policy};
+use super::{parse_time, Problems};
 
 /// A configured client of the gateway.
 #[derive(Debug, Clone)]
@@ -18,6 +18,8 @@ pub struct Agent {
     /// What happens to this agent's v1 calls.
     pub v1_policy: V1Policy,
     pub rate_limit: Option<RateLimit>,
+    /// This agent's own retirement dates; one not set here is `[retirement]`'s.
+    pub dates: Dates,
 }
 
 impl Agent {
@@ -118,6 +120,14 @@ fn check_fields(a: &AgentFile, key: &str, p: &mut Problems) -> Option<Agent> {
             None
         }
     };
+    let date = |field: &str, value: &Option<String>, p: &mut Problems| {
+        let value = value.as_deref()?;
+        p.check(format!("{key}.{field}"), parse_time(value))
+    };
+    let dates = Dates {
+        deprecated_at: date("deprecated_at", &a.deprecated_at, p),
+        sunset_at: date("sunset_at", &a.sunset_at, p),
+    };
     Some(Agent {
         id: a.id.clone(),
         token: token?,
@@ -125,5 +135,6 @@ fn check_fields(a: &AgentFile, key: &str, p: &mut Problems) -> Option<Agent> {
         services,
         v1_policy: a.v1_policy,
         rate_limit,
+        dates,
     })
 }

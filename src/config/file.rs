@@ -207,6 +207,11 @@ pub struct AgentFile {
     pub rate_limit_per_second: Option<f64>,
     /// Requests it may make at once above the sustained rate (default: one second's worth).
     pub burst: Option<u32>,
+    /// RFC 3339 time: this agent's `Deprecation`, instead of `retirement.deprecated_at`.
+    pub deprecated_at: Option<String>,
+    /// RFC 3339 time: this agent's `Sunset` (and, with `retirement.enforce_sunset`, its
+    /// cut-off), instead of `retirement.sunset_at`.
+    pub sunset_at: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -280,12 +285,25 @@ impl Default for RetirementFile {
     }
 }
 
+/// A brownout: one window, or with `repeat` a window that recurs until `until`.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct BrownoutFile {
+    /// RFC 3339 time: the (first) window's start.
     pub start: String,
+    /// RFC 3339 time: the (first) window's end.
     pub end: String,
+    /// Share of v1 calls refused at `start`, 1 to 100 (default 100).
     pub percent: Option<u8>,
+    /// Share refused at the end of the schedule (`end`, or `until` when recurring), rising
+    /// linearly from `percent` (default: `percent`, a flat share).
+    pub percent_end: Option<u8>,
+    /// The window recurs every day or every week, keeping its time of day and length.
+    pub repeat: Option<super::Repeat>,
+    /// RFC 3339 time: no window starts at or after it (required with `repeat`).
+    pub until: Option<String>,
+    /// With `repeat = "daily"`: only windows that start on these UTC days (`mon` to `sun`).
+    pub days: Option<Vec<super::Weekday>>,
     pub agents: Option<Vec<String>>,
 }
 

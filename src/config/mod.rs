@@ -24,8 +24,10 @@ pub use auth::{Agent, AuthConfig, RateLimit};
 pub use file::FileConfig;
 pub use limits::{Limits, ValidationMode};
 pub use rate_limit::{OnRedisError, RateLimitBackend, RateLimitConfig, RedisLimitConfig, RedisUrl};
-pub use retirement::{Brownout, Retirement};
-pub use types::{unix_seconds, BasePath, Bases, BusinessCode, TokenDigest, V1Policy};
+pub use retirement::{Brownout, Recurrence, Retirement, Terms};
+pub use types::{
+    unix_seconds, BasePath, Bases, BusinessCode, Dates, Repeat, TokenDigest, V1Policy, Weekday,
+};
 pub use upstream::UpstreamConfig;
 
 /// One thing wrong with a config file, located by its key path (`auth.agents[2].id`).
@@ -268,7 +270,7 @@ impl Snapshot {
         );
         let upstream = upstream::upstream(&f.upstream, lookup, &mut p);
         let auth = auth::auth(&f.auth, &mut p);
-        let retirement = retirement::retirement(&f.retirement, &auth.agents, &mut p);
+        let retirement = retirement::retirement(&f.retirement, &f.auth, &auth.agents, &mut p);
         let limits = limits::limits(&f.limits, &mut p);
         let rate_limit = rate_limit::rate_limit(&f.rate_limit, &mut p);
         match (startup, bases, v1_default_service) {

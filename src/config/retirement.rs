@@ -1,46 +1,70 @@
-//! `[retirement]`: the v1 deprecation dates, link and brownout windows, validated, with the
-//! signal headers every v1 answer carries rendered once here. The decisions made from them
-//! are [`crate::policy::retirement`]'s.
+//! `[retirement]`: the v1 deprecation dates (everyone's, and each agent's own), the link and
+//! the brownout schedule, validated, with the signal headers of each set of dates rendered
+//! once here. The decisions made from them are [`crate::policy::retirement`]'s.
 
 use std::collections::HashMap;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use http::HeaderValue;
 
 use super::auth::Agent;
-use super::file::RetirementFile;
-use super::types::unix_seconds;
+use super::file::{AuthFile, BrownoutFile, RetirementFile};
+use super::types::{unix_seconds, Dates, Repeat, Weekday};
 use super::{parse_time, Problems};
 
-/// A scheduled window in which a share of v1 calls is refused, to make stragglers notice.
+/// How a brownout window recurs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recurrence {
+    /// From one window's start to the next one's: a day or a week.
+    pub every: Duration,
+    /// No window starts at or after this; the ramp reaches `percent_end` here.
+    pub until: SystemTime,
+    /// Only windows starting on these UTC days; `None` is every day.
+    pub days: Option<Vec<Weekday>>,
+}
+
+/// A scheduled window, once or recurring, in which a share of v1 calls is refused, to make
+/// stragglers notice. The share ramps linearly from `percent` at `start` to `percent_end` at
+/// the end of the schedule (`end` once, `until` when recurring).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Brownout {
+    /// The (first) window's start.
     pub start: SystemTime,
+    /// The (first) window's end; a recurring window keeps this length.
     pub end: SystemTime,
-    /// Share of matching requests refused, 1 to 100.
+    /// Share refused at `start`, 1 to 100.
     pub percent: u8,
+    /// Share refused at the end of the schedule, `percent` to 100.
+    pub percent_end: u8,
+    pub repeat: Option<Recurrence>,
     /// The agents it applies to; `None` means every agent that is not exempt.
     pub agents: Option<Vec<String>>,
 }
 
-/// The retirement settings of a snapshot.
-#[derive(Debug, Clone, Default)]
-pub struct Retirement {
-    pub deprecated_at: Option<SystemTime>,
-    pub sunset_at: Option<SystemTime>,
-    pub link: Option<String>,
-    pub enforce_sunset: bool,
-    pub brownouts: Vec<Brownout>,
-    pub quiet_days: u32,
-    /// The headers every v1 response carries, rendered once.
-    pub headers: Vec<(&'static str, HeaderValue)>,
+impl Brownout {
+    /// When the ramp reaches `percent_end`: the end of the last window of a one-off, `until`
+    /// of a recurring one.
+    pub fn ramp_end(&self) -> SystemTime {
+        self.repeat.as_ref().map_or(self.end, |r| r.until)
+    }
 }
 
-impl Retirement {
-    /// Renders the signal headers; call after the dates and link are set.
-    pub fn render_headers(&mut self) {
+/// One set of dates and the signal headers rendered from them.
+#[derive(Debug, Clone, Default)]
+pub struct Terms {
+    pub dates: Dates,
+    /// `Deprecation` and `Sunset`, each when its date is set.
+    pub headers: Vec<(&'static str, HeaderValue)>,
+    /// The `Link` value naming the deprecation (and, with a sunset date, sunset) documents,
+    /// when `retirement.link` is set. An answer's successor link is appended to it.
+    pub link: Option<String>,
+}
+
+impl Terms {
+    /// The terms of `dates`, with `link` as the deprecation and sunset documents.
+    pub fn new(dates: Dates, link: Option<&str>) -> Terms {
         let mut headers = Vec::new();
-        if let Some(t) = self.deprecated_at {
+        if let Some(t) = dates.deprecated_at {
             // RFC 9745: a structured-field Date, `@` and Unix seconds.
             let v = format!("@{}", unix_seconds(t));
             headers.push((
@@ -48,7 +72,7 @@ impl Retirement {
                 HeaderValue::from_str(&v).expect("digits are a valid header value"),
             ));
         }
-        if let Some(t) = self.sunset_at {
+        if let Some(t) = dates.sunset_at {
             // RFC 8594: an HTTP-date (IMF-fixdate).
             let v = httpdate::fmt_http_date(t);
             headers.push((
@@ -56,39 +80,61 @@ impl Retirement {
                 HeaderValue::from_str(&v).expect("an HTTP-date is a valid header value"),
             ));
         }
-        if let Some(link) = &self.link {
+        let link = link.map(|link| {
             let mut v = format!("<{link}>; rel=\"deprecation\"");
-            if self.sunset_at.is_some() {
+            if dates.sunset_at.is_some() {
                 v.push_str(&format!(", <{link}>; rel=\"sunset\""));
             }
-            if let Ok(v) = HeaderValue::from_str(&v) {
-                headers.push(("link", v));
-            }
+            v
+        });
+        Terms {
+            dates,
+            headers,
+            link,
         }
-        self.headers = headers;
     }
 }
 
-/// Validates `[retirement]`; brownout agents must be configured agents.
+/// The retirement settings of a snapshot.
+#[derive(Debug, Clone, Default)]
+pub struct Retirement {
+    /// `[retirement]`'s dates: those of every agent without dates of its own, and of calls
+    /// by no known agent.
+    pub terms: Terms,
+    /// Agents with a date of their own, by id: their effective dates (their own, the rest
+    /// `[retirement]`'s).
+    pub agent_terms: HashMap<String, Terms>,
+    pub link: Option<String>,
+    pub enforce_sunset: bool,
+    pub brownouts: Vec<Brownout>,
+    pub quiet_days: u32,
+}
+
+impl Retirement {
+    /// The dates and signals that apply to a call by `agent` (None: no known agent).
+    pub fn terms_for(&self, agent: Option<&Agent>) -> &Terms {
+        match agent {
+            Some(a) if !self.agent_terms.is_empty() => self.agent_terms.get(&a.id),
+            _ => None,
+        }
+        .unwrap_or(&self.terms)
+    }
+}
+
+/// Validates `[retirement]`; brownout agents must be configured agents. `auth` locates each
+/// agent's problems by key path.
 pub(super) fn retirement(
     f: &RetirementFile,
+    auth: &AuthFile,
     agents: &HashMap<String, Agent>,
     p: &mut Problems,
 ) -> Retirement {
-    let mut r = Retirement {
-        deprecated_at: f
-            .deprecated_at
-            .as_deref()
-            .and_then(|s| p.check("retirement.deprecated_at", parse_time(s))),
-        sunset_at: f
-            .sunset_at
-            .as_deref()
-            .and_then(|s| p.check("retirement.sunset_at", parse_time(s))),
-        link: f.link.clone(),
-        enforce_sunset: f.enforce_sunset,
-        brownouts: Vec::new(),
-        quiet_days: f.quiet_days,
-        headers: Vec::new(),
+    let date = |key: &str, value: &Option<String>, p: &mut Problems| {
+        p.check(key.to_owned(), parse_time(value.as_deref()?))
+    };
+    let dates = Dates {
+        deprecated_at: date("retirement.deprecated_at", &f.deprecated_at, p),
+        sunset_at: date("retirement.sunset_at", &f.sunset_at, p),
     };
     if let Some(link) = &f.link {
         let ok = (link.starts_with("https://") || link.starts_with("http://"))
@@ -102,77 +148,303 @@ pub(super) fn retirement(
             );
         }
     }
-    if f.enforce_sunset && f.sunset_at.is_none() {
-        p.push("retirement.enforce_sunset", "needs retirement.sunset_at");
-    }
-    for (i, b) in f.brownouts.iter().enumerate() {
-        let key = format!("retirement.brownouts[{i}]");
-        let start = p.check(format!("{key}.start"), parse_time(&b.start));
-        let end = p.check(format!("{key}.end"), parse_time(&b.end));
-        let percent = b.percent.unwrap_or(100);
-        if !(1..=100).contains(&percent) {
-            p.push(format!("{key}.percent"), "must be 1 to 100");
+    check_order(dates, "retirement.sunset_at", p);
+
+    let mut agent_terms = HashMap::new();
+    for (i, a) in auth.agents.iter().enumerate() {
+        let Some(agent) = agents.get(&a.id) else {
+            continue;
+        };
+        if agent.dates != Dates::default() {
+            let effective = agent.dates.or(dates);
+            check_order(effective, &format!("auth.agents[{i}].sunset_at"), p);
+            agent_terms.insert(a.id.clone(), Terms::new(effective, f.link.as_deref()));
         }
-        if let Some(list) = &b.agents {
-            for (j, id) in list.iter().enumerate() {
-                if !agents.contains_key(id) {
-                    p.push(
-                        format!("{key}.agents[{j}]"),
-                        format!("{id:?} is not a configured agent"),
-                    );
-                }
+    }
+    let any_sunset =
+        dates.sunset_at.is_some() || agents.values().any(|a| a.dates.sunset_at.is_some());
+    if f.enforce_sunset && !any_sunset {
+        p.push(
+            "retirement.enforce_sunset",
+            "needs retirement.sunset_at or an agent's sunset_at",
+        );
+    }
+    let brownouts = f
+        .brownouts
+        .iter()
+        .enumerate()
+        .filter_map(|(i, b)| brownout(b, &format!("retirement.brownouts[{i}]"), agents, p))
+        .collect();
+    Retirement {
+        terms: Terms::new(dates, f.link.as_deref()),
+        agent_terms,
+        link: f.link.clone(),
+        enforce_sunset: f.enforce_sunset,
+        brownouts,
+        quiet_days: f.quiet_days,
+    }
+}
+
+/// A sunset before the deprecation it ends is a typo (RFC 9745 §3: deprecation announces the
+/// sunset); reported under `key`.
+fn check_order(dates: Dates, key: &str, p: &mut Problems) {
+    if let (Some(deprecated), Some(sunset)) = (dates.deprecated_at, dates.sunset_at) {
+        if sunset < deprecated {
+            p.push(key, "must not be before the deprecation date that applies");
+        }
+    }
+}
+
+/// Validates one brownout, every problem under `key`.
+fn brownout(
+    b: &BrownoutFile,
+    key: &str,
+    agents: &HashMap<String, Agent>,
+    p: &mut Problems,
+) -> Option<Brownout> {
+    let start = p.check(format!("{key}.start"), parse_time(&b.start));
+    let end = p.check(format!("{key}.end"), parse_time(&b.end));
+    let percent = b.percent.unwrap_or(100);
+    if !(1..=100).contains(&percent) {
+        p.push(format!("{key}.percent"), "must be 1 to 100");
+    }
+    let percent_end = b.percent_end.unwrap_or(percent);
+    if !(percent..=100).contains(&percent_end) {
+        p.push(
+            format!("{key}.percent_end"),
+            "must be percent to 100: a ramp only rises, so a refused request id stays refused",
+        );
+    }
+    if let Some(list) = &b.agents {
+        for (j, id) in list.iter().enumerate() {
+            if !agents.contains_key(id) {
+                p.push(
+                    format!("{key}.agents[{j}]"),
+                    format!("{id:?} is not a configured agent"),
+                );
             }
         }
-        match (start, end) {
-            (Some(start), Some(end)) if start < end => r.brownouts.push(Brownout {
-                start,
-                end,
-                percent,
-                agents: b.agents.clone(),
-            }),
-            (Some(_), Some(_)) => p.push(format!("{key}.end"), "must be after start"),
-            _ => {}
-        }
     }
-    r.render_headers();
-    r
+    let until = match &b.until {
+        Some(u) => p.check(format!("{key}.until"), parse_time(u)),
+        None => None,
+    };
+    if b.until.is_some() != b.repeat.is_some() {
+        p.push(format!("{key}.until"), "until and repeat go together");
+    }
+    if b.days.is_some() && b.repeat != Some(Repeat::Daily) {
+        p.push(format!("{key}.days"), "needs repeat = \"daily\"");
+    }
+    if b.days.as_ref().is_some_and(Vec::is_empty) {
+        p.push(format!("{key}.days"), "must name at least one day");
+    }
+    let (start, end) = (start?, end?);
+    if start >= end {
+        p.push(format!("{key}.end"), "must be after start");
+        return None;
+    }
+    let repeat = match (b.repeat, until) {
+        (Some(repeat), Some(until)) => {
+            let every = repeat.period();
+            if end.duration_since(start).unwrap_or_default() >= every {
+                p.push(
+                    format!("{key}.end"),
+                    "a recurring window must be shorter than its period (a day or a week)",
+                );
+            }
+            if until <= start {
+                p.push(format!("{key}.until"), "must be after start");
+            }
+            Some(Recurrence {
+                every,
+                until,
+                days: b.days.clone(),
+            })
+        }
+        _ => None,
+    };
+    Some(Brownout {
+        start,
+        end,
+        percent,
+        percent_end,
+        repeat,
+        agents: b.agents.clone(),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::file::{AgentFile, BrownoutFile};
+    use crate::config::testing::{self, AGENT_ID, TOKEN};
+    use crate::config::{FileConfig, Snapshot};
 
     fn at(s: &str) -> SystemTime {
         humantime::parse_rfc3339(s).unwrap()
     }
 
+    fn header(terms: &Terms, name: &str) -> Option<String> {
+        terms
+            .headers
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.to_str().unwrap().to_string())
+    }
+
+    fn problems(f: FileConfig) -> Vec<String> {
+        match Snapshot::from_file(f) {
+            Ok(_) => panic!("expected the config to be refused"),
+            Err(e) => e.problems().into_iter().map(|p| p.key).collect(),
+        }
+    }
+
     #[test]
     fn headers_follow_the_rfcs() {
-        let mut r = Retirement {
+        let dates = Dates {
             deprecated_at: Some(at("2026-06-01T00:00:00Z")),
             sunset_at: Some(at("2027-06-01T00:00:00Z")),
-            link: Some("https://example.org/agent-api/v2".into()),
-            ..Default::default()
         };
-        r.render_headers();
-        let get = |n: &str| {
-            r.headers
-                .iter()
-                .find(|(k, _)| *k == n)
-                .map(|(_, v)| v.to_str().unwrap().to_string())
-        };
-        assert_eq!(get("deprecation").unwrap(), "@1780272000");
-        assert_eq!(get("sunset").unwrap(), "Tue, 01 Jun 2027 00:00:00 GMT");
+        let terms = Terms::new(dates, Some("https://example.org/agent-api/v2"));
+        assert_eq!(header(&terms, "deprecation").unwrap(), "@1780272000");
         assert_eq!(
-            get("link").unwrap(),
+            header(&terms, "sunset").unwrap(),
+            "Tue, 01 Jun 2027 00:00:00 GMT"
+        );
+        assert_eq!(
+            terms.link.unwrap(),
             "<https://example.org/agent-api/v2>; rel=\"deprecation\", <https://example.org/agent-api/v2>; rel=\"sunset\""
         );
     }
 
     #[test]
     fn nothing_configured_means_no_headers() {
-        let mut r = Retirement::default();
-        r.render_headers();
-        assert!(r.headers.is_empty());
+        let terms = Terms::new(Dates::default(), None);
+        assert!(terms.headers.is_empty() && terms.link.is_none());
+    }
+
+    #[test]
+    fn an_agents_own_dates_override_the_global_ones_for_it_alone() {
+        let mut f = testing::config();
+        f.retirement.deprecated_at = Some("2026-06-01T00:00:00Z".into());
+        f.retirement.sunset_at = Some("2027-06-01T00:00:00Z".into());
+        f.auth.agents.push(AgentFile {
+            sunset_at: Some("2026-09-01T00:00:00Z".into()),
+            ..AgentFile::new("early", TOKEN)
+        });
+        let s = f.snapshot();
+        let r = &s.retirement;
+        let early = r.terms_for(Some(&s.auth.agents["early"]));
+        assert_eq!(early.dates.sunset_at, Some(at("2026-09-01T00:00:00Z")));
+        assert_eq!(early.dates.deprecated_at, Some(at("2026-06-01T00:00:00Z")));
+        assert_eq!(
+            header(early, "sunset").unwrap(),
+            "Tue, 01 Sep 2026 00:00:00 GMT"
+        );
+        let other = r.terms_for(Some(&s.auth.agents[AGENT_ID]));
+        assert_eq!(other.dates.sunset_at, Some(at("2027-06-01T00:00:00Z")));
+        assert_eq!(r.terms_for(None).dates, other.dates);
+    }
+
+    #[test]
+    fn date_problems_are_reported_by_key() {
+        let mut f = testing::config();
+        f.retirement.deprecated_at = Some("2027-01-01T00:00:00Z".into());
+        f.agent_mut(AGENT_ID).sunset_at = Some("2026-12-01T00:00:00Z".into());
+        assert_eq!(problems(f), ["auth.agents[0].sunset_at"]);
+        let mut f = testing::config();
+        f.agent_mut(AGENT_ID).deprecated_at = Some("tomorrow".into());
+        assert_eq!(problems(f), ["auth.agents[0].deprecated_at"]);
+        let mut f = testing::config();
+        f.retirement.enforce_sunset = true;
+        assert_eq!(problems(f), ["retirement.enforce_sunset"]);
+        // An agent's own sunset is enough to enforce.
+        let mut f = testing::config();
+        f.retirement.enforce_sunset = true;
+        f.agent_mut(AGENT_ID).sunset_at = Some("2026-12-01T00:00:00Z".into());
+        assert!(Snapshot::from_file(f).is_ok());
+    }
+
+    #[test]
+    fn a_recurring_ramp_is_one_block() {
+        let mut f = testing::config();
+        f.retirement.brownouts.push(BrownoutFile {
+            percent: Some(10),
+            percent_end: Some(50),
+            repeat: Some(Repeat::Daily),
+            until: Some("2027-03-01T00:00:00Z".into()),
+            days: Some(vec![
+                Weekday::Mon,
+                Weekday::Tue,
+                Weekday::Wed,
+                Weekday::Thu,
+                Weekday::Fri,
+            ]),
+            ..BrownoutFile::new("2026-12-01T10:00:00Z", "2026-12-01T10:30:00Z")
+        });
+        let s = f.snapshot();
+        let b = &s.retirement.brownouts[0];
+        assert_eq!((b.percent, b.percent_end), (10, 50));
+        let r = b.repeat.as_ref().unwrap();
+        assert_eq!(r.every, Duration::from_secs(86_400));
+        assert_eq!(b.ramp_end(), at("2027-03-01T00:00:00Z"));
+        assert_eq!(r.days.as_ref().unwrap().len(), 5);
+    }
+
+    #[test]
+    fn brownout_problems_are_reported_by_key() {
+        let with = |edit: fn(&mut BrownoutFile)| {
+            let mut f = testing::config();
+            let mut b = BrownoutFile::new("2026-12-01T10:00:00Z", "2026-12-01T11:00:00Z");
+            edit(&mut b);
+            f.retirement.brownouts.push(b);
+            problems(f)
+        };
+        assert_eq!(
+            with(|b| b.end = "2026-12-01T09:00:00Z".into()),
+            ["retirement.brownouts[0].end"]
+        );
+        assert_eq!(
+            with(|b| {
+                b.percent = Some(50);
+                b.percent_end = Some(40);
+            }),
+            ["retirement.brownouts[0].percent_end"]
+        );
+        assert_eq!(
+            with(|b| b.repeat = Some(Repeat::Weekly)),
+            ["retirement.brownouts[0].until"]
+        );
+        assert_eq!(
+            with(|b| b.until = Some("2027-01-01T00:00:00Z".into())),
+            ["retirement.brownouts[0].until"]
+        );
+        assert_eq!(
+            with(|b| {
+                b.repeat = Some(Repeat::Weekly);
+                b.until = Some("2027-01-01T00:00:00Z".into());
+                b.days = Some(vec![Weekday::Mon]);
+            }),
+            ["retirement.brownouts[0].days"]
+        );
+        assert_eq!(
+            with(|b| {
+                b.repeat = Some(Repeat::Daily);
+                b.until = Some("2027-01-01T00:00:00Z".into());
+                b.end = "2026-12-02T10:00:00Z".into();
+            }),
+            ["retirement.brownouts[0].end"]
+        );
+        assert_eq!(
+            with(|b| {
+                b.repeat = Some(Repeat::Daily);
+                b.until = Some("2026-11-01T00:00:00Z".into());
+            }),
+            ["retirement.brownouts[0].until"]
+        );
+        assert_eq!(
+            with(|b| b.agents = Some(vec!["nobody".into()])),
+            ["retirement.brownouts[0].agents[0]"]
+        );
     }
 }

@@ -6,8 +6,8 @@
 use std::net::SocketAddr;
 
 use super::file::{
-    AgentFile, AuthFile, LimitsFile, ListenFile, RateLimitFile, RetirementFile, ServerFile,
-    UpstreamFile, V1File, V2File, ValidationFile,
+    AgentFile, AuthFile, BrownoutFile, LimitsFile, ListenFile, RateLimitFile, RetirementFile,
+    ServerFile, UpstreamFile, V1File, V2File, ValidationFile,
 };
 use super::{FileConfig, Snapshot, TokenDigest, V1Policy};
 
@@ -79,6 +79,25 @@ impl AgentFile {
             v1_policy: V1Policy::default(),
             rate_limit_per_second: None,
             burst: None,
+            deprecated_at: None,
+            sunset_at: None,
+        }
+    }
+}
+
+impl BrownoutFile {
+    /// A brownout refusing every v1 call of every agent that is not exempt from `start` to
+    /// `end` (RFC 3339), once.
+    pub fn new(start: &str, end: &str) -> Self {
+        BrownoutFile {
+            start: start.into(),
+            end: end.into(),
+            percent: None,
+            percent_end: None,
+            repeat: None,
+            until: None,
+            days: None,
+            agents: None,
         }
     }
 }

@@ -4,7 +4,7 @@
 //! [`BasePath`] always a clean absolute path.
 
 use std::fmt;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sha2::{Digest, Sha256};
 
@@ -119,6 +119,76 @@ impl V1Policy {
     }
 }
 
+/// The two dates v1 answers announce: `[retirement]`'s, or an agent's own.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Dates {
+    /// Sent as `Deprecation` (RFC 9745).
+    pub deprecated_at: Option<SystemTime>,
+    /// Sent as `Sunset` (RFC 8594); with `retirement.enforce_sunset`, the v1 cut-off.
+    pub sunset_at: Option<SystemTime>,
+}
+
+impl Dates {
+    /// These dates, each one not set here taken from `fallback`.
+    pub fn or(self, fallback: Dates) -> Dates {
+        Dates {
+            deprecated_at: self.deprecated_at.or(fallback.deprecated_at),
+            sunset_at: self.sunset_at.or(fallback.sunset_at),
+        }
+    }
+}
+
+/// How often a brownout window recurs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Repeat {
+    Daily,
+    Weekly,
+}
+
+impl Repeat {
+    /// The time from one window's start to the next one's.
+    pub fn period(self) -> Duration {
+        match self {
+            Repeat::Daily => Duration::from_secs(86_400),
+            Repeat::Weekly => Duration::from_secs(7 * 86_400),
+        }
+    }
+}
+
+/// A day of the week, in UTC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Weekday {
+    Mon,
+    Tue,
+    Wed,
+    Thu,
+    Fri,
+    Sat,
+    Sun,
+}
+
+impl Weekday {
+    /// Monday first, as ISO 8601 counts.
+    const ALL: [Weekday; 7] = [
+        Weekday::Mon,
+        Weekday::Tue,
+        Weekday::Wed,
+        Weekday::Thu,
+        Weekday::Fri,
+        Weekday::Sat,
+        Weekday::Sun,
+    ];
+
+    /// The UTC day of the week `t` falls on.
+    pub fn of(t: SystemTime) -> Weekday {
+        // 1970-01-01 was a Thursday, index 3 counting from Monday.
+        let days = unix_seconds(t) / 86_400;
+        Self::ALL[((days + 3) % 7) as usize]
+    }
+}
+
 /// Whole seconds since the Unix epoch (0 before it).
 pub fn unix_seconds(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
@@ -151,6 +221,35 @@ mod tests {
         for good in ["ORG_DEFAULT", "a.b", "x~y-z", "..."] {
             assert!(BusinessCode::parse(good).is_ok(), "{good:?} refused");
         }
+    }
+
+    #[test]
+    fn weekdays_are_utc_days() {
+        let at = |s: &str| humantime::parse_rfc3339(s).unwrap();
+        assert_eq!(Weekday::of(at("1970-01-01T00:00:00Z")), Weekday::Thu);
+        assert_eq!(Weekday::of(at("2026-12-07T00:00:00Z")), Weekday::Mon);
+        assert_eq!(Weekday::of(at("2026-12-13T23:59:59Z")), Weekday::Sun);
+        assert_eq!(Weekday::of(at("2026-12-14T00:00:00Z")), Weekday::Mon);
+    }
+
+    #[test]
+    fn an_agents_dates_fall_back_one_by_one() {
+        let t = |s| Some(SystemTime::UNIX_EPOCH + Duration::from_secs(s));
+        let own = Dates {
+            deprecated_at: None,
+            sunset_at: t(20),
+        };
+        let global = Dates {
+            deprecated_at: t(1),
+            sunset_at: t(10),
+        };
+        assert_eq!(
+            own.or(global),
+            Dates {
+                deprecated_at: t(1),
+                sunset_at: t(20)
+            }
+        );
     }
 
     #[test]

@@ -5,15 +5,18 @@
 //! bounded: versions, operations, reasons and kinds are fixed sets; `agent_id` is a configured
 //! agent or `unknown`; `code` is an HTTP status. Never a raw path, never a token.
 
-use std::time::UNIX_EPOCH;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use prometheus::{
-    exponential_buckets, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter,
+    exponential_buckets, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter,
     IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
 
 use crate::api::operation::{ApiVersion, Operation};
+use crate::api::reply::V1Refusal;
+use crate::config::Snapshot;
 use crate::observe::exchange::{Exchange, Protocol, UpstreamErrorKind};
+use crate::observe::retirement::RetirementMetrics;
 use crate::observe::usage::UsageTracker;
 use crate::policy::auth::AuthFailure;
 use crate::policy::rate_limit::{BackendError, DecidedBy};
@@ -66,12 +69,15 @@ pub struct Telemetry {
     connections: [IntCounter; Protocol::ALL.len()],
     requests_by_protocol: [IntCounter; Protocol::ALL.len()],
     v1_refusals: IntCounterVec,
+    v1_first_seen: GaugeVec,
     v1_last_seen: GaugeVec,
     validation_failures: IntCounterVec,
     rate_limited: IntCounterVec,
     /// By what decided, then allowed (0) or limited (1).
     rate_limit_decisions: [[IntCounter; 2]; DecidedBy::ALL.len()],
     rate_limit_backend_errors: [IntCounter; BackendError::ALL.len()],
+    /// The retirement plan, published at each scrape.
+    retirement: RetirementMetrics,
     /// Per-agent counts behind `/v1-usage`.
     pub usage: UsageTracker,
 }
@@ -121,9 +127,9 @@ impl Telemetry {
         let agent_requests = IntCounterVec::new(
             Opts::new(
                 "agent_gateway_agent_requests_total",
-                "Requests per configured agent (unknown for anything else) and API version.",
+                "Requests per configured agent (unknown for anything else), API version and operation.",
             ),
-            &["agent_id", "api_version"],
+            &["agent_id", "api_version", "operation"],
         )?;
         let upstream_errors_vec = IntCounterVec::new(
             Opts::new(
@@ -160,6 +166,19 @@ impl Telemetry {
         build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
+        let usage = UsageTracker::default();
+        // Tells a counter's first scrape from a window's cut: `v1-usage --prometheus` counts a
+        // replica's first scraped values only when it started inside the window.
+        let start_time = Gauge::new(
+            "agent_gateway_start_time_seconds",
+            "Unix time this process started (its counters started from zero then).",
+        )?;
+        start_time.set(
+            usage
+                .started()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+        );
 
         let v1_refusals = IntCounterVec::new(
             Opts::new(
@@ -167,6 +186,13 @@ impl Telemetry {
                 "v1 calls refused with 410 by the retirement policy, by agent and reason.",
             ),
             &["agent_id", "reason"],
+        )?;
+        let v1_first_seen = GaugeVec::new(
+            Opts::new(
+                "agent_gateway_v1_first_seen_timestamp_seconds",
+                "Unix time of each configured agent's first v1 call since this process started.",
+            ),
+            &["agent_id"],
         )?;
         let v1_last_seen = GaugeVec::new(
             Opts::new(
@@ -201,7 +227,9 @@ impl Telemetry {
         registry.register(Box::new(connections_vec.clone()))?;
         registry.register(Box::new(requests_by_protocol_vec.clone()))?;
         registry.register(Box::new(build_info))?;
+        registry.register(Box::new(start_time))?;
         registry.register(Box::new(v1_refusals.clone()))?;
+        registry.register(Box::new(v1_first_seen.clone()))?;
         registry.register(Box::new(v1_last_seen.clone()))?;
         registry.register(Box::new(validation_failures.clone()))?;
         let rate_limit_decisions = IntCounterVec::new(
@@ -263,8 +291,10 @@ impl Telemetry {
             requests_by_protocol: Protocol::ALL
                 .map(|p| requests_by_protocol_vec.with_label_values(&[p.as_str()])),
             v1_refusals,
+            v1_first_seen,
             v1_last_seen,
-            usage: UsageTracker::default(),
+            retirement: RetirementMetrics::register(registry)?,
+            usage,
             validation_failures,
             rate_limited,
             rate_limit_decisions: DecidedBy::ALL.map(|by| {
@@ -274,6 +304,28 @@ impl Telemetry {
             rate_limit_backend_errors: BackendError::ALL
                 .map(|kind| rate_limit_backend_errors.with_label_values(&[kind.as_str()])),
         })
+    }
+
+    /// Brings the metrics that follow the config up to `snapshot` as of `now`; the admin
+    /// listener calls it before each scrape. Every configured agent's request and refusal
+    /// counters exist from then on, at zero until it calls, so `increase()` over a window
+    /// sees its first call; the retirement plan's gauges are set ([`RetirementMetrics`]).
+    pub fn publish(&self, snapshot: &Snapshot, now: SystemTime) {
+        for id in snapshot.auth.agents.keys() {
+            for version in ApiVersion::ALL {
+                for operation in Operation::ALL {
+                    self.agent_requests.with_label_values(&[
+                        id,
+                        version.as_str(),
+                        operation.as_str(),
+                    ]);
+                }
+            }
+            for refusal in V1Refusal::ALL {
+                self.v1_refusals.with_label_values(&[id, refusal.reason()]);
+            }
+        }
+        self.retirement.publish(snapshot, now);
     }
 
     /// Counts a request as in flight until the returned guard drops.
@@ -331,14 +383,16 @@ impl Telemetry {
         if let Some(v) = ex.version {
             let agent = ex.agent_id.as_deref().unwrap_or("unknown");
             self.agent_requests
-                .with_label_values(&[agent, version])
+                .with_label_values(&[agent, version, operation])
                 .inc();
+            let started_at = ex
+                .started_at
+                .duration_since(UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64());
             if v == ApiVersion::V1 {
-                self.v1_last_seen.with_label_values(&[agent]).set(
-                    ex.started_at
-                        .duration_since(UNIX_EPOCH)
-                        .map_or(0.0, |d| d.as_secs_f64()),
-                );
+                self.v1_last_seen
+                    .with_label_values(&[agent])
+                    .set(started_at);
             }
             if let Some(r) = ex.v1_refusal() {
                 self.v1_refusals
@@ -346,7 +400,9 @@ impl Telemetry {
                     .inc();
             }
             if let (Some(id), Some(op)) = (&ex.agent_id, ex.operation) {
-                self.usage.record(id, v, op, ex.started_at);
+                if self.usage.record(id, v, op, ex.started_at) {
+                    self.v1_first_seen.with_label_values(&[id]).set(started_at);
+                }
             }
         }
 

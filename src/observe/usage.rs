@@ -1,4 +1,6 @@
-//! Who still calls v1: per-agent request counts since start, first and last v1 call.
+//! Who still calls v1: per-agent request counts since start, first and last v1 call, and the
+//! report `/v1-usage` answers with (`v1-usage --prometheus` builds the same report for a whole
+//! fleet, [`super::fleet`]).
 //!
 //! Counting is lock-free on the request path (a read lock to find the agent's counters, then
 //! atomics); only an agent's first request takes the write lock. Only configured agents are
@@ -45,6 +47,10 @@ pub struct UsageReport {
     /// Counting started here (the gateway's start); nothing earlier is known.
     pub observed_since: String,
     pub quiet_days: u32,
+    /// What the report could not know: why no agent can be called safe to block yet (the
+    /// data covers less than `quiet_days`). `None` when it covers them.
+    #[serde(default)]
+    pub coverage_note: Option<String>,
     pub agents: Vec<AgentReport>,
 }
 
@@ -52,6 +58,11 @@ pub struct UsageReport {
 pub struct AgentReport {
     pub agent_id: String,
     pub v1_policy: String,
+    /// The dates that apply to this agent (its own, else `[retirement]`'s), RFC 3339.
+    #[serde(default)]
+    pub deprecated_at: Option<String>,
+    #[serde(default)]
+    pub sunset_at: Option<String>,
     /// Requests by operation name.
     pub v1_requests: BTreeMap<String, u64>,
     pub v2_requests: BTreeMap<String, u64>,
@@ -62,21 +73,67 @@ pub struct AgentReport {
 }
 
 fn rfc3339(secs: u64) -> Option<String> {
-    (secs > 0).then(|| {
-        humantime::format_rfc3339_seconds(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
-            .to_string()
+    (secs > 0).then(|| format_time(SystemTime::UNIX_EPOCH + Duration::from_secs(secs)))
+}
+
+/// A time as the report writes it: RFC 3339, whole seconds, UTC.
+pub fn format_time(t: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+/// `quiet_days` as a duration.
+pub fn quiet_period(quiet_days: u32) -> Duration {
+    Duration::from_secs(u64::from(quiet_days) * 86_400)
+}
+
+/// Whether an agent whose last v1 call was `last_v1` (None: none seen) is safe to block at
+/// `now`: no v1 call for `quiet`, in data that covers at least that long (from `known_since`).
+/// A wrong "yes" blocks a live client, so anything not known counts against it.
+pub fn safe_to_block(
+    now: SystemTime,
+    quiet: Duration,
+    known_since: SystemTime,
+    last_v1: Option<SystemTime>,
+) -> bool {
+    let covered = now.duration_since(known_since).unwrap_or_default() >= quiet;
+    let quiet_since = now.checked_sub(quiet).unwrap_or(SystemTime::UNIX_EPOCH);
+    covered && last_v1.is_none_or(|last| last < quiet_since)
+}
+
+/// Why nobody is safe to block when the data, from `known_since` (`what` says whose), covers
+/// less than `quiet_days` at `now`; `None` when it covers them.
+pub fn coverage_note(
+    now: SystemTime,
+    quiet_days: u32,
+    known_since: SystemTime,
+    what: &str,
+) -> Option<String> {
+    let covered = now.duration_since(known_since).unwrap_or_default();
+    (covered < quiet_period(quiet_days)).then(|| {
+        format!(
+            "{what} covers {:.1} days (since {}), fewer than quiet_days = {quiet_days}: a v1 call \
+             before that is not known, so no agent is called safe to block",
+            covered.as_secs_f64() / 86_400.0,
+            format_time(known_since),
+        )
     })
 }
 
 impl UsageTracker {
-    /// Counts one request of a configured agent at `now`.
+    /// When counting started: the gateway's start.
+    pub fn started(&self) -> SystemTime {
+        self.started
+    }
+
+    /// Counts one request of a configured agent at `now`; true when it is the agent's first
+    /// v1 call since the gateway started.
     pub fn record(
         &self,
         agent_id: &str,
         version: ApiVersion,
         operation: Operation,
         now: SystemTime,
-    ) {
+    ) -> bool {
         let known = self
             .agents
             .read()
@@ -94,21 +151,21 @@ impl UsageTracker {
                 .clone(),
         };
         usage.counts[version as usize][operation as usize].fetch_add(1, Ordering::Relaxed);
-        if version == ApiVersion::V1 {
-            let secs = unix_seconds(now);
-            let _ = usage
-                .first_v1
-                .compare_exchange(0, secs, Ordering::Relaxed, Ordering::Relaxed);
-            usage.last_v1.fetch_max(secs, Ordering::Relaxed);
+        if version != ApiVersion::V1 {
+            return false;
         }
+        let secs = unix_seconds(now);
+        usage.last_v1.fetch_max(secs, Ordering::Relaxed);
+        usage
+            .first_v1
+            .compare_exchange(0, secs, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
     }
 
     /// The report for every agent of `snapshot`, judged at `now`.
     pub fn report(&self, snapshot: &Snapshot, now: SystemTime) -> UsageReport {
         let quiet_days = snapshot.retirement.quiet_days;
-        let quiet = Duration::from_secs(u64::from(quiet_days) * 86_400);
-        let watched_long_enough = now.duration_since(self.started).unwrap_or_default() >= quiet;
-        let quiet_since = unix_seconds(now).saturating_sub(quiet.as_secs());
+        let quiet = quiet_period(quiet_days);
         let agents = self.agents.read().unwrap_or_else(|e| e.into_inner());
         let mut ids: Vec<&String> = snapshot.auth.agents.keys().collect();
         ids.sort();
@@ -130,20 +187,26 @@ impl UsageTracker {
                         .collect()
                 };
                 let last = usage.last_v1.load(Ordering::Relaxed);
+                let last_v1 =
+                    (last > 0).then(|| SystemTime::UNIX_EPOCH + Duration::from_secs(last));
+                let dates = snapshot.retirement.terms_for(Some(agent)).dates;
                 AgentReport {
                     agent_id: id.clone(),
                     v1_policy: agent.v1_policy.as_str().to_owned(),
+                    deprecated_at: dates.deprecated_at.map(format_time),
+                    sunset_at: dates.sunset_at.map(format_time),
                     v1_requests: by_op(ApiVersion::V1 as usize),
                     v2_requests: by_op(ApiVersion::V2 as usize),
                     first_v1_call: rfc3339(usage.first_v1.load(Ordering::Relaxed)),
                     last_v1_call: rfc3339(last),
-                    safe_to_block: watched_long_enough && (last == 0 || last < quiet_since),
+                    safe_to_block: safe_to_block(now, quiet, self.started, last_v1),
                 }
             })
             .collect();
         UsageReport {
-            observed_since: humantime::format_rfc3339_seconds(self.started).to_string(),
+            observed_since: format_time(self.started),
             quiet_days,
+            coverage_note: coverage_note(now, quiet_days, self.started, "this gateway's count"),
             agents: reports,
         }
     }
@@ -159,6 +222,7 @@ impl UsageReport {
             "V2 CALLS".to_owned(),
             "LAST V1 CALL".to_owned(),
             "SAFE TO BLOCK".to_owned(),
+            "SUNSET".to_owned(),
         ]];
         for a in &self.agents {
             rows.push([
@@ -168,9 +232,10 @@ impl UsageReport {
                 a.v2_requests.values().sum::<u64>().to_string(),
                 a.last_v1_call.clone().unwrap_or_else(|| "never".into()),
                 if a.safe_to_block { "yes" } else { "no" }.to_owned(),
+                a.sunset_at.clone().unwrap_or_else(|| "-".into()),
             ]);
         }
-        let widths: Vec<usize> = (0..6)
+        let widths: Vec<usize> = (0..7)
             .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
             .collect();
         let mut out = String::new();
@@ -187,6 +252,9 @@ impl UsageReport {
             "\nobserved since {}; safe to block = no v1 call for {} days (and watched that long)\n",
             self.observed_since, self.quiet_days
         ));
+        if let Some(note) = &self.coverage_note {
+            out.push_str(&format!("note: {note}\n"));
+        }
         out
     }
 }

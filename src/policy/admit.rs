@@ -5,8 +5,9 @@
 //! names aliasing the gateway's own, the route, the credentials, the service scope, the retirement policy, the content type and
 //! the declared body size. It returns either a [`Forward`] (with the rate-limit question and
 //! how to check the body) or a [`Refusal`] (with the answer to give); both say how far the
-//! request was understood, for metrics and logs. The data plane ([`crate::proxy`]) only
-//! carries the decision out, and `benches/hot_path.rs` calls this same function.
+//! request was understood, for metrics and logs, and which retirement [`Signals`] the answer
+//! carries. The data plane ([`crate::proxy`]) only carries the decision out, and
+//! `benches/hot_path.rs` calls this same function.
 
 use std::time::{Duration, SystemTime};
 
@@ -14,13 +15,16 @@ use http::HeaderValue;
 
 use crate::api::operation::{ApiVersion, Operation};
 use crate::api::reply::Reply;
-use crate::api::route::{match_route, path_template, upstream_path, RouteError};
+use crate::api::route::{
+    match_route, path_template, upstream_path, RouteError, RouteMatch, Successor,
+};
 use crate::api::schema::ObjectSchema;
-use crate::config::{Agent, RateLimit, Snapshot, ValidationMode};
+use crate::config::{Agent, RateLimit, Snapshot, Terms, ValidationMode};
 use crate::http1::{has_token, names_headers};
 use crate::policy::auth::{authenticate, AuthFailure, AGENT_ID_HEADER, AUTH_TOKEN_HEADER};
+use crate::policy::headers;
 use crate::policy::rate_limit::{self, Outcome};
-use crate::policy::{headers, retirement};
+use crate::policy::retirement::{self, REHEARSAL_HEADER};
 
 /// A request head, whatever protocol carried it.
 pub trait RequestView: Sync {
@@ -115,6 +119,8 @@ pub struct RequestFacts<'r> {
     pub content_type: Option<&'r [u8]>,
     /// Decides brownout membership, so a retry with the same id gets the same answer.
     pub request_id: &'r str,
+    /// The client asked for its post-sunset answer now (`X-Sunset-Rehearsal: 1`, once).
+    pub rehearsal: bool,
     /// The time the retirement policy is judged at (injected, so tests need no real clock).
     pub now: SystemTime,
 }
@@ -145,6 +151,7 @@ impl<'r> RequestFacts<'r> {
             token: req.single_header(AUTH_TOKEN_HEADER),
             content_type: req.header("content-type"),
             request_id,
+            rehearsal: req.single_header(REHEARSAL_HEADER) == Some(b"1"),
             now,
         }
     }
@@ -170,6 +177,8 @@ pub struct Forward<'s> {
     /// The agent whose budget this request spends, and its limit; `None` when unlimited.
     pub rate_limit: Option<(&'s Agent, RateLimit)>,
     pub body: BodyCheck,
+    /// What every answer to it carries, the backend's included.
+    pub signals: Signals<'s>,
 }
 
 impl Forward<'_> {
@@ -188,6 +197,8 @@ pub struct Refusal<'s> {
     pub auth_failure: Option<AuthFailure>,
     /// What the client should do instead, appended to the reply's message.
     pub hint: Option<String>,
+    /// What the answer carries.
+    pub signals: Signals<'s>,
 }
 
 impl<'s> Refusal<'s> {
@@ -197,6 +208,7 @@ impl<'s> Refusal<'s> {
             reply,
             auth_failure: None,
             hint: None,
+            signals: Signals::default(),
         }
     }
 
@@ -205,6 +217,11 @@ impl<'s> Refusal<'s> {
             auth_failure: Some(failure),
             ..Refusal::new(who, Reply::Unauthorized)
         }
+    }
+
+    /// This refusal, carrying `signals`.
+    fn with(self, signals: Signals<'s>) -> Self {
+        Refusal { signals, ..self }
     }
 }
 
@@ -222,19 +239,71 @@ pub fn rate_limit_refusal<'s>(forward: &Forward<'s>, outcome: Outcome) -> Option
             retry_after_secs: secs(rate_limit::redis::COOLDOWN),
         },
     };
-    Some(Refusal::new(forward.who, reply))
+    Some(Refusal::new(forward.who, reply).with(forward.signals.clone()))
 }
 
-/// The signal headers an answer carries: `Deprecation`, `Sunset` and `Link` on every v1
-/// answer, refusals included; none on v2 or on a request that named no version.
-pub fn retirement_signals<'s>(
-    snapshot: &'s Snapshot,
-    who: &Identified<'_>,
-) -> &'s [(&'static str, HeaderValue)] {
-    match who.version {
-        Some(ApiVersion::V1) => &snapshot.retirement.headers,
-        _ => &[],
+/// The retirement signals one answer carries. On every answer to a v1 call, refusals
+/// included: `Deprecation` and `Sunset` under the caller's dates, and a `Link` naming the
+/// deprecation and sunset documents and the exact v2 path this call maps to
+/// (`rel="successor-version"`, RFC 5829). On v2, or a request that named no version, none.
+#[derive(Debug, Clone, Default)]
+pub struct Signals<'s> {
+    dates: &'s [(&'static str, HeaderValue)],
+    /// Visible ASCII only: the configured link is checked at load, the successor escaped.
+    link: Option<String>,
+}
+
+impl<'s> Signals<'s> {
+    /// The signals of a call identified as `who`, whose v2 successor is `successor` when the
+    /// gateway can name it.
+    fn of(snapshot: &'s Snapshot, who: &Identified<'s>, successor: Option<Successor<'_>>) -> Self {
+        if who.version != Some(ApiVersion::V1) {
+            return Signals::default();
+        }
+        let terms: &Terms = snapshot.retirement.terms_for(who.agent);
+        let docs = terms.link.as_deref();
+        let link = match (docs, successor) {
+            (None, None) => None,
+            (docs, successor) => {
+                // One allocation, written in place: this is on every v1 request.
+                let mut v = String::with_capacity(docs.map_or(0, str::len) + 96);
+                v.push_str(docs.unwrap_or_default());
+                if let Some(successor) = successor {
+                    if !v.is_empty() {
+                        v.push_str(", ");
+                    }
+                    v.push('<');
+                    successor.push_path(&snapshot.bases.v2, &mut v);
+                    v.push_str(">; rel=\"successor-version\"");
+                }
+                Some(v)
+            }
+        };
+        Signals {
+            dates: &terms.headers,
+            link,
+        }
     }
+
+    /// The headers, as the bytes a protocol writes.
+    pub fn headers(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        let dates = self.dates.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes()));
+        dates.chain(self.link.iter().map(|v| (&b"link"[..], v.as_bytes())))
+    }
+
+    /// The value of the header `name` (lower case).
+    pub fn get(&self, name: &str) -> Option<&[u8]> {
+        self.headers()
+            .find(|(n, _)| *n == name.as_bytes())
+            .map(|(_, v)| v)
+    }
+}
+
+/// The v2 call of a v1 call when the gateway can name it without an agent: an operation
+/// with no service code in its path.
+fn unscoped_successor(route: RouteMatch<'_>) -> Option<Successor<'_>> {
+    (route.version == ApiVersion::V1 && !route.operation.is_service_scoped())
+        .then_some(Successor { route, service: "" })
 }
 
 /// Refuses request lines and headers over the configured limits.
@@ -273,20 +342,29 @@ pub fn admit<'s>(
     let route = match match_route(&snapshot.bases, req.method, req.path) {
         Ok(r) => r,
         Err(e) => {
-            // A wrong method on a known path still counts against its version and operation.
-            if let RouteError::MethodNotAllowed { version, operation } = e {
-                who.version = Some(version);
-                who.operation = Some(operation);
-            }
-            return Err(Refusal::new(who, e.into()));
+            let RouteError::MethodNotAllowed { version, operation } = e else {
+                return Err(Refusal::new(who, e.into()));
+            };
+            // A wrong method on a known path still counts against its version and operation,
+            // and names the same call as its own method would.
+            who.version = Some(version);
+            who.operation = Some(operation);
+            let successor = match_route(&snapshot.bases, operation.method(), req.path)
+                .ok()
+                .and_then(unscoped_successor);
+            let signals = Signals::of(snapshot, &who, successor);
+            return Err(Refusal::new(who, e.into()).with(signals));
         }
     };
     who.version = Some(route.version);
     who.operation = Some(route.operation);
 
     if route.operation.needs_auth(snapshot.auth.require_on_status) {
-        let agent = authenticate(&snapshot.auth, req.agent_id, req.token)
-            .map_err(|f| Refusal::unauthorized(who, f))?;
+        let agent = authenticate(&snapshot.auth, req.agent_id, req.token).map_err(|f| {
+            // A stranger learns no agent's service code from the successor link.
+            let successor = unscoped_successor(route);
+            Refusal::unauthorized(who, f).with(Signals::of(snapshot, &who, successor))
+        })?;
         who.agent = Some(agent);
     }
 
@@ -299,35 +377,47 @@ pub fn admit<'s>(
             .unwrap_or(&snapshot.v1_default_service)
             .as_str(),
     };
+    // Every v1 call from here on maps to one v2 call, which every answer names.
+    let successor = (route.version == ApiVersion::V1).then_some(Successor { route, service });
+    let signals = Signals::of(snapshot, &who, successor);
+    let refuse = |reply| Refusal::new(who, reply).with(signals.clone());
     if route.operation.is_service_scoped() {
         if let Some(agent) = who.agent {
             if !agent.may_use(service) {
-                return Err(Refusal::unauthorized(who, AuthFailure::ServiceNotAllowed));
+                let refusal = Refusal::unauthorized(who, AuthFailure::ServiceNotAllowed);
+                return Err(refusal.with(signals.clone()));
             }
         }
     }
 
     if route.version == ApiVersion::V1 {
-        if let Err(refusal) =
-            retirement::decide(&snapshot.retirement, who.agent, req.now, req.request_id)
-        {
-            let v2 = path_template(snapshot.bases.v2.as_str(), ApiVersion::V2, route.operation);
+        if let Err(refusal) = retirement::decide(
+            &snapshot.retirement,
+            who.agent,
+            req.now,
+            req.request_id,
+            req.rehearsal,
+        ) {
+            let v2 = successor.map_or_else(
+                || path_template(snapshot.bases.v2.as_str(), ApiVersion::V2, route.operation),
+                |s| s.path(&snapshot.bases.v2),
+            );
             return Err(Refusal {
                 hint: Some(format!("use {} {v2} instead", route.operation.method())),
-                ..Refusal::new(who, Reply::V1Gone(refusal))
+                ..refuse(Reply::V1Gone(refusal))
             });
         }
     }
 
     if route.operation.method() == "POST" && !is_json(req.content_type) {
-        return Err(Refusal::new(who, Reply::UnsupportedMediaType));
+        return Err(refuse(Reply::UnsupportedMediaType));
     }
     let max_bytes = snapshot.limits.max_body_bytes;
     if req
         .declared_body_len
         .is_some_and(|n| usize::try_from(n).map_or(true, |n| n > max_bytes))
     {
-        return Err(Refusal::new(who, Reply::PayloadTooLarge));
+        return Err(refuse(Reply::PayloadTooLarge));
     }
 
     Ok(Forward {
@@ -341,15 +431,23 @@ pub fn admit<'s>(
                 .filter(|_| snapshot.validation != ValidationMode::Off),
             mode: snapshot.validation,
         },
+        signals,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::reply::V1Refusal;
     use crate::config::file::AgentFile;
     use crate::config::testing::{self, AGENT_ID};
     use crate::config::V1Policy;
+
+    fn header(signals: &Signals<'_>, name: &str) -> Option<String> {
+        signals
+            .get(name)
+            .map(|v| String::from_utf8(v.to_vec()).unwrap())
+    }
 
     /// The test config with agent-1 changed by `edit`.
     fn snapshot(edit: impl FnOnce(&mut AgentFile), require_on_status: bool) -> Snapshot {
@@ -381,6 +479,7 @@ mod tests {
             token: token.map(str::as_bytes),
             content_type: Some(b"application/json"),
             request_id: "req-1",
+            rehearsal: false,
             now: SystemTime::now(),
         }
     }
@@ -451,13 +550,10 @@ mod tests {
     fn a_blocked_agent_gets_410_naming_the_v2_path_on_v1_only() {
         let s = snapshot(|a| a.v1_policy = V1Policy::Block, true);
         let r = as_agent_1(&s, "POST", "/api/v1/credential/offer").unwrap_err();
-        assert_eq!(
-            r.reply,
-            Reply::V1Gone(crate::api::reply::V1Refusal::Blocked)
-        );
+        assert_eq!(r.reply, Reply::V1Gone(V1Refusal::Blocked));
         assert_eq!(
             r.hint.as_deref(),
-            Some("use POST /api/v2/credential/{service_business_code}/offer instead")
+            Some("use POST /api/v2/credential/ORG_DEFAULT/offer instead")
         );
         assert!(as_agent_1(&s, "POST", "/api/v2/credential/X/offer").is_ok());
         // Authentication comes first: a wrong token is still 401.
@@ -472,6 +568,140 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(r.reply, Reply::Unauthorized);
+    }
+
+    #[test]
+    fn every_v1_answer_names_the_exact_v2_path_of_the_call_and_v2_answers_nothing() {
+        let s = snapshot(|a| a.default_service = Some("OTHER".into()), true);
+        let successor = |r: Result<Forward<'_>, Refusal<'_>>| {
+            let signals = match r {
+                Ok(f) => f.signals,
+                Err(r) => r.signals,
+            };
+            header(&signals, "link")
+        };
+        let link = |path: &str| Some(format!("<{path}>; rel=\"successor-version\""));
+        let v1 = as_agent_1(&s, "POST", "/api/v1/verify/request");
+        assert_eq!(successor(v1), link("/api/v2/verify/OTHER/request"));
+        let status = as_agent_1(&s, "GET", "/api/v1/transaction/tx-7/status");
+        assert_eq!(successor(status), link("/api/v2/transaction/tx-7/status"));
+        // Refusals name it too, once the call is known.
+        let not_json = RequestFacts {
+            content_type: Some(b"text/plain"),
+            ..facts(
+                "POST",
+                "/api/v1/connection/invitation",
+                Some("agent-1"),
+                Some("secret"),
+            )
+        };
+        assert_eq!(
+            successor(admit(&s, &not_json)),
+            link("/api/v2/connection/OTHER/invitation")
+        );
+        let wrong_method = facts("GET", "/api/v1/verify/response", None, None);
+        assert_eq!(
+            successor(admit(&s, &wrong_method)),
+            link("/api/v2/verify/response")
+        );
+        // A stranger is not told an agent's service code; an operation without one is fine.
+        let stranger = facts(
+            "POST",
+            "/api/v1/verify/request",
+            Some("agent-1"),
+            Some("bad"),
+        );
+        assert_eq!(successor(admit(&s, &stranger)), None);
+        let stranger = facts(
+            "POST",
+            "/api/v1/verify/response",
+            Some("agent-1"),
+            Some("bad"),
+        );
+        assert_eq!(
+            successor(admit(&s, &stranger)),
+            link("/api/v2/verify/response")
+        );
+        // v2, and requests that named no version, carry no signal at all.
+        let v2 = as_agent_1(&s, "POST", "/api/v2/verify/X/request").unwrap();
+        assert_eq!(v2.signals.headers().count(), 0);
+        let lost = admit(&s, &facts("GET", "/nope", None, None)).unwrap_err();
+        assert_eq!(lost.signals.headers().count(), 0);
+    }
+
+    #[test]
+    fn the_signals_are_the_agents_own_dates_beside_the_documents_link() {
+        let mut f = testing::config();
+        f.retirement.deprecated_at = Some("2026-06-01T00:00:00Z".into());
+        f.retirement.sunset_at = Some("2027-06-01T00:00:00Z".into());
+        f.retirement.link = Some("https://example.org/v2".into());
+        f.auth.agents.push(crate::config::file::AgentFile {
+            sunset_at: Some("2026-09-01T00:00:00Z".into()),
+            ..crate::config::file::AgentFile::new("early", testing::TOKEN)
+        });
+        let s = f.snapshot();
+        let early = admit(
+            &s,
+            &facts(
+                "GET",
+                "/api/v1/transaction/t/status",
+                Some("early"),
+                Some("secret"),
+            ),
+        )
+        .unwrap();
+        assert_eq!(
+            header(&early.signals, "sunset").as_deref(),
+            Some("Tue, 01 Sep 2026 00:00:00 GMT")
+        );
+        assert_eq!(
+            header(&early.signals, "deprecation").as_deref(),
+            Some("@1780272000")
+        );
+        assert_eq!(
+            header(&early.signals, "link").as_deref(),
+            Some("<https://example.org/v2>; rel=\"deprecation\", <https://example.org/v2>; rel=\"sunset\", </api/v2/transaction/t/status>; rel=\"successor-version\"")
+        );
+        let other = as_agent_1(&s, "GET", "/api/v1/transaction/t/status").unwrap();
+        assert_eq!(
+            header(&other.signals, "sunset").as_deref(),
+            Some("Tue, 01 Jun 2027 00:00:00 GMT")
+        );
+        // A refusal by the rate limiter keeps the request's signals.
+        let limited = rate_limit_refusal(
+            &early,
+            Outcome::OverLimit {
+                retry_after: Duration::from_secs(1),
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            header(&limited.signals, "sunset"),
+            header(&early.signals, "sunset")
+        );
+    }
+
+    #[test]
+    fn a_rehearsal_is_the_sunset_answer_now_on_v1_only() {
+        let s = snapshot(unchanged, true);
+        let rehearse = |method, path| RequestFacts {
+            rehearsal: true,
+            ..facts(method, path, Some("agent-1"), Some("secret"))
+        };
+        let r = admit(&s, &rehearse("POST", "/api/v1/verify/request")).unwrap_err();
+        assert_eq!(r.reply, Reply::V1Gone(V1Refusal::Rehearsal));
+        assert_eq!(r.reply.message_code(), 41004);
+        assert_eq!(
+            r.hint.as_deref(),
+            Some("use POST /api/v2/verify/ORG_DEFAULT/request instead")
+        );
+        assert!(admit(&s, &rehearse("POST", "/api/v2/verify/X/request")).is_ok());
+        // Credentials still come first.
+        let stranger = RequestFacts {
+            token: Some(b"bad"),
+            ..rehearse("POST", "/api/v1/verify/request")
+        };
+        assert_eq!(admit(&s, &stranger).unwrap_err().reply, Reply::Unauthorized);
     }
 
     #[test]

@@ -79,6 +79,7 @@ mod tests {
             services: Some(vec![BusinessCode::parse("ALLOWED").unwrap()]),
             v1_policy: Default::default(),
             rate_limit: None,
+            dates: Default::default(),
         };
         AuthConfig {
             require_on_status: true,

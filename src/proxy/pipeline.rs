@@ -7,8 +7,6 @@
 //! [`Downstream`]: a protocol (HTTP/1.1 in [`super::h1`]) supplies the request's head and
 //! body and renders answers, and keeps its own connection state.
 
-use http::HeaderValue;
-
 use super::downstream::{header_bytes, Downstream};
 use super::forwarding::UpstreamRequest;
 use super::relay;
@@ -17,7 +15,7 @@ use crate::api::reply::Reply;
 use crate::api::schema;
 use crate::config::{Snapshot, ValidationMode};
 use crate::observe::exchange::Exchange;
-use crate::policy::admit::{self, admit, Forward, Refusal, RequestFacts, RequestView};
+use crate::policy::admit::{self, admit, Forward, Refusal, RequestFacts, RequestView, Signals};
 use crate::policy::request_id;
 
 impl ProxyApp {
@@ -43,7 +41,8 @@ impl ProxyApp {
         let mut ex = Exchange::start(d.protocol(), &http::Method::GET, "");
         ex.request_id = self.ids.next_id();
         ex.refused = Some(reply);
-        self.answer(d, &mut ex, reply, None, &[]).await;
+        self.answer(d, &mut ex, reply, None, &Signals::default())
+            .await;
         self.telemetry.record(&ex);
     }
 
@@ -54,7 +53,7 @@ impl ProxyApp {
         );
         let forward = match admitted {
             Ok(forward) => forward,
-            Err(refusal) => return self.refuse(d, snap, ex, &refusal).await,
+            Err(refusal) => return self.refuse(d, ex, &refusal).await,
         };
         ex.identified(&forward.who);
         // Only authenticated requests reach the bucket, so strangers cannot spend an agent's
@@ -66,10 +65,10 @@ impl ProxyApp {
                 .await;
             ex.rate_limit = Some(decision);
             if let Some(refusal) = admit::rate_limit_refusal(&forward, decision.outcome) {
-                return self.refuse(d, snap, ex, &refusal).await;
+                return self.refuse(d, ex, &refusal).await;
             }
         }
-        let signals = admit::retirement_signals(snap, &forward.who);
+        let signals = &forward.signals;
         let body = forward.body;
         if let Err(reply) = d
             .read_body(body.max_bytes, snap.limits.client_body_timeout)
@@ -92,7 +91,7 @@ impl ProxyApp {
                 }
             }
         }
-        self.forward(d, snap, ex, &forward, signals).await;
+        self.forward(d, snap, ex, &forward).await;
     }
 
     /// Sends the admitted request upstream and relays the answer, or answers the failure.
@@ -102,13 +101,13 @@ impl ProxyApp {
         snap: &Snapshot,
         ex: &mut Exchange,
         forward: &Forward<'_>,
-        signals: &[(&'static str, HeaderValue)],
     ) {
         // A client that has cancelled the request (an HTTP/2 reset) has it sent nowhere.
         if d.cancelled() {
             ex.client_aborted = true;
             return;
         }
+        let signals = &forward.signals;
         let exchanged = {
             let req = d.request();
             let request = UpstreamRequest {
@@ -133,16 +132,10 @@ impl ProxyApp {
     }
 
     /// Answers an admission refusal.
-    async fn refuse<D: Downstream>(
-        &self,
-        d: &mut D,
-        snap: &Snapshot,
-        ex: &mut Exchange,
-        refusal: &Refusal<'_>,
-    ) {
+    async fn refuse<D: Downstream>(&self, d: &mut D, ex: &mut Exchange, refusal: &Refusal<'_>) {
         ex.refused(refusal);
-        let signals = admit::retirement_signals(snap, &refusal.who);
-        self.answer(d, ex, refusal.reply, refusal.hint.as_deref(), signals)
+        let hint = refusal.hint.as_deref();
+        self.answer(d, ex, refusal.reply, hint, &refusal.signals)
             .await;
     }
 
@@ -153,7 +146,7 @@ impl ProxyApp {
         ex: &mut Exchange,
         reply: Reply,
         hint: Option<&str>,
-        signals: &[(&'static str, HeaderValue)],
+        signals: &Signals<'_>,
     ) {
         let answer = reply.answer(hint);
         ex.status = answer.status;
@@ -163,7 +156,7 @@ impl ProxyApp {
             .iter()
             .map(header_bytes)
             .chain([(request_id::HEADER.as_bytes(), ex.request_id.as_bytes())])
-            .chain(signals.iter().map(header_bytes))
+            .chain(signals.headers())
             .collect();
         let sent = d.send_answer(answer.status, &headers, &answer.body).await;
         ex.client_aborted |= sent.is_err();

@@ -4,16 +4,16 @@
 //! connection goes back to the pool as soon as its part is over.
 
 use bytes::{Buf, BytesMut};
-use http::HeaderValue;
 use tokio::io::AsyncReadExt;
 use tokio::time::timeout;
 
-use super::downstream::{header_bytes, Downstream};
+use super::downstream::Downstream;
 use super::pool::{UpstreamConn, UpstreamPool};
 use super::upstream::Answered;
 use crate::config::Snapshot;
 use crate::http1::{ChunkError, ChunkedDecoder, Framing, ResponseHead};
 use crate::observe::exchange::{Exchange, UpstreamErrorKind};
+use crate::policy::admit::Signals;
 use crate::policy::headers::{is_listed, NOT_RELAYED};
 use crate::policy::request_id;
 
@@ -94,7 +94,7 @@ pub(super) async fn relay<D: Downstream>(
     answered: Answered,
     snap: &Snapshot,
     ex: &mut Exchange,
-    signals: &[(&'static str, HeaderValue)],
+    signals: &Signals<'_>,
 ) {
     let Answered {
         mut conn,
@@ -108,7 +108,7 @@ pub(super) async fn relay<D: Downstream>(
         let up = &conn;
         let headers = relayed_headers(&up.head, &up.buf)
             .chain([(request_id::HEADER.as_bytes(), ex.request_id.as_bytes())])
-            .chain(signals.iter().map(header_bytes));
+            .chain(signals.headers());
         // A decoded body has no framing left for the client: it ends when the connection does.
         let to_client = if decode { Framing::UntilClose } else { framing };
         d.start_response(up.head.status, up.head.reason(&up.buf), headers, to_client);

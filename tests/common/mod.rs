@@ -843,11 +843,13 @@ pub const OFFER_BODY: &str = r#"{"organization_name":"Org","credential_def_id":"
 pub const VERIFY_RESPONSE_BODY: &str = r#"{"presentation_id":"p-1"}"#;
 
 /// Two agents with token [`TOKEN`]: `retired`, whose v1 calls the retirement policy refuses
-/// with 410, and `throttled`, allowed one request and then (for the next 1000 s) refused with
-/// 429.
+/// with 410 (and whose own deprecation and sunset dates have passed), and `throttled`, allowed
+/// one request and then (for the next 1000 s) refused with 429.
 pub fn mix_agents() -> [AgentFile; 2] {
     let retired = AgentFile {
         v1_policy: V1Policy::Block,
+        deprecated_at: Some("2026-01-01T00:00:00Z".into()),
+        sunset_at: Some("2026-06-01T00:00:00Z".into()),
         ..AgentFile::new("retired", TOKEN)
     };
     let throttled = AgentFile {
