@@ -2,14 +2,16 @@
 //!
 //! A snapshot can only be built by [`Snapshot::from_file`] (or [`Snapshot::load`]), which
 //! checks every value and reports every problem at once, by key path. Each section is
-//! validated next to its own types ([`auth`], [`limits`], [`retirement`], [`upstream`]); the
-//! value types they share are in [`types`], a leaf. Once built, nothing re-checks.
+//! validated next to its own types ([`auth`], [`limits`], [`retirement`], [`tracing`],
+//! [`upstream`]); the value types they share are in [`types`], a leaf. Once built, nothing
+//! re-checks.
 
 mod auth;
 pub mod file;
 mod limits;
 mod retirement;
 pub mod testing;
+mod tracing;
 mod types;
 mod upstream;
 
@@ -22,6 +24,7 @@ pub use auth::{Agent, AuthConfig, RateLimit};
 pub use file::FileConfig;
 pub use limits::{Limits, ValidationMode};
 pub use retirement::{Brownout, Retirement};
+pub use tracing::TracingSettings;
 pub use types::{unix_seconds, BasePath, Bases, BusinessCode, TokenDigest, V1Policy};
 pub use upstream::UpstreamConfig;
 
@@ -91,6 +94,8 @@ pub struct Snapshot {
     pub limits: Limits,
     pub validation: ValidationMode,
     pub retirement: Retirement,
+    /// `None` when tracing is off (no `tracing.otlp_endpoint`).
+    pub tracing: Option<TracingSettings>,
 }
 
 /// Collects problems while a file is validated, each under its key path.
@@ -229,6 +234,7 @@ impl Snapshot {
         let auth = auth::auth(&f.auth, &mut p);
         let retirement = retirement::retirement(&f.retirement, &auth.agents, &mut p);
         let limits = limits::limits(&f.limits, &mut p);
+        let tracing = tracing::tracing(&f.tracing, &mut p);
         match (startup, bases, v1_default_service) {
             (Some(startup), Some(bases), Some(v1_default_service)) if p.0.is_empty() => {
                 Ok(Snapshot {
@@ -240,6 +246,7 @@ impl Snapshot {
                     limits,
                     validation: f.validation.mode,
                     retirement,
+                    tracing,
                 })
             }
             _ => Err(ConfigError::Invalid(p.0)),

@@ -6,8 +6,8 @@
 use std::net::SocketAddr;
 
 use super::file::{
-    AgentFile, AuthFile, LimitsFile, ListenFile, RetirementFile, ServerFile, UpstreamFile, V1File,
-    V2File, ValidationFile,
+    AgentFile, AuthFile, LimitsFile, ListenFile, RetirementFile, ServerFile, TracingFile,
+    UpstreamFile, V1File, V2File, ValidationFile,
 };
 use super::{FileConfig, Snapshot, TokenDigest, V1Policy};
 
@@ -43,6 +43,7 @@ impl FileConfig {
             limits: LimitsFile::default(),
             retirement: RetirementFile::default(),
             validation: ValidationFile::default(),
+            tracing: TracingFile::default(),
         }
     }
 
