@@ -467,6 +467,8 @@ fn check_labels_are_bounded(samples: &[Sample], agents: &[&str]) {
                     "blocked",
                     "brownout",
                     "sunset",
+                    "queue_full",
+                    "export_failed",
                 ]
                 .contains(&v.as_str()),
                 "kind" => ["connect", "timeout", "reset", "other"].contains(&v.as_str()),

@@ -7,7 +7,9 @@
 //!
 //! Triggers: [`ConfigWatcher`] (the file's parent directory, so in-place writes, renames over
 //! the file and Kubernetes' `..data` symlink swap all count), SIGHUP (in [`crate::app::signals`])
-//! and `POST /-/reload` on the admin listener. All three call [`ConfigStore::reload`].
+//! and `POST /-/reload` on the admin listener. All three call [`ConfigStore::reload`]. Parts
+//! that are built from the config rather than read per request (the span export pipeline)
+//! follow each applied snapshot through [`ConfigStore::on_apply`].
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -153,6 +155,9 @@ fn unix_now() -> f64 {
         .unwrap_or_default()
 }
 
+/// Called with each snapshot a reload applies.
+type ApplyHook = Box<dyn Fn(&Snapshot) + Send + Sync>;
+
 /// The live config: the current snapshot, where it came from, and how reloads went.
 pub struct ConfigStore {
     current: Arc<ArcSwap<Snapshot>>,
@@ -161,6 +166,7 @@ pub struct ConfigStore {
     /// not a reload, and one bad write is one failure, however many events it makes.
     seen_text: Mutex<String>,
     metrics: ReloadMetrics,
+    on_apply: Vec<ApplyHook>,
 }
 
 impl ConfigStore {
@@ -179,7 +185,13 @@ impl ConfigStore {
             path,
             seen_text: Mutex::new(text),
             metrics,
+            on_apply: Vec::new(),
         })
+    }
+
+    /// Has `hook` called with every snapshot a reload applies, once it serves.
+    pub fn on_apply(&mut self, hook: impl Fn(&Snapshot) + Send + Sync + 'static) {
+        self.on_apply.push(Box::new(hook));
     }
 
     /// The handle requests load their snapshot from.
@@ -227,7 +239,11 @@ impl ConfigStore {
         let running = self.current.load();
         let restart_required = restart_only_changes(&running.startup, &new.startup);
         new.startup = running.startup.clone();
-        self.current.store(Arc::new(new));
+        let new = Arc::new(new);
+        self.current.store(new.clone());
+        for hook in &self.on_apply {
+            hook(&new);
+        }
         self.metrics.success.inc();
         self.metrics.generation.inc();
         self.metrics.last_success.set(unix_now());
@@ -362,6 +378,30 @@ mod tests {
         let report = store.reload(Trigger::Admin, false).unwrap();
         assert_eq!((report.result, report.generation), ("success", 2));
         assert_eq!(store.current().load().v1_default_service.as_str(), "B");
+    }
+
+    #[test]
+    fn hooks_see_each_applied_snapshot_and_no_refused_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = store_on(dir.path(), base());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        store.on_apply(move |s| {
+            log.lock()
+                .unwrap()
+                .push(s.v1_default_service.as_str().to_owned())
+        });
+        let mut f = base();
+        f.v1.default_service = "B".into();
+        write(dir.path(), &f);
+        store.reload(Trigger::Admin, false).unwrap();
+        f.upstream.addresses = vec!["nowhere".into()];
+        write(dir.path(), &f);
+        assert_eq!(
+            store.reload(Trigger::Admin, false).unwrap().result,
+            "failure"
+        );
+        assert_eq!(*seen.lock().unwrap(), ["B"]);
     }
 
     #[test]

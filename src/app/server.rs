@@ -18,9 +18,10 @@ use pingora::services::listening::Service;
 
 use crate::app::admin::AdminApp;
 use crate::app::reload::{ConfigStore, ConfigWatcher};
-use crate::app::signals::Signals;
+use crate::app::signals::{Signals, SPAN_FLUSH};
 use crate::config::{BasePath, Snapshot};
 use crate::observe::telemetry::Telemetry;
+use crate::observe::trace::{ExportError, Tracer};
 use crate::proxy::connect::Connect;
 use crate::proxy::health::{HealthChecker, UpstreamHealth};
 use crate::proxy::pool::{PoolSweeper, UpstreamPool};
@@ -35,6 +36,8 @@ pub enum ServerError {
     Metrics(#[from] prometheus::Error),
     #[error("cannot set up the TLS listener: {0}")]
     Tls(#[from] Box<pingora::Error>),
+    #[error("cannot start tracing: {0}")]
+    Tracing(#[from] ExportError),
 }
 
 /// What `build` needs besides the config.
@@ -60,10 +63,12 @@ fn server_conf(snap: &Snapshot) -> ServerConf {
     }
 }
 
-/// The assembled gateway: a pingora server and the signal handling it runs with.
+/// The assembled gateway: a pingora server, the signal handling it runs with, and the tracer
+/// whose queued spans go out before it exits.
 pub struct Gateway {
     pub server: Server,
     pub signals: Signals,
+    pub tracer: Arc<Tracer>,
 }
 
 impl Gateway {
@@ -72,6 +77,7 @@ impl Gateway {
         self.server.run(RunArgs {
             shutdown_signal: Box::new(self.signals),
         });
+        self.tracer.shutdown(SPAN_FLUSH);
         std::process::exit(0)
     }
 }
@@ -87,9 +93,19 @@ pub fn build(
     let mut server = Server::new_with_opt_and_conf(options.pingora_opt, server_conf(&snapshot));
     server.bootstrap();
 
+    let telemetry = Arc::new(Telemetry::register(registry)?);
+    // The export pipeline is built from the config, not read per request: it follows reloads.
+    let tracer = Arc::new(Tracer::register(registry)?);
+    tracer.configure(snapshot.tracing.as_ref())?;
+    let reconfigured = tracer.clone();
+    let mut store = store;
+    store.on_apply(move |snap| {
+        if let Err(e) = reconfigured.configure(snap.tracing.as_ref()) {
+            tracing::error!(error = %e, "tracing keeps its previous settings");
+        }
+    });
     let store = Arc::new(store);
     let config = store.current().clone();
-    let telemetry = Arc::new(Telemetry::register(registry)?);
 
     let health = Arc::new(UpstreamHealth::default());
     let pool = Arc::new(UpstreamPool::new(startup.upstream_keepalive_pool_size));
@@ -101,6 +117,7 @@ pub fn build(
     let proxy_app = ProxyApp::new(
         config.clone(),
         telemetry.clone(),
+        tracer.clone(),
         upstream,
         in_flight.clone(),
     );
@@ -156,9 +173,14 @@ pub fn build(
     let signals = Signals {
         store,
         in_flight,
+        tracer: tracer.clone(),
         grace: Duration::from_secs(startup.grace_period_seconds),
     };
-    Ok(Gateway { server, signals })
+    Ok(Gateway {
+        server,
+        signals,
+        tracer,
+    })
 }
 
 /// The mock v2 backend as a pingora service on `addr`.

@@ -30,6 +30,7 @@ use pingora::server::ShutdownWatch;
 
 use crate::config::Snapshot;
 use crate::observe::telemetry::Telemetry;
+use crate::observe::trace::Tracer;
 use crate::policy::rate_limit::RateLimiter;
 use crate::policy::request_id::RequestIds;
 use upstream::Upstream;
@@ -40,6 +41,7 @@ pub struct ProxyApp {
     upstream: Upstream,
     ids: RequestIds,
     telemetry: Arc<Telemetry>,
+    tracer: Arc<Tracer>,
     rate_limits: RateLimiter,
     in_flight: Arc<InFlight>,
 }
@@ -48,6 +50,7 @@ impl ProxyApp {
     pub fn new(
         config: Arc<ArcSwap<Snapshot>>,
         telemetry: Arc<Telemetry>,
+        tracer: Arc<Tracer>,
         upstream: Upstream,
         in_flight: Arc<InFlight>,
     ) -> Self {
@@ -56,6 +59,7 @@ impl ProxyApp {
             upstream,
             ids: RequestIds::default(),
             telemetry,
+            tracer,
             rate_limits: RateLimiter::default(),
             in_flight,
         }
