@@ -14,6 +14,10 @@
 #                  during the max run and during the fixed-rate run
 #   RSS            idle (VmRSS after start-up), peak (VmHWM at the end) and VmRSS while
 #                  IDLE_CONNS client connections are open and idle after one request each
+#   load/wrk       the load generator's own overhead: `agent-gateway load --rate max` (closed
+#                  model, one thread, CONNS connections, POST v1 verify only) right after wrk's
+#                  max run, on the same CPU and target; its req/s over wrk's, per round
+#                  (LOAD_VS_WRK=0 skips it)
 # and prints medians over the rounds with each one's ratio to nginx. `direct` is wrk straight
 # to the backend: the ceiling any proxy can reach here (the backend shares LOAD_CPU with wrk).
 #
@@ -26,13 +30,17 @@
 #   log, like the peers' access_log off; "info" logs every request to a file)
 #   A second gateway variant for A/B runs, agent-gateway-b on :8084, starts when any of
 #   GATEWAY_B_BIN, GATEWAY_B_SERVER, GATEWAY_B_LOG_LEVEL is set, and joins the default TARGETS.
-#   Tracing: agent-gateway-trace-0.01 (:8085) and agent-gateway-trace-1 (:8086) are the same
+#   Tracing: agent-gateway-trace-0.01 (:8086) and agent-gateway-trace-1 (:8087) are the same
 #   gateway with [tracing] on at sample_ratio 0.01 and 1.0 (wrk sends no traceparent, so the
 #   ratio decides), exporting over OTLP/HTTP to a sink (nginx answering 200 on :14318, on
 #   LOAD_CPU); agent-gateway is the same gateway with tracing off. Name them in TARGETS, e.g.
 #   TARGETS="agent-gateway agent-gateway-trace-0.01 agent-gateway-trace-1"; the table then
 #   also gives their ratios to agent-gateway, and the spans each exported and dropped.
-#   RESULTS (a file to keep the per-round TSV in)
+#   RESULTS (a file to keep the per-round TSV in) LOAD_VS_WRK (1)
+#   HTTP/2: H2_TARGETS (none by default; "agent-gateway nginx-h2" measures the gateway and nginx
+#   doing the same job over h2c, nginx-h2 being the peer config with `listen ... http2`) with
+#   h2load -c H2_CONNS (8) -m H2_STREAMS (32) for DURATION seconds, in ROUNDS alternating rounds:
+#   req/s and CPU s/100k, in a table of their own.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -48,13 +56,14 @@ PROXY_CPU=${PROXY_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
 GATEWAY_SERVER=${GATEWAY_SERVER:-}
 GATEWAY_LOG_LEVEL=${GATEWAY_LOG_LEVEL:-warn}
+LOAD_VS_WRK=${LOAD_VS_WRK:-1}
 B_ENABLED=0
 if [ -n "${GATEWAY_B_BIN:-}${GATEWAY_B_SERVER:-}${GATEWAY_B_LOG_LEVEL:-}" ]; then
   B_ENABLED=1
 fi
 GATEWAY_B_SERVER=${GATEWAY_B_SERVER:-}
 GATEWAY_B_LOG_LEVEL=${GATEWAY_B_LOG_LEVEL:-$GATEWAY_LOG_LEVEL}
-if [ -z "${TARGETS:-}" ]; then
+if [ -z "${TARGETS+set}" ]; then
   TARGETS="direct agent-gateway nginx haproxy"
   [ "$B_ENABLED" = 1 ] && TARGETS="direct agent-gateway agent-gateway-b nginx haproxy"
 fi
@@ -68,6 +77,7 @@ command -v nginx >/dev/null || need+=(nginx-light)
 command -v haproxy >/dev/null || need+=(haproxy)
 command -v wrk >/dev/null || need+=(wrk)
 command -v curl >/dev/null || need+=(curl)
+[ -n "${H2_TARGETS:-}" ] && { command -v h2load >/dev/null || need+=(nghttp2-client); }
 command -v python3 >/dev/null || need+=(python3)
 command -v taskset >/dev/null || need+=(util-linux)
 if [ ${#need[@]} -gt 0 ]; then
@@ -110,14 +120,17 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-declare -A PORT=([direct]=9000 [agent-gateway]=8083 [agent-gateway-b]=8084 [nginx]=8081 [haproxy]=8082
-  [agent-gateway-trace-0.01]=8085 [agent-gateway-trace-1]=8086)
+declare -A PORT=([direct]=9000 [agent-gateway]=8083 [agent-gateway-b]=8084 [nginx]=8081 [haproxy]=8082 [nginx-h2]=8085
+  [agent-gateway-trace-0.01]=8086 [agent-gateway-trace-1]=8087)
 # The tracing variants' admin listeners (their span counters) and the OTLP sink they export to.
-declare -A ADMIN_PORT=([agent-gateway-trace-0.01]=9185 [agent-gateway-trace-1]=9186)
+declare -A ADMIN_PORT=([agent-gateway-trace-0.01]=9186 [agent-gateway-trace-1]=9187)
 OTLP_SINK_PORT=14318
+H2_TARGETS=${H2_TARGETS:-}
+H2_CONNS=${H2_CONNS:-8}
+H2_STREAMS=${H2_STREAMS:-32}
 declare -A MAINPID=()
 
-for port in 9000 8081 8082 8083 8084 8085 8086 9185 9186 $OTLP_SINK_PORT; do
+for port in 9000 8081 8082 8083 8084 8085 8086 8087 9186 9187 $OTLP_SINK_PORT; do
   if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
     die "127.0.0.1:$port is already in use (a previous run, or a demo?)"
   fi
@@ -127,6 +140,12 @@ done
 for f in backend-nginx.conf gateway-nginx.conf gateway-haproxy.cfg post-verify.lua; do
   sed -e "s#/tmp/peer-#$WORK/peer-#g" -e 's/^daemon on;/daemon off;/' "$PEERS/$f" >"$WORK/$f"
 done
+# nginx doing the same job over h2c: the same config, listening for HTTP/2 with prior knowledge.
+sed -e 's/listen 127.0.0.1:8081 /listen 127.0.0.1:8085 http2 /' \
+  -e "s#$WORK/peer-gateway-nginx#$WORK/peer-gateway-nginx-h2#g" \
+  "$WORK/gateway-nginx.conf" >"$WORK/gateway-nginx-h2.conf"
+grep -q 'listen 127.0.0.1:8085 http2' "$WORK/gateway-nginx-h2.conf" \
+  || die "could not make the h2c variant of $PEERS/gateway-nginx.conf"
 
 # The agent and token wrk sends (shared/peers/post-verify.lua), stored as its digest.
 TOKEN_SHA256=$(printf '%s' secret | "$GATEWAY_BIN" hash-token)
@@ -217,7 +236,8 @@ if [[ " $TARGETS " == *" agent-gateway-trace-"* ]]; then
   start otlp-sink "$LOAD_CPU" nginx -p "$WORK" -c "$WORK/otlp-sink.conf"
   wait_port otlp-sink "$OTLP_SINK_PORT"
 fi
-for t in $TARGETS; do
+for t in $TARGETS $H2_TARGETS; do
+  [ -n "${MAINPID[$t]:-}" ] && continue
   case $t in
     direct) ;;
     agent-gateway)
@@ -231,12 +251,20 @@ for t in $TARGETS; do
         --log-format json --log-level "$GATEWAY_LOG_LEVEL" ;;
     nginx) start "$t" "$PROXY_CPU" nginx -p "$WORK" -c "$WORK/gateway-nginx.conf" ;;
     haproxy) start "$t" "$PROXY_CPU" haproxy -f "$WORK/gateway-haproxy.cfg" ;;
+    nginx-h2) start "$t" "$PROXY_CPU" nginx -p "$WORK" -c "$WORK/gateway-nginx-h2.conf" ;;
     *) die "unknown target $t" ;;
   esac
 done
 for t in $TARGETS; do
   wait_port "$t" "${PORT[$t]}"
   check_job "$t" "${PORT[$t]}"
+done
+for t in $H2_TARGETS; do
+  wait_port "$t" "${PORT[$t]}"
+  code=$(curl -s -o /dev/null -w '%{http_version} %{http_code}' --http2-prior-knowledge -X POST \
+    "http://127.0.0.1:${PORT[$t]}/api/v1/verify/request" -H 'Content-Type: application/json' \
+    -H 'X-Service-Agent-Id: agent-1' -H 'X-Auth-Token: secret' -d '{"business_code":"KYC-BASIC"}')
+  [ "$code" = "2 200" ] || die "$t: h2c POST answered $code"
 done
 
 # --- /proc readings (a target's processes: the main pid and its children) --------------------
@@ -310,6 +338,23 @@ measure() { # round, target
   [ "$t" != direct ] && record "$r" "$t" cpu_s_per_100k_max \
     "$(awk -v d=$((c1 - c0)) -v n="$reqs" -v hz="$HZ" 'BEGIN {printf "%.3f", d / hz / n * 100000}')"
 
+  if [ "$LOAD_VS_WRK" = 1 ]; then
+    # wrk's job done by the load generator: closed model, one thread, CONNS connections.
+    out=$(taskset -c "$LOAD_CPU" "$LOAD_BIN" load --target "$url" --rate max \
+      --duration "${DURATION}s" --connections "$CONNS" --threads 1 --api v1 \
+      --mix verify_request=1 --agent-id agent-1 --token secret --json 2>/dev/null)
+    python3 -c '
+import json, sys
+r, t, wrk_rps, path = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+rep = json.load(sys.stdin)
+rps, errors = rep["throughput_rps"], rep["errors"]["total"]
+with open(path, "a") as f:
+    f.write(f"{r}\t{t}\tload_max_rps\t{rps:.1f}\n")
+    f.write(f"{r}\t{t}\tload_max_errors\t{errors}\n")
+    f.write(f"{r}\t{t}\tload_vs_wrk\t{rps / wrk_rps:.4f}\n")
+' "$r" "$t" "$rps" "$RESULTS_TSV" <<<"$out"
+  fi
+
   c0=$(cpu_ticks "$t")
   out=$(taskset -c "$LOAD_CPU" "$LOAD_BIN" load --target "$url" --rate "$LAT_RATE" \
     --duration "${LAT_DURATION}s" --connections "$LAT_CONNS" --api v1 \
@@ -343,9 +388,33 @@ EOF
   log "round $r $t: $rps req/s"
 }
 
+# h2load over h2c: the same v1 verify request as wrk's, many streams per connection.
+measure_h2() { # round, target
+  local r=$1 t=$2 url out c0 c1 reqs rps errs
+  url=http://127.0.0.1:${PORT[$2]}/api/v1/verify/request
+  printf '%s' '{"business_code":"KYC-BASIC","allow_multiple_read":true}' >"$WORK/h2-body.json"
+  set -- -c "$H2_CONNS" -m "$H2_STREAMS" -d "$WORK/h2-body.json" -H 'content-type: application/json' \
+    -H 'x-service-agent-id: agent-1' -H 'x-auth-token: secret'
+  taskset -c "$LOAD_CPU" h2load "$@" -n 2000 "$url" >/dev/null
+  c0=$(cpu_ticks "$t")
+  out=$(taskset -c "$LOAD_CPU" h2load "$@" -D "$DURATION" "$url")
+  c1=$(cpu_ticks "$t")
+  reqs=$(awk '/^requests:/ {print $8}' <<<"$out")
+  rps=$(awk '/^finished in/ {print $4}' <<<"$out")
+  errs=$(awk '/^requests:/ {print $10 + $12}' <<<"$out")
+  record "$r" "$t" h2_rps "$rps"
+  record "$r" "$t" h2_errors "${errs:-0}"
+  record "$r" "$t" h2_cpu_s_per_100k \
+    "$(awk -v d=$((c1 - c0)) -v n="$reqs" -v hz="$HZ" 'BEGIN {printf "%.3f", d / hz / n * 100000}')"
+  log "round $r $t (h2): $rps req/s"
+}
+
 for r in $(seq "$ROUNDS"); do
   for t in $TARGETS; do
     measure "$r" "$t"
+  done
+  for t in $H2_TARGETS; do
+    measure_h2 "$r" "$t"
   done
 done
 for t in $TARGETS; do
@@ -369,7 +438,7 @@ done
 [ -n "${RESULTS:-}" ] && cp "$RESULTS_TSV" "$RESULTS"
 
 # --- the table --------------------------------------------------------------------------------
-python3 - "$RESULTS_TSV" "$TARGETS" <<EOF
+[ -n "$TARGETS" ] && python3 - "$RESULTS_TSV" "$TARGETS" <<EOF
 import statistics, sys
 from collections import defaultdict
 path, targets = sys.argv[1], sys.argv[2].split()
@@ -382,7 +451,8 @@ cols = [("max_rps", "max req/s", "{:.0f}"), ("p50_ms", "p50 ms", "{:.3f}"),
         ("cpu_s_per_100k_max", "CPU s/100k @max", "{:.3f}"),
         ("cpu_s_per_100k_rate", "CPU s/100k @${LAT_RATE}/s", "{:.3f}"),
         ("idle_rss_mib", "idle RSS MiB", "{:.1f}"), ("peak_rss_mib", "peak RSS MiB", "{:.1f}"),
-        ("rss_idle_conns_mib", "RSS +${IDLE_CONNS} conns MiB", "{:.1f}")]
+        ("rss_idle_conns_mib", "RSS +${IDLE_CONNS} conns MiB", "{:.1f}"),
+        ("load_vs_wrk", "load/wrk req/s", "{:.2f}x")]
 med = {(t, k): statistics.median(vals[(t, k)]) for t in targets for k, _, _ in cols if vals[(t, k)]}
 w = 16
 nw = max([w] + [len(t) + 1 for t in targets])  # the target column fits the longest name
@@ -400,6 +470,9 @@ if "nginx" in targets:
             continue
         cells = []
         for k, _, _ in cols:
+            if k == "load_vs_wrk":  # already a ratio, to wrk
+                cells.append("-".rjust(w + 4))
+                continue
             a, b = med.get((t, k)), med.get(("nginx", k))
             cells.append((f"{a / b:.2f}x" if a is not None and b else "-").rjust(w + 4))
         print(t.ljust(nw) + "".join(cells))
@@ -410,6 +483,9 @@ if base in targets and traced:
     for t in traced:
         cells = []
         for k, _, _ in cols:
+            if k == "load_vs_wrk":  # already a ratio, to wrk
+                cells.append("-".rjust(w + 4))
+                continue
             a, b = med.get((t, k)), med.get((base, k))
             cells.append((f"{a / b:.3f}x" if a is not None and b else "-").rjust(w + 4))
         print(t.ljust(nw) + "".join(cells))
@@ -419,13 +495,42 @@ for t in traced:
     print(f"{t} spans over the run: {spans['exported']} exported, "
           f"{spans['dropped_queue_full']} dropped (queue full), "
           f"{spans['dropped_export_failed']} dropped (export failed)")
-errs = {t: sum(vals[(t, "max_errors")]) + sum(vals[(t, "rate_errors")]) for t in targets}
+errs = {t: sum(vals[(t, "max_errors")]) + sum(vals[(t, "rate_errors")])
+        + sum(vals[(t, "load_max_errors")]) for t in targets}
 conns = {t: min(vals[(t, "idle_conns_ok")]) for t in targets if vals[(t, "idle_conns_ok")]}
-print("errors (wrk non-2xx + socket errors, load errors), all rounds:",
+print("errors (wrk non-2xx + socket errors, load errors at the fixed rate and at max), all rounds:",
       ", ".join(f"{t} {int(n)}" for t, n in errs.items()))
 print("idle connections answered 200 (min over rounds):",
       ", ".join(f"{t} {int(n)}/${IDLE_CONNS}" for t, n in conns.items()))
 print()
 print("per round max req/s:", "; ".join(f"{t} " + " ".join(f"{v:.0f}" for v in vals[(t, 'max_rps')]) for t in targets))
 print("per round p99 ms:   ", "; ".join(f"{t} " + " ".join(f"{v:.3f}" for v in vals[(t, 'p99_ms')]) for t in targets))
+if any(vals[(t, "load_vs_wrk")] for t in targets):
+    print("load generator / wrk req/s, same job, connections and CPU, per round:",
+          "; ".join(f"{t} " + " ".join(f"{v:.2f}x" for v in vals[(t, 'load_vs_wrk')]) for t in targets))
+EOF
+
+[ -n "$H2_TARGETS" ] && python3 - "$RESULTS_TSV" "$H2_TARGETS" <<EOF
+import statistics, sys
+from collections import defaultdict
+path, targets = sys.argv[1], sys.argv[2].split()
+vals = defaultdict(list)
+for line in open(path):
+    r, t, k, v = line.rstrip("\n").split("\t")
+    vals[(t, k)].append(float(v))
+print()
+print(f"HTTP/2 (h2c): medians of ${ROUNDS} rounds of h2load -c ${H2_CONNS} -m ${H2_STREAMS} -D ${DURATION}, "
+      f"proxies on CPU ${PROXY_CPU}, h2load and backend on CPU ${LOAD_CPU}")
+print("target".ljust(16) + "req/s".rjust(12) + "CPU s/100k".rjust(14) + "errors".rjust(10))
+med = {}
+for t in targets:
+    rps, cpu = statistics.median(vals[(t, "h2_rps")]), statistics.median(vals[(t, "h2_cpu_s_per_100k")])
+    med[t] = (rps, cpu)
+    print(t.ljust(16) + f"{rps:.0f}".rjust(12) + f"{cpu:.3f}".rjust(14) + f"{sum(vals[(t, 'h2_errors')]):.0f}".rjust(10))
+if "nginx-h2" in med:
+    base = med["nginx-h2"]
+    for t in targets:
+        if t != "nginx-h2":
+            print(f"{t} to nginx-h2: {med[t][0] / base[0]:.2f}x req/s, {med[t][1] / base[1]:.2f}x CPU per request")
+print("per round req/s:", "; ".join(f"{t} " + " ".join(f"{v:.0f}" for v in vals[(t, 'h2_rps')]) for t in targets))
 EOF

@@ -32,7 +32,7 @@ use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
 use agent_gateway::config::file::AgentFile;
 use agent_gateway::config::{testing, FileConfig, Snapshot};
 use agent_gateway::http1::{RequestHead, ResponseHead};
-use agent_gateway::observe::exchange::Exchange;
+use agent_gateway::observe::exchange::{Exchange, Protocol};
 use agent_gateway::observe::spans;
 use agent_gateway::observe::telemetry::Telemetry;
 use agent_gateway::observe::trace::{Pipeline, RequestSpan, Tracer};
@@ -98,7 +98,7 @@ impl Parsed {
 
 /// One served v1 request, computed as the pipeline does, without the I/O.
 fn serve_one(snap: &Snapshot, parsed: &Parsed, ids: &RequestIds, telemetry: &Telemetry) {
-    let mut ex = Exchange::start(&http::Method::POST, V1);
+    let mut ex = Exchange::start(Protocol::Http1, &http::Method::POST, V1);
     ex.request_id = ids.next_id();
     let forward = parsed.admit(snap, &ex.request_id).expect("admitted");
     ex.identified(&forward.who);
@@ -113,7 +113,7 @@ fn serve_one(snap: &Snapshot, parsed: &Parsed, ids: &RequestIds, telemetry: &Tel
 
 /// A served request's record, as `telemetry.record` receives it.
 fn served_exchange(snap: &Snapshot) -> Exchange {
-    let mut ex = Exchange::start(&http::Method::POST, V1);
+    let mut ex = Exchange::start(Protocol::Http1, &http::Method::POST, V1);
     ex.request_id = REQUEST_ID.into();
     let forward = Parsed::new(V1).admit(snap, REQUEST_ID).expect("admitted");
     ex.identified(&forward.who);
@@ -222,7 +222,11 @@ fn print_allocations() {
         (
             "Exchange::start",
             allocations(n, || {
-                drop(black_box(Exchange::start(&http::Method::POST, V1)));
+                drop(black_box(Exchange::start(
+                    Protocol::Http1,
+                    &http::Method::POST,
+                    V1,
+                )));
             }),
         ),
         (

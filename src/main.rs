@@ -240,8 +240,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Load(args) => {
-            agent_gateway::tools::load::run(*args)?;
-            Ok(ExitCode::SUCCESS)
+            let outcome = agent_gateway::tools::load::run(*args)?;
+            Ok(ExitCode::from(outcome.exit_code()))
         }
         Command::MockBackend {
             listen,

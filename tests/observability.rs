@@ -472,6 +472,7 @@ fn check_labels_are_bounded(samples: &[Sample], agents: &[&str]) {
                 ]
                 .contains(&v.as_str()),
                 "kind" => ["connect", "timeout", "reset", "other"].contains(&v.as_str()),
+                "protocol" => ["http/1.1", "h2"].contains(&v.as_str()),
                 "result" => ["success", "failure"].contains(&v.as_str()),
                 "rule" => [
                     "not_json",

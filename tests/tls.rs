@@ -4,46 +4,16 @@ mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
 use agent_gateway::config::FileConfig;
+use common::pki::{make_pki, TestPki};
 use common::*;
-use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-
-/// A CA and a "localhost" certificate it signed, written as PEM files into `dir`.
-struct TestPki {
-    ca: String,
-    cert: String,
-    key: String,
-}
-
-fn make_pki(dir: &Path, name: &str) -> TestPki {
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_key = KeyPair::generate().unwrap();
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let cert = CertificateParams::new(vec!["localhost".to_string()])
-        .unwrap()
-        .signed_by(&key, &ca, &ca_key)
-        .unwrap();
-    let write = |file: &str, pem: String| {
-        let path = dir.join(format!("{name}-{file}"));
-        std::fs::write(&path, pem).unwrap();
-        path.display().to_string()
-    };
-    TestPki {
-        ca: write("ca.pem", ca.pem()),
-        cert: write("cert.pem", cert.pem()),
-        key: write("key.pem", key.serialize_pem()),
-    }
-}
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())

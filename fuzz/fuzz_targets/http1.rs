@@ -3,7 +3,7 @@
 //! must not depend on how the input is split across reads.
 //!
 //! Run from the repository root with a nightly toolchain:
-//! `cargo +nightly fuzz run http1 -- -max_total_time=300`.
+//! `cargo +nightly fuzz run http1 fuzz/corpus/http1 fuzz/seeds/http1 -- -max_total_time=300`.
 #![no_main]
 
 use agent_gateway::http1::{ChunkedDecoder, RequestHead, ResponseHead};
@@ -15,12 +15,17 @@ fuzz_target!(|data: &[u8]| {
         assert!(head.len <= data.len());
         let req = head.view(data);
         let _ = (req.method(), req.path(), req.query(), req.authority(), req.target());
-        let _ = (req.framing(), req.wants_keep_alive(), req.header("host"));
+        let _ = (req.framing(), req.wants_keep_alive(), req.headers_named("host").next());
         assert!(req.headers().count() == req.header_count());
     }
     let mut response = ResponseHead::default();
     if let Ok(true) = response.parse(data) {
         assert!(response.len <= data.len());
+        assert!((100..=599).contains(&response.status));
+        // A connection is only kept for a body whose end is known.
+        if response.keep_alive {
+            assert_ne!(response.framing, agent_gateway::http1::Framing::UntilClose);
+        }
         let _ = (response.reason(data), response.headers(data).count());
     }
 

@@ -2,7 +2,7 @@
 //! operation) and the router (the input as a request path).
 //!
 //! Run from the repository root with a nightly toolchain:
-//! `cargo +nightly fuzz run validate -- -max_total_time=300`.
+//! `cargo +nightly fuzz run validate fuzz/corpus/validate fuzz/seeds/validate -- -max_total_time=300`.
 #![no_main]
 
 use std::sync::OnceLock;
@@ -47,10 +47,15 @@ fuzz_target!(|data: &[u8]| {
         for method in ["GET", "POST"] {
             if let Ok(m) = match_route(bases(), method, path) {
                 assert_eq!(method, m.operation.method());
-                // What goes upstream is itself a clean path.
+                // What goes upstream is itself a clean path, and a URI: ASCII only (bytes
+                // outside it percent-encoded), with the query encoded the same way.
                 let up = upstream_path(&bases().upstream, &m, m.service.unwrap_or("DEF"), None);
                 assert!(check_path(&up).is_ok(), "{path:?} -> {up:?}");
                 assert!(up.starts_with("/backend/v2/"));
+                assert!(up.is_ascii(), "{path:?} -> {up:?}");
+                let with_query =
+                    upstream_path(&bases().upstream, &m, m.service.unwrap_or("DEF"), Some(path));
+                assert!(with_query.is_ascii(), "{path:?} -> {with_query:?}");
             }
         }
     }

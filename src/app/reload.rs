@@ -87,6 +87,7 @@ pub fn restart_only_changes(running: &StartupSettings, new: &StartupSettings) ->
     };
     check(running.proxy_listen != new.proxy_listen, "listen.proxy");
     check(running.proxy_tls != new.proxy_tls, "listen.tls_cert");
+    check(running.http2 != new.http2, "listen.http2");
     check(running.admin_listen != new.admin_listen, "listen.admin");
     check(running.threads != new.threads, "server.threads");
     check(

@@ -26,7 +26,7 @@ use crate::proxy::connect::Connect;
 use crate::proxy::health::{HealthChecker, UpstreamHealth};
 use crate::proxy::pool::{PoolSweeper, UpstreamPool};
 use crate::proxy::upstream::Upstream;
-use crate::proxy::{InFlight, ProxyApp};
+use crate::proxy::{Drain, InFlight, ProxyApp};
 use crate::tools::mock_backend::MockBackend;
 
 /// Why the server could not be assembled.
@@ -114,12 +114,14 @@ pub fn build(
         Arc::new(TransportConnector::new(Some(ConnectorOptions::new(0))));
     let upstream = Upstream::new(connector.clone(), pool.clone(), health.clone());
     let in_flight = Arc::new(InFlight::default());
+    let drain = Drain::default();
     let proxy_app = ProxyApp::new(
         config.clone(),
         telemetry.clone(),
         tracer.clone(),
         upstream,
         in_flight.clone(),
+        drain.clone(),
     );
     let mut proxy = Service::new("agent-gateway proxy".into(), proxy_app);
     // The proxy buffers what it reads itself (src/proxy/h1.rs): pingora's 64 KiB read buffer per
@@ -127,7 +129,12 @@ pub fn build(
     let mut listener = ListenerConfig::tcp(startup.proxy_listen.to_string())
         .l4_buffer(L4BufferSettings::unbuffered());
     if let Some((cert, key)) = &startup.proxy_tls {
-        listener = listener.tls(TlsSettings::intermediate(cert, key)?);
+        let mut tls = TlsSettings::intermediate(cert, key)?;
+        if startup.http2 {
+            // Offers h2 then http/1.1: a client that speaks both gets HTTP/2.
+            tls.enable_h2();
+        }
+        listener = listener.tls(tls);
     }
     proxy.add_listener(listener);
     server.add_service(proxy);
@@ -173,6 +180,7 @@ pub fn build(
     let signals = Signals {
         store,
         in_flight,
+        drain,
         tracer: tracer.clone(),
         grace: Duration::from_secs(startup.grace_period_seconds),
     };

@@ -15,7 +15,7 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use crate::app::reload::{ConfigStore, Trigger};
 use crate::observe::trace::Tracer;
-use crate::proxy::InFlight;
+use crate::proxy::{Drain, InFlight};
 
 /// Time for the listeners to close after SIGTERM before in-flight requests are counted.
 const LISTENER_CLOSE: Duration = Duration::from_millis(200);
@@ -26,6 +26,7 @@ pub const SPAN_FLUSH: Duration = Duration::from_secs(2);
 pub struct Signals {
     pub store: Arc<ConfigStore>,
     pub in_flight: Arc<InFlight>,
+    pub drain: Drain,
     /// Its queued spans go out before the process exits.
     pub tracer: Arc<Tracer>,
     pub grace: Duration,
@@ -65,10 +66,12 @@ impl ShutdownSignalWatch for Signals {
                 }
                 _ = quit.recv() => {
                     tracing::info!("SIGQUIT: handing the listeners to the upgraded process");
+                    self.drain.start();
                     return ShutdownSignal::GracefulUpgrade;
                 }
                 _ = term.recv() => {
                     tracing::info!(grace_seconds = self.grace.as_secs(), "SIGTERM: draining in-flight requests");
+                    self.drain.start();
                     self.exit_when_drained();
                     return ShutdownSignal::GracefulTerminate;
                 }

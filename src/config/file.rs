@@ -38,6 +38,10 @@ pub struct ListenFile {
     pub tls_cert: Option<String>,
     /// PEM private key of `tls_cert`.
     pub tls_key: Option<String>,
+    /// Serve HTTP/2 to clients that ask for it: ALPN `h2` on the TLS listener, the HTTP/2
+    /// preface (prior knowledge, h2c) on a plaintext one. Every other connection is HTTP/1.1.
+    #[serde(default = "default_true")]
+    pub http2: bool,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -221,6 +225,8 @@ pub struct LimitsFile {
     pub client_body_timeout_ms: u64,
     /// Time a client may leave the gateway's answer unread before the connection is closed.
     pub client_send_timeout_ms: u64,
+    /// Streams an HTTP/2 client may have open at once on one connection.
+    pub h2_max_concurrent_streams: u32,
 }
 
 impl Default for LimitsFile {
@@ -233,6 +239,7 @@ impl Default for LimitsFile {
             client_header_timeout_ms: 10_000,
             client_body_timeout_ms: 10_000,
             client_send_timeout_ms: 10_000,
+            h2_max_concurrent_streams: 100,
         }
     }
 }

@@ -31,6 +31,7 @@ pub struct Limits {
     pub client_body_timeout: Duration,
     /// How long one write to a client may wait for it to read.
     pub client_send_timeout: Duration,
+    pub h2_max_concurrent_streams: u32,
 }
 
 /// Validates `[limits]`.
@@ -40,6 +41,10 @@ pub(super) fn limits(f: &LimitsFile, p: &mut Problems) -> Limits {
         ("limits.max_uri_bytes", f.max_uri_bytes),
         ("limits.max_header_bytes", f.max_header_bytes),
         ("limits.max_headers", f.max_headers),
+        (
+            "limits.h2_max_concurrent_streams",
+            f.h2_max_concurrent_streams as usize,
+        ),
     ] {
         if value == 0 {
             p.push(key, "must be greater than 0");
@@ -66,5 +71,6 @@ pub(super) fn limits(f: &LimitsFile, p: &mut Problems) -> Limits {
         ),
         client_body_timeout: millis("limits.client_body_timeout_ms", f.client_body_timeout_ms, p),
         client_send_timeout: millis("limits.client_send_timeout_ms", f.client_send_timeout_ms, p),
+        h2_max_concurrent_streams: f.h2_max_concurrent_streams,
     }
 }

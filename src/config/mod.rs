@@ -74,6 +74,8 @@ pub struct StartupSettings {
     pub proxy_listen: SocketAddr,
     /// Certificate and key files of a TLS proxy listener.
     pub proxy_tls: Option<(String, String)>,
+    /// HTTP/2 for clients that ask for it (ALPN `h2`, or the h2c preface).
+    pub http2: bool,
     pub admin_listen: Option<SocketAddr>,
     pub threads: usize,
     pub grace_period_seconds: u64,
@@ -171,6 +173,7 @@ fn startup(f: &FileConfig, p: &mut Problems) -> Option<StartupSettings> {
     Some(StartupSettings {
         proxy_listen: proxy_listen?,
         proxy_tls,
+        http2: f.listen.http2,
         admin_listen: admin_listen?,
         threads: s.threads,
         grace_period_seconds: s.grace_period_seconds,

@@ -28,6 +28,7 @@ impl FileConfig {
                 admin: None,
                 tls_cert: None,
                 tls_key: None,
+                http2: true,
             },
             server: ServerFile::default(),
             v1: V1File {

@@ -14,6 +14,25 @@ use crate::observe::trace::RequestSpan;
 use crate::policy::admit::{Identified, Refusal};
 use crate::policy::auth::AuthFailure;
 
+/// The protocol a client spoke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    Http1,
+    Http2,
+}
+
+impl Protocol {
+    pub const ALL: [Protocol; 2] = [Protocol::Http1, Protocol::Http2];
+
+    /// The label in metrics and the access log: the ALPN names.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Http1 => "http/1.1",
+            Protocol::Http2 => "h2",
+        }
+    }
+}
+
 /// How talking to the backend went wrong.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum UpstreamErrorKind {
@@ -104,6 +123,7 @@ pub struct Exchange {
     /// Wall-clock time at the start: what the retirement policy is judged at.
     pub started_at: SystemTime,
     pub request_id: String,
+    pub protocol: Protocol,
     pub method: http::Method,
     /// The client's path without the query string (queries may carry data we should not log).
     pub client_path: String,
@@ -128,12 +148,13 @@ pub struct Exchange {
 }
 
 impl Exchange {
-    /// A record for a request that starts now.
-    pub fn start(method: &http::Method, client_path: &str) -> Self {
+    /// A record for a request over `protocol` that starts now.
+    pub fn start(protocol: Protocol, method: &http::Method, client_path: &str) -> Self {
         Self {
             started: Instant::now(),
             started_at: SystemTime::now(),
             request_id: String::new(),
+            protocol,
             method: method.clone(),
             client_path: client_path.to_owned(),
             version: None,

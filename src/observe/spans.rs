@@ -173,10 +173,14 @@ mod tests {
     use crate::api::operation::{ApiVersion, Operation};
     use crate::api::reply::Reply;
     use crate::config::testing;
-    use crate::observe::exchange::UpstreamErrorKind;
+    use crate::observe::exchange::{Protocol, UpstreamErrorKind};
 
     fn routed(status: u16) -> Exchange {
-        let mut ex = Exchange::start(&http::Method::GET, "/api/v2/transaction/tx-1/status");
+        let mut ex = Exchange::start(
+            Protocol::Http1,
+            &http::Method::GET,
+            "/api/v2/transaction/tx-1/status",
+        );
         ex.request_id = "rid".into();
         ex.version = Some(ApiVersion::V2);
         ex.operation = Some(Operation::TransactionStatus);
@@ -206,7 +210,7 @@ mod tests {
             Some("/gw/v2/transaction/{transaction_id}/status".into())
         );
         assert_eq!(outline.error, None);
-        let unrouted = Exchange::start(&http::Method::GET, "/nope");
+        let unrouted = Exchange::start(Protocol::Http1, &http::Method::GET, "/nope");
         assert_eq!(outline_of(&unrouted).name, None);
     }
 

@@ -13,7 +13,7 @@ use prometheus::{
 };
 
 use crate::api::operation::{ApiVersion, Operation};
-use crate::observe::exchange::{Exchange, UpstreamErrorKind};
+use crate::observe::exchange::{Exchange, Protocol, UpstreamErrorKind};
 use crate::observe::usage::UsageTracker;
 use crate::policy::auth::AuthFailure;
 
@@ -61,6 +61,9 @@ pub struct Telemetry {
     agent_requests: IntCounterVec,
     upstream_errors: [IntCounter; UpstreamErrorKind::ALL.len()],
     in_flight: IntGauge,
+    /// Client connections and requests by protocol, in the order of [`Protocol::ALL`].
+    connections: [IntCounter; Protocol::ALL.len()],
+    requests_by_protocol: [IntCounter; Protocol::ALL.len()],
     v1_refusals: IntCounterVec,
     v1_last_seen: GaugeVec,
     validation_failures: IntCounterVec,
@@ -129,6 +132,20 @@ impl Telemetry {
             "agent_gateway_in_flight_requests",
             "Requests being served now.",
         )?;
+        let connections_vec = IntCounterVec::new(
+            Opts::new(
+                "agent_gateway_connections_total",
+                "Client connections accepted on the proxy listener, by protocol (http/1.1, h2).",
+            ),
+            &["protocol"],
+        )?;
+        let requests_by_protocol_vec = IntCounterVec::new(
+            Opts::new(
+                "agent_gateway_requests_by_protocol_total",
+                "Requests answered on the proxy listener, by the protocol the client spoke.",
+            ),
+            &["protocol"],
+        )?;
         let build_info = IntGaugeVec::new(
             Opts::new(
                 "agent_gateway_build_info",
@@ -177,6 +194,8 @@ impl Telemetry {
         registry.register(Box::new(agent_requests.clone()))?;
         registry.register(Box::new(upstream_errors_vec.clone()))?;
         registry.register(Box::new(in_flight.clone()))?;
+        registry.register(Box::new(connections_vec.clone()))?;
+        registry.register(Box::new(requests_by_protocol_vec.clone()))?;
         registry.register(Box::new(build_info))?;
         registry.register(Box::new(v1_refusals.clone()))?;
         registry.register(Box::new(v1_last_seen.clone()))?;
@@ -218,6 +237,9 @@ impl Telemetry {
             upstream_errors: UpstreamErrorKind::ALL
                 .map(|k| upstream_errors_vec.with_label_values(&[k.as_str()])),
             in_flight,
+            connections: Protocol::ALL.map(|p| connections_vec.with_label_values(&[p.as_str()])),
+            requests_by_protocol: Protocol::ALL
+                .map(|p| requests_by_protocol_vec.with_label_values(&[p.as_str()])),
             v1_refusals,
             v1_last_seen,
             usage: UsageTracker::default(),
@@ -232,8 +254,14 @@ impl Telemetry {
         InFlight(&self.in_flight)
     }
 
+    /// Counts a client connection speaking `protocol`.
+    pub fn connection_opened(&self, protocol: Protocol) {
+        self.connections[protocol as usize].inc();
+    }
+
     /// Counts a finished request and writes its access log line.
     pub fn record(&self, ex: &Exchange) {
+        self.requests_by_protocol[ex.protocol as usize].inc();
         let elapsed = ex.started.elapsed();
         let (vi, oi) = (version_index(ex.version), operation_index(ex.operation));
         let (version, operation) = (version_label(vi), operation_label(oi));
@@ -291,6 +319,7 @@ impl Telemetry {
         tracing::info!(
             target: "agent_gateway::access",
             request_id = %ex.request_id,
+            protocol = ex.protocol.as_str(),
             method = %ex.method,
             path = %ex.client_path,
             // Without the query, like `path`: queries may carry data that must not be logged.

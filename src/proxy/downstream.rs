@@ -9,6 +9,7 @@ use http::HeaderValue;
 
 use crate::api::reply::Reply;
 use crate::http1::Framing;
+use crate::observe::exchange::Protocol;
 use crate::policy::admit::RequestView;
 
 /// A client connection as the pipeline sees it: the current request, its body, and a way
@@ -21,8 +22,17 @@ pub trait Downstream: Send {
     /// The current request's head.
     fn request(&self) -> Self::Request<'_>;
 
+    /// The protocol the client speaks, for metrics and the access log.
+    fn protocol(&self) -> Protocol;
+
     /// The client's IP address, as written into `X-Forwarded-For`.
     fn client_ip(&self) -> Option<&str>;
+
+    /// Whether the client has cancelled the request (an HTTP/2 reset): it is not sent
+    /// upstream then.
+    fn cancelled(&mut self) -> bool {
+        false
+    }
 
     /// Reads the whole request body, refusing it as soon as it is known to exceed
     /// `max_bytes` (the excess is never buffered) or when it is not in within `timeout`.

@@ -13,18 +13,21 @@ use std::time::Duration;
 
 use arc_swap::Cache;
 use bytes::{Buf, BufMut, BytesMut};
+use pingora::protocols::l4::stream::Stream as L4Stream;
 use pingora::protocols::Stream;
 use pingora::server::ShutdownWatch;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::timeout;
 
 use super::downstream::Downstream;
+use super::h2::PREFACE;
 use super::ProxyApp;
 use crate::api::reply::Reply;
 use crate::config::{Limits, Snapshot};
 use crate::http1::{
     is_bodiless_status, ChunkedDecoder, Framing, HeadError, Request, RequestHead, ResponseWriter,
 };
+use crate::observe::exchange::Protocol;
 use crate::policy::admit::{BodyLength, RequestView};
 
 /// After a refusal that closes the connection with request bytes still unread, the gateway
@@ -66,6 +69,8 @@ pub(super) struct H1Connection {
     keep_alive: bool,
     /// The current request is a HEAD: its answers have no body.
     head_only: bool,
+    /// Requests served on the connection so far.
+    requests: u64,
     /// The current request's snapshot's limits on the client's pace and its body.
     send_timeout: Duration,
     body_timeout: Duration,
@@ -74,21 +79,35 @@ pub(super) struct H1Connection {
 
 impl ProxyApp {
     /// Serves one HTTP/1.1 connection until either side ends it.
-    pub(super) async fn serve_h1(&self, stream: Stream, shutdown: &ShutdownWatch) {
+    /// Serves one HTTP/1.1 connection until either side ends it. A plaintext connection that
+    /// opens with the HTTP/2 preface is handed back, its bytes unread, to be served as h2c.
+    pub(super) async fn serve_h1(
+        &self,
+        stream: Stream,
+        shutdown: &ShutdownWatch,
+    ) -> Option<Stream> {
+        // TLS clients choose HTTP/2 by ALPN; only a plaintext one opens with the preface.
+        let mut sniff_h2 = self.http2 && stream.get_ssl_digest().is_none();
         let mut c = H1Connection::new(stream);
         let mut config = Cache::new(&*self.config);
         loop {
             // The whole head must arrive in time (a slowloris client is cut off), and an idle
             // kept-alive connection waits no longer, by the limits current when it starts.
             let limits = config.load().limits.clone();
-            let head = timeout(limits.client_header_timeout, c.read_head(&limits)).await;
+            let head = timeout(limits.client_header_timeout, c.read_head(&limits, sniff_h2)).await;
+            if std::mem::take(&mut sniff_h2) || c.requests == 0 {
+                if matches!(head, Ok(Ok(HeadRead::Http2Preface))) {
+                    return c.into_rewound();
+                }
+                self.telemetry.connection_opened(Protocol::Http1);
+            }
             // One snapshot per request, from its complete head to its end: a reload never
             // changes a request in flight.
             let snap: Arc<Snapshot> = Arc::clone(config.load());
             c.apply_limits(&snap.limits);
             match head {
-                Ok(Ok(true)) => {
-                    c.start_request(!*shutdown.borrow());
+                Ok(Ok(HeadRead::Ready)) => {
+                    c.start_request(!*shutdown.borrow() && !self.drain.started());
                     self.serve(&mut c, &snap).await;
                 }
                 Ok(Err(reply)) => {
@@ -96,22 +115,39 @@ impl ProxyApp {
                     c.head_only = false;
                     self.refuse_unreadable(&mut c, &snap, reply).await;
                 }
-                Ok(Ok(false)) => return,
+                Ok(Ok(HeadRead::Closed | HeadRead::Http2Preface)) => return None,
                 Err(_) => {
                     tracing::debug!("request header not received in time; closing");
-                    return;
+                    return None;
                 }
             }
+            c.requests += 1;
             if !c.keep_alive {
                 if !matches!(c.body, BodyState::Read { .. }) {
                     // Request bytes may be left unread: let the client read its answer first.
                     c.linger().await;
                 }
-                return;
+                return None;
             }
             c.finish_request();
         }
     }
+}
+
+/// What reading a request head came to.
+enum HeadRead {
+    /// A whole head is in the buffer.
+    Ready,
+    /// The client closed (or broke) the connection first, which needs no answer.
+    Closed,
+    /// The connection opens with the HTTP/2 preface.
+    Http2Preface,
+}
+
+/// How far `buf` matches the HTTP/2 preface.
+fn preface_match(buf: &[u8]) -> Option<bool> {
+    let n = buf.len().min(PREFACE.len());
+    (buf[..n] == PREFACE[..n]).then_some(n == PREFACE.len())
 }
 
 impl H1Connection {
@@ -132,6 +168,7 @@ impl H1Connection {
             body: BodyState::Broken,
             keep_alive: false,
             head_only: false,
+            requests: 0,
             send_timeout: Duration::ZERO,
             body_timeout: Duration::ZERO,
             max_body_bytes: 0,
@@ -166,19 +203,23 @@ impl H1Connection {
         self.stream.read_buf(&mut self.buf).await
     }
 
-    /// Reads until a whole request head is in: `Ok(false)` when the client closed (or broke)
-    /// the connection first, which needs no answer.
-    async fn read_head(&mut self, limits: &Limits) -> Result<bool, Reply> {
+    /// Reads until a whole request head is in, or, with `sniff_h2`, the HTTP/2 preface.
+    async fn read_head(&mut self, limits: &Limits, sniff_h2: bool) -> Result<HeadRead, Reply> {
         // Room for the largest head the limits admit, with each line's separators.
         let most = limits.max_uri_bytes + limits.max_header_bytes + 4 * limits.max_headers + 64;
         self.body = BodyState::Broken;
         loop {
             if !self.buf.is_empty() {
-                match self.head.parse(&self.buf) {
-                    Ok(true) => return Ok(true),
-                    Ok(false) => {}
-                    Err(HeadError::TooManyHeaders) => return Err(Reply::HeadersTooLarge),
-                    Err(_) => return Err(Reply::Malformed),
+                match preface_match(&self.buf).filter(|_| sniff_h2) {
+                    Some(true) => return Ok(HeadRead::Http2Preface),
+                    // Part of the preface: more must come before anything is parsed.
+                    Some(false) => {}
+                    None => match self.head.parse(&self.buf) {
+                        Ok(true) => return Ok(HeadRead::Ready),
+                        Ok(false) => {}
+                        Err(HeadError::TooManyHeaders) => return Err(Reply::HeadersTooLarge),
+                        Err(_) => return Err(Reply::Malformed),
+                    },
                 }
                 if self.buf.len() > most {
                     return Err(if self.buf.contains(&b'\n') {
@@ -189,7 +230,22 @@ impl H1Connection {
                 }
             }
             if !matches!(self.fill().await, Ok(n) if n > 0) {
-                return Ok(false);
+                return Ok(HeadRead::Closed);
+            }
+        }
+    }
+
+    /// The connection's stream with what was read of it put back, for the HTTP/2 server to
+    /// read from the start.
+    fn into_rewound(self) -> Option<Stream> {
+        match self.stream.into_any().downcast::<L4Stream>() {
+            Ok(mut l4) => {
+                l4.rewind(&self.buf);
+                Some(l4)
+            }
+            Err(_) => {
+                tracing::debug!("an HTTP/2 preface on a stream that cannot be rewound; closing");
+                None
             }
         }
     }
@@ -452,6 +508,10 @@ impl Downstream for H1Connection {
         self.view()
     }
 
+    fn protocol(&self) -> Protocol {
+        Protocol::Http1
+    }
+
     fn client_ip(&self) -> Option<&str> {
         self.addr.as_deref()
     }
@@ -522,5 +582,27 @@ impl Downstream for H1Connection {
 
     fn abort(&mut self) {
         self.keep_alive = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_whole_preface_is_http2_and_a_prefix_waits_for_more() {
+        assert_eq!(preface_match(PREFACE), Some(true));
+        assert_eq!(preface_match(&[PREFACE, b"frames"].concat()), Some(true));
+        assert_eq!(
+            preface_match(&PREFACE[..3]),
+            Some(false),
+            "PRI: wait for the rest"
+        );
+        assert_eq!(
+            preface_match(b"PRI /x HTTP/1.1\r\n"),
+            None,
+            "PRI is a method too"
+        );
+        assert_eq!(preface_match(b"GET / HTTP/1.1\r\n"), None);
     }
 }

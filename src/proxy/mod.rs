@@ -1,7 +1,8 @@
 //! The data plane: client connections, the request pipeline, backends and their pool.
 //!
 //! pingora accepts each connection (TCP or TLS) and hands it to [`ProxyApp`], which serves
-//! it with the client's protocol ([`h1`], a [`downstream::Downstream`]); every request then
+//! it with the client's protocol ([`h1`] or [`h2`], each a [`downstream::Downstream`],
+//! HTTP/2 chosen by ALPN on TLS or by its preface on plaintext); every request then
 //! goes through the same [`pipeline`]: admission ([`crate::policy::admit`]), the body, the
 //! backend ([`upstream`] over [`connect`] and [`pool`], steered by [`health`]) and the answer
 //! ([`relay`]), with the headers that cross each hop decided in [`forwarding`]. Decisions
@@ -11,6 +12,7 @@ pub mod connect;
 mod downstream;
 mod forwarding;
 mod h1;
+mod h2;
 pub mod health;
 mod pipeline;
 pub mod pool;
@@ -21,11 +23,14 @@ pub mod upstream;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
 
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use pingora::apps::ServerApp;
-use pingora::protocols::Stream;
+use pingora::protocols::{Stream, ALPN};
 use pingora::server::ShutdownWatch;
 
 use crate::config::Snapshot;
@@ -44,6 +49,11 @@ pub struct ProxyApp {
     tracer: Arc<Tracer>,
     rate_limits: RateLimiter,
     in_flight: Arc<InFlight>,
+    /// `listen.http2`: serve HTTP/2 to the clients that ask for it.
+    http2: bool,
+    /// `server.grace_period_seconds`: how long an HTTP/2 connection may drain after its GOAWAY.
+    grace: Duration,
+    drain: Drain,
 }
 
 impl ProxyApp {
@@ -53,8 +63,18 @@ impl ProxyApp {
         tracer: Arc<Tracer>,
         upstream: Upstream,
         in_flight: Arc<InFlight>,
+        drain: Drain,
     ) -> Self {
+        let (http2, grace) = {
+            let startup = &config.load().startup;
+            (
+                startup.http2,
+                Duration::from_secs(startup.grace_period_seconds),
+            )
+        };
         Self {
+            http2,
+            grace,
             config,
             upstream,
             ids: RequestIds::default(),
@@ -62,7 +82,35 @@ impl ProxyApp {
             tracer,
             rate_limits: RateLimiter::default(),
             in_flight,
+            drain,
         }
+    }
+}
+
+/// Tells client connections to wind down at once: HTTP/2 ones get a GOAWAY, HTTP/1.1 ones a
+/// `Connection: close` on their next answer. Started on SIGQUIT, before pingora's own
+/// shutdown (which comes only after the listeners are handed over and a wait), so clients of
+/// the old process move to the new one while their open requests finish.
+#[derive(Debug, Clone)]
+pub struct Drain(Arc<watch::Sender<bool>>);
+
+impl Default for Drain {
+    fn default() -> Self {
+        Drain(Arc::new(watch::channel(false).0))
+    }
+}
+
+impl Drain {
+    pub fn start(&self) {
+        self.0.send_replace(true);
+    }
+
+    fn started(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    fn watch(&self) -> watch::Receiver<bool> {
+        self.0.subscribe()
     }
 }
 
@@ -98,7 +146,11 @@ impl ServerApp for ProxyApp {
         stream: Stream,
         shutdown: &ShutdownWatch,
     ) -> Option<Stream> {
-        self.serve_h1(stream, shutdown).await;
+        if self.http2 && stream.selected_alpn_proto() == Some(ALPN::H2) {
+            self.serve_h2(stream, shutdown).await;
+        } else if let Some(h2c) = self.serve_h1(stream, shutdown).await {
+            self.serve_h2(h2c, shutdown).await;
+        }
         None
     }
 }

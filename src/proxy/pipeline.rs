@@ -32,7 +32,7 @@ impl ProxyApp {
             let req = d.request();
             let method =
                 http::Method::from_bytes(req.method().as_bytes()).unwrap_or(http::Method::GET);
-            let mut ex = Exchange::start(&method, req.path());
+            let mut ex = Exchange::start(d.protocol(), &method, req.path());
             ex.request_id = request_id::client_value(&req).unwrap_or_else(|| self.ids.next_id());
             ex.span = self.tracer.start(snap, &req, d.client_ip(), ex.started_at);
             ex
@@ -51,7 +51,7 @@ impl ProxyApp {
     ) {
         let _in_flight = (self.in_flight.enter(), self.telemetry.in_flight());
         tracing::debug!(status = reply.status(), "unreadable request");
-        let mut ex = Exchange::start(&http::Method::GET, "");
+        let mut ex = Exchange::start(d.protocol(), &http::Method::GET, "");
         ex.request_id = self.ids.next_id();
         ex.span = self.tracer.start_unreadable(ex.started_at);
         ex.refused = Some(reply);
@@ -117,6 +117,11 @@ impl ProxyApp {
         forward: &Forward<'_>,
         signals: &[(&'static str, HeaderValue)],
     ) {
+        // A client that has cancelled the request (an HTTP/2 reset) has it sent nowhere.
+        if d.cancelled() {
+            ex.client_aborted = true;
+            return;
+        }
         let exchanged = {
             let req = d.request();
             let request = UpstreamRequest {

@@ -17,7 +17,7 @@ use super::connect::{Connect, ConnectFuture};
 use super::health::UpstreamHealth;
 use super::pool::UpstreamPool;
 use super::upstream::Upstream;
-use super::{InFlight, ProxyApp};
+use super::{Drain, InFlight, ProxyApp};
 use crate::config::file::AgentFile;
 use crate::config::{testing, FileConfig};
 use crate::http1::client::ResponseReader;
@@ -182,6 +182,7 @@ impl Harness {
             tracer.clone(),
             upstream,
             Arc::new(InFlight::default()),
+            Drain::default(),
         );
         Harness {
             app: Arc::new(app),

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod otlp;
+pub mod pki;
 pub mod python;
 
 use std::io::{BufRead, BufReader, Write};

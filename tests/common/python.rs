@@ -1,15 +1,21 @@
 //! A Python virtualenv with the pinned third-party tools some tests drive (the OpenAPI
-//! validator, schemathesis), built on first use under `target/py-venv`.
+//! validator, schemathesis, the `h2` HTTP/2 library), built on first use under
+//! `target/py-venv`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
 /// What the virtualenv gets; bump a pin here to upgrade a tool.
-pub const PACKAGES: [&str; 2] = ["openapi-spec-validator==0.9.0", "schemathesis==4.32.5"];
+pub const PACKAGES: [&str; 3] = [
+    "openapi-spec-validator==0.9.0",
+    "schemathesis==4.32.5",
+    "h2==4.4.1",
+];
 
 /// The modules that must import for the venv to count as complete.
-const IMPORTS: &str = "import openapi_spec_validator, openapi_schema_validator, schemathesis";
+const IMPORTS: &str =
+    "import openapi_spec_validator, openapi_schema_validator, schemathesis, h2, hyperframe";
 
 /// Runs `cmd`, panicking with its output unless it succeeds.
 pub fn run(cmd: &mut Command) -> std::process::Output {

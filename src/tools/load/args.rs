@@ -9,6 +9,7 @@ use serde::Deserialize;
 
 use crate::api::operation::{ApiVersion, Operation};
 
+use super::schedule::Stage;
 use super::LoadError;
 
 /// Where to send: `Host` header value, socket address to resolve, and a path prefix.
@@ -78,25 +79,69 @@ impl FromStr for Rate {
 
 /// Parses `10s`, `500ms`, `2m`, `1h`, `1.5s` or plain seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, LoadError> {
-    let bad = || LoadError::Duration(s.to_owned());
+    match parse_seconds(s) {
+        Some(secs) if secs > 0.0 => {
+            Duration::try_from_secs_f64(secs).map_err(|_| LoadError::Duration(s.to_owned()))
+        }
+        _ => Err(LoadError::Duration(s.to_owned())),
+    }
+}
+
+/// A duration in seconds as [`parse_duration`] reads it, zero allowed; `None` when malformed.
+fn parse_seconds(s: &str) -> Option<f64> {
     let t = s.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: f64 = num.parse().map_err(|_| bad())?;
+    let n: f64 = num.parse().ok()?;
     let secs = match unit {
         "" | "s" => n,
         "ms" => n / 1000.0,
         "us" | "µs" => n / 1_000_000.0,
         "m" => n * 60.0,
         "h" => n * 3600.0,
-        _ => return Err(bad()),
+        _ => return None,
     };
-    if !secs.is_finite() || secs <= 0.0 {
-        return Err(bad());
+    (secs.is_finite() && secs >= 0.0).then_some(secs)
+}
+
+/// `--stages`: `DURATION:RATE,...`, each stage moving the open model's rate linearly from the
+/// previous stage's target (zero before the first) to its own over its duration. A stage of
+/// `0s` jumps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stages(pub Vec<Stage>);
+
+impl FromStr for Stages {
+    type Err = LoadError;
+
+    fn from_str(s: &str) -> Result<Self, LoadError> {
+        let bad = |item: &str, why: &str| LoadError::Stages(format!("{item:?}: {why}"));
+        let mut stages = Vec::new();
+        for item in s.split(',').map(str::trim) {
+            let (duration, target) = item
+                .split_once(':')
+                .ok_or_else(|| bad(item, "not DURATION:RATE (e.g. 30s:500)"))?;
+            let secs = parse_seconds(duration)
+                .ok_or_else(|| bad(item, "the duration is not e.g. 30s, 2m, 500ms or 0s"))?;
+            let duration = Duration::try_from_secs_f64(secs)
+                .map_err(|_| bad(item, "the duration is too long"))?;
+            let target = match target.trim().parse::<f64>() {
+                Ok(r) if r.is_finite() && r >= 0.0 => r,
+                _ => {
+                    return Err(bad(
+                        item,
+                        "the rate is not a number of requests per second >= 0",
+                    ))
+                }
+            };
+            stages.push(Stage { duration, target });
+        }
+        if stages.iter().all(|s| s.duration.is_zero()) {
+            return Err(LoadError::Stages("the stages last no time".into()));
+        }
+        Ok(Stages(stages))
     }
-    Duration::try_from_secs_f64(secs).map_err(|_| bad())
 }
 
 /// The interface version to call.
@@ -188,16 +233,32 @@ pub(super) fn splitmix64(i: u64) -> u64 {
 impl Mix {
     /// The operation of request `i`: a deterministic draw with the mix's weights.
     pub fn pick(&self, i: u64) -> Operation {
-        let mut r = splitmix64(i) % self.total;
-        for (op, w) in Operation::ALL.iter().zip(self.weights) {
-            let w = u64::from(w);
-            if r < w {
-                return *op;
-            }
-            r -= w;
-        }
-        unreachable!("r < total, the sum of the weights")
+        draw(&self.weights, self.total, i).expect("a mix has a weight above zero")
     }
+
+    /// A draw for request `i` among the operations other than `not`, with their weights;
+    /// `None` when the mix has no other.
+    pub fn pick_other_than(&self, i: u64, not: Operation) -> Option<Operation> {
+        let mut weights = self.weights;
+        weights[not as usize] = 0;
+        draw(&weights, weights.iter().map(|&w| u64::from(w)).sum(), i)
+    }
+}
+
+/// The operation whose share of `total` the draw for `i` falls in.
+fn draw(weights: &[u32; Operation::COUNT], total: u64, i: u64) -> Option<Operation> {
+    if total == 0 {
+        return None;
+    }
+    let mut r = splitmix64(i) % total;
+    for (op, w) in Operation::ALL.iter().zip(weights) {
+        let w = u64::from(*w);
+        if r < w {
+            return Some(*op);
+        }
+        r -= w;
+    }
+    unreachable!("r < total, the sum of the weights")
 }
 
 /// Agent credentials as read from `--credentials`.

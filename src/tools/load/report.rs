@@ -1,16 +1,19 @@
-//! What a run measured: per-connection statistics, merged into the report, as text or JSON.
+//! What a run measured: per-connection statistics merged into the report (the data model the
+//! text, the JSON and the HTML report are made from).
 
 use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use crate::api::operation::Operation;
 
-use super::args::Rate;
-use super::run::Plan;
+use super::run::{Load, Plan};
+use super::schedule::Schedule;
+use super::threshold::Verdict;
+use super::timeline::Timeline;
 use super::MAX_LATENCY_US;
 
 /// How an exchange failed without an HTTP status.
@@ -49,6 +52,8 @@ pub struct Stats {
     /// Open model: requests that started more than 1 ms after they were due (no idle
     /// connection, or a busy client).
     pub late_starts: u64,
+    /// In flight when the run was interrupted: abandoned, counted nowhere else.
+    pub cancelled: u64,
 }
 
 impl Default for Stats {
@@ -61,14 +66,20 @@ impl Default for Stats {
             operations: [0; Operation::COUNT],
             unsent: 0,
             late_starts: 0,
+            cancelled: 0,
         }
     }
 }
 
+/// A latency in whole µs, within the histograms' bounds.
+pub fn latency_us(latency: Duration) -> u64 {
+    (latency.as_micros() as u64).clamp(1, MAX_LATENCY_US)
+}
+
 impl Stats {
-    pub fn record_response(&mut self, status: u16, latency: Duration) {
-        let us = (latency.as_micros() as u64).clamp(1, MAX_LATENCY_US);
-        self.latency_us.saturating_record(us);
+    /// Records an answer; `latency_us` from [`latency_us`].
+    pub fn record_response(&mut self, status: u16, latency_us: u64) {
+        self.latency_us.saturating_record(latency_us);
         *self.statuses.entry(status).or_default() += 1;
     }
 
@@ -91,6 +102,7 @@ impl Stats {
         }
         self.unsent += other.unsent;
         self.late_starts += other.late_starts;
+        self.cancelled += other.cancelled;
     }
 }
 
@@ -105,6 +117,20 @@ pub struct Latency {
     pub mean: f64,
 }
 
+impl Latency {
+    fn of<T: hdrhistogram::Counter>(h: &Histogram<T>) -> Latency {
+        let ms = |us: u64| us as f64 / 1000.0;
+        Latency {
+            p50: ms(h.value_at_quantile(0.50)),
+            p90: ms(h.value_at_quantile(0.90)),
+            p99: ms(h.value_at_quantile(0.99)),
+            p99_9: ms(h.value_at_quantile(0.999)),
+            max: ms(h.max()),
+            mean: h.mean() / 1000.0,
+        }
+    }
+}
+
 /// Failures: HTTP statuses other than 2xx, and exchanges that got no status.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Errors {
@@ -114,14 +140,51 @@ pub struct Errors {
     pub unsent: u64,
 }
 
-/// The result of a run, printed as text or JSON.
+/// One `--stages` stage as reported.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StageReport {
+    pub duration_s: f64,
+    pub target_rps: f64,
+}
+
+/// What completed in one second of the run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SecondReport {
+    /// Seconds since the start: this second covers `[t, t + 1)`.
+    pub t: u64,
+    /// Open model: the requests the schedule called for in this second.
+    pub target_rps: Option<f64>,
+    /// Ramps: the stage running at the start of the second, from 1.
+    pub stage: Option<usize>,
+    /// Answers (any status) that completed in this second.
+    pub responses: u64,
+    /// Of those answers; null when there were none.
+    pub latency_ms: Option<Latency>,
+    pub statuses: BTreeMap<u16, u64>,
+    /// Exchanges without an answer, by kind, and `unsent`.
+    pub errors: BTreeMap<&'static str, u64>,
+}
+
+/// A point of the latency distribution: `percentile` % of the answers took at most
+/// `latency_ms`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DistributionPoint {
+    pub percentile: f64,
+    pub latency_ms: f64,
+}
+
+/// Points per halving of the distance to 100% in the latency distribution (HdrHistogram's
+/// percentile output uses 5).
+const DISTRIBUTION_TICKS: u32 = 5;
+
+/// The result of a run, printed as text or JSON, and drawn in the HTML report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {
     pub target: String,
     pub api: &'static str,
     /// `open` (fixed schedule) or `closed` (`--rate max`).
     pub model: &'static str,
-    /// Requests per second asked for (open model).
+    /// Requests per second asked for (open model at a flat rate).
     pub rate: Option<f64>,
     pub connections: usize,
     pub mix: String,
@@ -137,12 +200,66 @@ pub struct Report {
     pub errors: Errors,
     pub late_starts: u64,
     pub operations: BTreeMap<&'static str, u64>,
+    /// Open model with `--stages`: the ramps, from 0 req/s.
+    pub stages: Option<Vec<StageReport>>,
+    /// How long the run was planned to send.
+    pub duration_s: f64,
+    pub timeout_s: f64,
+    /// When the run started (UTC, RFC 3339).
+    pub started_at: String,
+    /// Ended early by Ctrl-C.
+    pub interrupted: bool,
+    /// Requests in flight when the run was interrupted, abandoned and not counted.
+    pub cancelled: u64,
+    /// The run second by second.
+    pub timeline: Vec<SecondReport>,
+    /// The latency distribution (HdrHistogram's percentile spectrum).
+    pub latency_distribution: Vec<DistributionPoint>,
+    /// `--threshold` (or `--slo`) verdicts.
+    pub thresholds: Vec<Verdict>,
 }
 
-/// Builds the report from the merged stats of a run.
-pub fn make_report(plan: &Plan, stats: &Stats, elapsed: Duration) -> Report {
-    let h = &stats.latency_us;
-    let ms = |us: u64| us as f64 / 1000.0;
+impl Report {
+    /// Failed requests over all requests counted (answered, failed without an answer, unsent);
+    /// `None` when there were none.
+    pub fn error_ratio(&self) -> Option<f64> {
+        let attempts =
+            self.responses + self.errors.connection.values().sum::<u64>() + self.errors.unsent;
+        (attempts > 0).then(|| self.errors.total as f64 / attempts as f64)
+    }
+
+    /// Whether every threshold passed (true when there are none).
+    pub fn thresholds_passed(&self) -> bool {
+        self.thresholds.iter().all(|v| v.passed)
+    }
+}
+
+/// What a run measured, before it becomes a report.
+#[derive(Debug, Clone)]
+pub struct Measured {
+    pub stats: Stats,
+    pub timeline: Timeline,
+    pub elapsed: Duration,
+    pub started_at: SystemTime,
+    pub interrupted: bool,
+}
+
+impl Measured {
+    /// An empty measurement of a run that started at `started_at`.
+    pub fn new(started_at: SystemTime) -> Measured {
+        Measured {
+            stats: Stats::default(),
+            timeline: Timeline::default(),
+            elapsed: Duration::ZERO,
+            started_at,
+            interrupted: false,
+        }
+    }
+}
+
+/// Builds the report (without verdicts) from what a run measured.
+pub fn make_report(plan: &Plan, m: &Measured) -> Report {
+    let stats = &m.stats;
     let responses: u64 = stats.statuses.values().sum();
     let by_status: BTreeMap<u16, u64> = stats
         .statuses
@@ -156,16 +273,21 @@ pub fn make_report(plan: &Plan, stats: &Stats, elapsed: Duration) -> Report {
         .map(|(k, n)| (k.as_str(), *n))
         .collect();
     let total = by_status.values().sum::<u64>() + connection.values().sum::<u64>() + stats.unsent;
-    let secs = elapsed.as_secs_f64();
-    let (model, rate, latency_from) = match plan.rate {
-        Rate::Max => ("closed", None, "send"),
-        Rate::PerSecond(r) => ("open", Some(r), "intended start"),
+    let secs = m.elapsed.as_secs_f64();
+    let schedule = match &plan.load {
+        Load::Open(s) => Some(s),
+        Load::Closed(_) => None,
     };
+    let (model, latency_from) = match schedule {
+        None => ("closed", "send"),
+        Some(_) => ("open", "intended start"),
+    };
+    let ramps = schedule.filter(|s| s.flat_rate().is_none());
     Report {
         target: plan.target_url.clone(),
         api: plan.script.api.as_str(),
         model,
-        rate,
+        rate: schedule.and_then(Schedule::flat_rate),
         connections: plan.connections,
         mix: plan.script.mix.to_string(),
         elapsed_s: secs,
@@ -176,14 +298,7 @@ pub fn make_report(plan: &Plan, stats: &Stats, elapsed: Duration) -> Report {
             0.0
         },
         latency_from,
-        latency_ms: Latency {
-            p50: ms(h.value_at_quantile(0.50)),
-            p90: ms(h.value_at_quantile(0.90)),
-            p99: ms(h.value_at_quantile(0.99)),
-            p99_9: ms(h.value_at_quantile(0.999)),
-            max: ms(h.max()),
-            mean: h.mean() / 1000.0,
-        },
+        latency_ms: Latency::of(&stats.latency_us),
         statuses: stats.statuses.clone(),
         errors: Errors {
             total,
@@ -198,7 +313,82 @@ pub fn make_report(plan: &Plan, stats: &Stats, elapsed: Duration) -> Report {
             .filter(|(_, n)| *n > 0)
             .map(|(op, n)| (op.as_str(), n))
             .collect(),
+        stages: ramps.map(|s| {
+            s.stages()
+                .iter()
+                .map(|st| StageReport {
+                    duration_s: st.duration.as_secs_f64(),
+                    target_rps: st.target,
+                })
+                .collect()
+        }),
+        duration_s: plan.load.duration().as_secs_f64(),
+        timeout_s: plan.timeout.as_secs_f64(),
+        started_at: humantime::format_rfc3339_seconds(m.started_at).to_string(),
+        interrupted: m.interrupted,
+        cancelled: stats.cancelled,
+        timeline: timeline_report(schedule, ramps.is_some(), &m.timeline),
+        latency_distribution: distribution(&stats.latency_us),
+        thresholds: Vec::new(),
     }
+}
+
+/// The timeline as reported: one entry per second, with the schedule's target beside it.
+fn timeline_report(
+    schedule: Option<&Schedule>,
+    ramps: bool,
+    timeline: &Timeline,
+) -> Vec<SecondReport> {
+    let planned = schedule.map_or(0, |s| s.duration().as_secs_f64().ceil() as u64);
+    timeline
+        .seconds()
+        .iter()
+        .enumerate()
+        .map(|(t, second)| {
+            let t = t as u64;
+            let responses: u64 = second.statuses.values().sum();
+            let mut errors: BTreeMap<&'static str, u64> = second
+                .conn_errors
+                .iter()
+                .map(|(k, n)| (k.as_str(), *n))
+                .collect();
+            if second.unsent > 0 {
+                errors.insert("unsent", second.unsent);
+            }
+            SecondReport {
+                t,
+                target_rps: schedule
+                    .filter(|_| t < planned)
+                    .map(|s| s.target_in_second(t)),
+                stage: schedule
+                    .filter(|_| ramps && t < planned)
+                    .map(|s| s.stage_at(Duration::from_secs(t)) + 1),
+                responses,
+                latency_ms: (responses > 0).then(|| Latency::of(&second.latency_us)),
+                statuses: second.statuses.clone(),
+                errors,
+            }
+        })
+        .collect()
+}
+
+/// HdrHistogram's percentile spectrum of a run's latencies.
+fn distribution(h: &Histogram<u64>) -> Vec<DistributionPoint> {
+    if h.is_empty() {
+        return Vec::new();
+    }
+    let mut points: Vec<DistributionPoint> = h
+        .iter_quantiles(DISTRIBUTION_TICKS)
+        .map(|v| DistributionPoint {
+            percentile: v.quantile_iterated_to() * 100.0,
+            latency_ms: h.highest_equivalent(v.value_iterated_to()) as f64 / 1000.0,
+        })
+        .collect();
+    // The iterator ends with 100% at the highest value; the max itself is exact.
+    if let Some(last) = points.last_mut() {
+        last.latency_ms = h.max() as f64 / 1000.0;
+    }
+    points
 }
 
 pub(super) fn join_counts<K: fmt::Display>(items: impl IntoIterator<Item = (K, u64)>) -> String {
@@ -212,15 +402,31 @@ pub(super) fn join_counts<K: fmt::Display>(items: impl IntoIterator<Item = (K, u
 /// The human-readable report.
 pub fn format_report(r: &Report) -> String {
     let mut out = String::new();
-    let model = match r.rate {
-        Some(rate) => format!("open model at {rate} req/s"),
-        None => "closed model (--rate max)".to_string(),
+    let model = match (r.model, r.rate, &r.stages) {
+        ("closed", _, _) => "closed model (--rate max)".to_string(),
+        (_, Some(rate), _) => format!("open model at {rate} req/s"),
+        (_, None, Some(stages)) => format!(
+            "open model, stages {}",
+            stages
+                .iter()
+                .map(|s| format!("{}s:{}", s.duration_s, s.target_rps))
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+        _ => "open model".to_string(),
     };
     let _ = writeln!(
         out,
         "{} (api {}): {model}, {} connections, mix {}",
         r.target, r.api, r.connections, r.mix
     );
+    if r.interrupted {
+        let _ = writeln!(
+            out,
+            "  interrupted by Ctrl-C after {:.2} s of {} s planned; {} requests in flight abandoned (not counted)",
+            r.elapsed_s, r.duration_s, r.cancelled
+        );
+    }
     let _ = writeln!(
         out,
         "  throughput  {:.1} req/s ({} responses in {:.2} s)",
@@ -267,10 +473,136 @@ pub fn format_report(r: &Report) -> String {
         );
     }
     let _ = writeln!(out, "  operations  {}", join_counts(r.operations.clone()));
+    if !r.thresholds.is_empty() {
+        let _ = writeln!(out, "  thresholds");
+        for v in &r.thresholds {
+            let mark = if v.passed { "pass" } else { "FAIL" };
+            let _ = writeln!(out, "    {mark}  {}", v.describe());
+        }
+    }
     out
 }
 
+/// Where an open run is, for the progress line: the target rate now and, during ramps, the
+/// stage (1-based) of how many.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ProgressTarget {
+    pub rate: f64,
+    pub stage: Option<(usize, usize)>,
+}
+
 /// The one-second progress line written to stderr while running.
-pub fn progress_line(second: u64, done_in_second: u64, done: u64, errors: u64) -> String {
-    format!("[{second:>4}s] {done_in_second:>8} req/s  total {done:>10}  errors {errors}")
+pub fn progress_line(
+    second: u64,
+    target: Option<ProgressTarget>,
+    done_in_second: u64,
+    done: u64,
+    errors: u64,
+) -> String {
+    let target = match target {
+        Some(ProgressTarget {
+            rate,
+            stage: Some((stage, stages)),
+        }) => format!("  stage {stage}/{stages} target {rate:>8.0} req/s"),
+        Some(ProgressTarget { rate, stage: None }) => format!("  target {rate:>8.0} req/s"),
+        None => String::new(),
+    };
+    format!("[{second:>4}s]{target} {done_in_second:>8} req/s  total {done:>10}  errors {errors}")
+}
+
+/// One step of `--find-max`: a flat open run at `rate`, judged against the SLO.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KneeStep {
+    pub rate: f64,
+    /// Whether every SLO threshold passed; null for a step cut short by Ctrl-C (not judged).
+    pub held: Option<bool>,
+    /// The step's run, its `thresholds` the SLO's verdicts.
+    pub report: Report,
+}
+
+/// The result of `--find-max`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KneeReport {
+    /// Always `find_max`: tells this shape from a single run's.
+    pub mode: &'static str,
+    pub target: String,
+    pub api: &'static str,
+    pub connections: usize,
+    pub mix: String,
+    pub slo: Vec<String>,
+    pub step_duration_s: f64,
+    pub started_at: String,
+    pub steps: Vec<KneeStep>,
+    /// The highest rate that held the SLO; null when none did.
+    pub max_rate_held: Option<f64>,
+    /// The lowest rate that broke it; null when none did.
+    pub lowest_rate_broken: Option<f64>,
+    pub interrupted: bool,
+}
+
+/// The human-readable result of `--find-max`.
+pub fn format_knee(k: &KneeReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} (api {}): find-max, SLO {}, steps of {} s, {} connections, mix {}",
+        k.target,
+        k.api,
+        k.slo.join(" and "),
+        k.step_duration_s,
+        k.connections,
+        k.mix
+    );
+    let _ = writeln!(
+        out,
+        "  {:>4}  {:>10}  {:>10}  {:>10}  {:>10}  {:>8}  SLO",
+        "step", "rate", "achieved", "p50 ms", "p99 ms", "errors"
+    );
+    for (i, s) in k.steps.iter().enumerate() {
+        let r = &s.report;
+        let verdict = match s.held {
+            Some(true) => "held".to_string(),
+            Some(false) => format!(
+                "broke: {}",
+                r.thresholds
+                    .iter()
+                    .filter(|v| !v.passed)
+                    .map(|v| v.describe())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            None => "interrupted".to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "  {:>4}  {:>10}  {:>10.1}  {:>10.3}  {:>10.3}  {:>8}  {verdict}",
+            i + 1,
+            s.rate,
+            r.throughput_rps,
+            r.latency_ms.p50,
+            r.latency_ms.p99,
+            r.errors.total
+        );
+    }
+    if k.interrupted {
+        let _ = writeln!(out, "  interrupted by Ctrl-C");
+    }
+    match (k.max_rate_held, k.lowest_rate_broken) {
+        (Some(held), Some(broke)) => {
+            let _ = writeln!(
+                out,
+                "  highest rate that held the SLO: {held} req/s (broken at {broke} req/s)"
+            );
+        }
+        (Some(held), None) => {
+            let _ = writeln!(
+                out,
+                "  highest rate that held the SLO: {held} req/s (no step broke it: more --max-steps go higher)"
+            );
+        }
+        (None, _) => {
+            let _ = writeln!(out, "  no rate held the SLO");
+        }
+    }
+    out
 }

@@ -119,15 +119,30 @@ pub struct Script {
 }
 
 impl Script {
-    /// Writes request `i` into `out` (cleared first) and returns its operation. Status reads
-    /// use a transaction id from `tx_ids` when there is one, else a synthetic id.
+    /// The operation request `i` performs. A status read needs a transaction id this
+    /// connection was given (`known_ids`); until there is one it is another operation of the
+    /// mix, drawn with the mix's weights, so that a run does not manufacture 404s. Only a mix
+    /// of status reads alone reads ids nobody issued.
+    pub fn operation(&self, i: u64, known_ids: bool) -> Operation {
+        match self.mix.pick(i) {
+            Operation::TransactionStatus if !known_ids => self
+                .mix
+                .pick_other_than(i, Operation::TransactionStatus)
+                .unwrap_or(Operation::TransactionStatus),
+            op => op,
+        }
+    }
+
+    /// Writes request `i` into `out` (cleared first) and returns its operation
+    /// ([`Self::operation`]). Status reads use a transaction id from `tx_ids`, or a synthetic
+    /// one when the mix has nothing else.
     pub fn write_request(
         &self,
         i: u64,
         tx_ids: &VecDeque<String>,
         out: &mut BytesMut,
     ) -> Operation {
-        let op = self.mix.pick(i);
+        let op = self.operation(i, !tx_ids.is_empty());
         let synthetic;
         let tx = if op == Operation::TransactionStatus {
             match tx_ids.len() {

@@ -1,39 +1,103 @@
-//! The shell: resolve the target, connect, dispatch on schedule, collect, print.
+//! The shell: resolve the target, connect, dispatch on schedule, collect, print; Ctrl-C ends
+//! a run early and still reports it.
 
 use std::collections::VecDeque;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::BytesMut;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tokio::sync::Semaphore;
+use tokio::sync::{oneshot, watch, Semaphore};
 
 use crate::api::operation::Operation;
 use crate::config::BusinessCode;
 use crate::http1::client::{ClientError, ResponseReader};
 
 use super::args::{parse_credentials, splitmix64, Api, Credentials, Rate, Target};
-use super::report::{format_report, make_report, progress_line, ConnErrorKind, Report, Stats};
+use super::html;
+use super::knee::KneeSearch;
+use super::report::{
+    format_knee, format_report, latency_us, make_report, progress_line, ConnErrorKind, KneeReport,
+    KneeStep, Measured, ProgressTarget, Report, Stats,
+};
 use super::request::{transaction_id, Script};
-use super::schedule::{due_by, intended_offset, total_requests};
+use super::schedule::Schedule;
+use super::threshold::{judge_all, Threshold};
+use super::timeline::{SecondRecorder, Timeline};
 use super::{LoadArgs, LoadError, MAX_RESPONSE_BYTES, TX_POOL};
+
+/// How requests are started.
+#[derive(Debug, Clone)]
+pub enum Load {
+    /// On a fixed schedule, whatever the answers do.
+    Open(Schedule),
+    /// Back to back on each connection, for this long (`--rate max`).
+    Closed(Duration),
+}
+
+impl Load {
+    /// How long the run sends.
+    pub fn duration(&self) -> Duration {
+        match self {
+            Load::Open(s) => s.duration(),
+            Load::Closed(d) => *d,
+        }
+    }
+}
 
 /// A validated run, ready to execute.
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub target_url: String,
     pub addr: SocketAddr,
-    pub rate: Rate,
-    pub duration: Duration,
+    pub load: Load,
     pub connections: usize,
     pub timeout: Duration,
     pub script: Script,
     /// Write the one-second progress line to stderr.
     pub progress: bool,
+}
+
+/// What the command does with its plan.
+#[derive(Debug, Clone)]
+pub enum Mode {
+    /// One run, judged against `--threshold`s.
+    Run { thresholds: Vec<Threshold> },
+    /// `--find-max`: flat steps of the plan's duration from `start` req/s, each judged
+    /// against the SLO.
+    FindMax {
+        slo: Vec<Threshold>,
+        start: f64,
+        max_steps: usize,
+    },
+}
+
+/// How the command ended, as its exit status says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The run finished and every threshold passed (or a find-max found a rate).
+    Passed,
+    /// A threshold failed: exit 1, as a CI gate expects.
+    ThresholdsFailed,
+    /// `--find-max` found no rate that held the SLO: exit 1.
+    NoRateHeld,
+    /// Ended early by Ctrl-C (thresholds, if any, passed on what was measured): exit 130, the
+    /// shell's status for SIGINT.
+    Interrupted,
+}
+
+impl Outcome {
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Outcome::Passed => 0,
+            Outcome::ThresholdsFailed | Outcome::NoRateHeld => 1,
+            Outcome::Interrupted => 130,
+        }
+    }
 }
 
 pub(super) fn run_id() -> u64 {
@@ -50,10 +114,20 @@ impl Plan {
         if args.connections == 0 {
             return Err(LoadError::Invalid("--connections must be at least 1"));
         }
-        if let Rate::PerSecond(r) = args.rate {
-            if total_requests(r, args.duration) == 0 {
+        let load = match (&args.stages, args.rate) {
+            (Some(stages), _) => Load::Open(Schedule::ramps(stages.0.clone())),
+            (None, Rate::PerSecond(r)) => Load::Open(Schedule::flat(r, args.duration)),
+            (None, Rate::Max) if args.find_max => {
                 return Err(LoadError::Invalid(
-                    "--rate × --duration is less than one request",
+                    "--find-max steps an open model: give the first step's rate as --rate N",
+                ))
+            }
+            (None, Rate::Max) => Load::Closed(args.duration),
+        };
+        if let Load::Open(schedule) = &load {
+            if schedule.total() == 0 {
+                return Err(LoadError::Invalid(
+                    "the schedule sends no request (--rate × --duration, or the stages, make less than one)",
                 ));
             }
         }
@@ -95,8 +169,7 @@ impl Plan {
         Ok(Plan {
             target_url: target.url.clone(),
             addr,
-            rate: args.rate,
-            duration: args.duration,
+            load,
             connections: args.connections,
             timeout: args.timeout,
             script: Script {
@@ -114,6 +187,30 @@ impl Plan {
     }
 }
 
+impl Mode {
+    /// The mode the arguments ask for; the plan's rate is the first step's under `--find-max`.
+    pub fn from_args(args: &LoadArgs) -> Result<Self, LoadError> {
+        if !args.find_max {
+            return Ok(Mode::Run {
+                thresholds: args.threshold.clone(),
+            });
+        }
+        let Rate::PerSecond(start) = args.rate else {
+            return Err(LoadError::Invalid(
+                "--find-max steps an open model: give the first step's rate as --rate N",
+            ));
+        };
+        if args.max_steps == 0 {
+            return Err(LoadError::Invalid("--max-steps must be at least 1"));
+        }
+        Ok(Mode::FindMax {
+            slo: args.slo.clone(),
+            start,
+            max_steps: args.max_steps,
+        })
+    }
+}
+
 pub(super) fn read_credentials(path: &Path) -> Result<Credentials, LoadError> {
     let shown = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|source| LoadError::CredentialsRead {
@@ -123,9 +220,10 @@ pub(super) fn read_credentials(path: &Path) -> Result<Credentials, LoadError> {
     parse_credentials(&text, &shown)
 }
 
-/// Runs a load test and prints its report.
-pub fn run(args: LoadArgs) -> Result<(), LoadError> {
+/// Runs a load test (or a knee search), prints its report and says how it ended.
+pub fn run(args: LoadArgs) -> Result<Outcome, LoadError> {
     let plan = Plan::from_args(&args)?;
+    let mode = Mode::from_args(&args)?;
     let threads = args
         .threads
         .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
@@ -142,31 +240,184 @@ pub fn run(args: LoadArgs) -> Result<(), LoadError> {
             .build()
     }
     .map_err(LoadError::Runtime)?;
-    let report = runtime.block_on(execute(plan))?;
-    if args.json {
+    runtime.block_on(async {
+        let (stop_tx, stop) = watch::channel(false);
+        tokio::spawn(interrupt_on_ctrl_c(stop_tx));
+        match mode {
+            Mode::Run { thresholds } => {
+                let mut report = execute(plan, stop).await?;
+                report.thresholds = judge_all(&thresholds, &report);
+                print_run(&report, args.json, args.report.as_deref())
+            }
+            Mode::FindMax {
+                slo,
+                start,
+                max_steps,
+            } => {
+                let knee = find_max(plan, &slo, start, max_steps, stop).await?;
+                print_knee(&knee, args.json, args.report.as_deref())
+            }
+        }
+    })
+}
+
+/// The first Ctrl-C stops the run, which then reports what it measured; a second one quits
+/// at once.
+async fn interrupt_on_ctrl_c(stop: watch::Sender<bool>) {
+    if tokio::signal::ctrl_c().await.is_err() {
+        return;
+    }
+    eprintln!("interrupted: stopping and reporting what was measured (Ctrl-C again quits now)");
+    let _ = stop.send(true);
+    if tokio::signal::ctrl_c().await.is_ok() {
+        std::process::exit(i32::from(Outcome::Interrupted.exit_code()));
+    }
+}
+
+fn write_html(path: &Path, html: &str) -> Result<(), LoadError> {
+    std::fs::write(path, html).map_err(|source| LoadError::Report {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+fn print_run(report: &Report, json: bool, html_path: Option<&Path>) -> Result<Outcome, LoadError> {
+    if json {
         println!(
             "{}",
-            serde_json::to_string(&report).expect("a report always serializes")
+            serde_json::to_string(report).expect("a report always serializes")
         );
     } else {
-        print!("{}", format_report(&report));
+        print!("{}", format_report(report));
     }
-    Ok(())
+    if let Some(path) = html_path {
+        write_html(path, &html::run_page(report))?;
+    }
+    let failed: Vec<String> = report
+        .thresholds
+        .iter()
+        .filter(|v| !v.passed)
+        .map(|v| v.describe())
+        .collect();
+    if !failed.is_empty() {
+        eprintln!(
+            "{} of {} thresholds failed: {}",
+            failed.len(),
+            report.thresholds.len(),
+            failed.join("; ")
+        );
+        return Ok(Outcome::ThresholdsFailed);
+    }
+    Ok(if report.interrupted {
+        Outcome::Interrupted
+    } else {
+        Outcome::Passed
+    })
+}
+
+fn print_knee(
+    knee: &KneeReport,
+    json: bool,
+    html_path: Option<&Path>,
+) -> Result<Outcome, LoadError> {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string(knee).expect("a report always serializes")
+        );
+    } else {
+        print!("{}", format_knee(knee));
+    }
+    if let Some(path) = html_path {
+        write_html(path, &html::knee_page(knee))?;
+    }
+    Ok(match knee.max_rate_held {
+        None => {
+            eprintln!("find-max: no rate held the SLO");
+            Outcome::NoRateHeld
+        }
+        Some(_) if knee.interrupted => Outcome::Interrupted,
+        Some(_) => Outcome::Passed,
+    })
+}
+
+/// `--find-max`: runs flat steps of `plan`'s duration as [`KneeSearch`] directs, each judged
+/// against `slo`, until the search is done or the run is interrupted.
+pub async fn find_max(
+    plan: Plan,
+    slo: &[Threshold],
+    start: f64,
+    max_steps: usize,
+    stop: watch::Receiver<bool>,
+) -> Result<KneeReport, LoadError> {
+    let step_duration = plan.load.duration();
+    let started_at = SystemTime::now();
+    let mut search = KneeSearch::new(start, max_steps);
+    let mut steps = Vec::new();
+    let mut interrupted = false;
+    while let Some(rate) = search.next_rate() {
+        if *stop.borrow() {
+            interrupted = true;
+            break;
+        }
+        let mut step = plan.clone();
+        step.load = Load::Open(Schedule::flat(rate, step_duration));
+        if plan.progress {
+            eprintln!("find-max step {}: {rate} req/s", steps.len() + 1);
+        }
+        let mut report = execute(step, stop.clone()).await?;
+        report.thresholds = judge_all(slo, &report);
+        let held = (!report.interrupted).then(|| report.thresholds_passed());
+        if let Some(held) = held {
+            search.record(rate, held);
+        }
+        interrupted = report.interrupted;
+        steps.push(KneeStep { rate, held, report });
+        if interrupted {
+            break;
+        }
+    }
+    Ok(KneeReport {
+        mode: "find_max",
+        target: plan.target_url.clone(),
+        api: plan.script.api.as_str(),
+        connections: plan.connections,
+        mix: plan.script.mix.to_string(),
+        slo: slo.iter().map(|t| t.text.clone()).collect(),
+        step_duration_s: step_duration.as_secs_f64(),
+        started_at: humantime::format_rfc3339_seconds(started_at).to_string(),
+        steps,
+        max_rate_held: search.best(),
+        lowest_rate_broken: search.lowest_broken(),
+        interrupted,
+    })
 }
 
 /// What every connection task shares.
 pub(super) struct Shared {
     plan: Plan,
-    /// Open model: one permit per request that is due.
+    /// Open model: one permit per request that is due; closed when the run is stopped.
     gate: Semaphore,
     /// The next request index to take.
     next: AtomicU64,
     done: AtomicU64,
     failed: AtomicU64,
+    /// The run is over (schedule sent, or stopped): the dispatcher releases no more.
+    over: AtomicBool,
+    timeline: Mutex<Timeline>,
 }
 
-/// Connects every connection, runs the schedule and returns the report.
-pub async fn execute(plan: Plan) -> Result<Report, LoadError> {
+/// Resolves when `stop` turns true; never if its sender is gone without doing so.
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    if stop.wait_for(|s| *s).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Connects every connection, runs the schedule and returns the report (without verdicts).
+/// `stop` turning true ends the run early: nothing more is sent, requests in flight are
+/// abandoned, and the report says it was interrupted.
+pub async fn execute(plan: Plan, mut stop: watch::Receiver<bool>) -> Result<Report, LoadError> {
     let mut conns = Vec::with_capacity(plan.connections);
     for _ in 0..plan.connections {
         conns.push(Conn::open(plan.addr).await?);
@@ -178,65 +429,94 @@ pub async fn execute(plan: Plan) -> Result<Report, LoadError> {
         next: AtomicU64::new(0),
         done: AtomicU64::new(0),
         failed: AtomicU64::new(0),
+        over: AtomicBool::new(false),
+        timeline: Mutex::new(Timeline::default()),
     });
+    let mut measured = Measured::new(SystemTime::now());
     // A short lead so every task is parked on the gate when the first request is due.
     let start = Instant::now() + Duration::from_millis(5);
-    let stop = Arc::new(AtomicBool::new(false));
 
-    let dispatcher = match shared.plan.rate {
-        Rate::PerSecond(rate) => {
+    let dispatcher = match &shared.plan.load {
+        Load::Open(schedule) => {
             let shared = shared.clone();
-            let stop = stop.clone();
+            let schedule = schedule.clone();
             Some(std::thread::spawn(move || {
-                dispatch(&shared, rate, start, &stop);
+                dispatch(&shared, &schedule, start);
             }))
         }
-        Rate::Max => None,
+        Load::Closed(_) => None,
     };
     let reporter = progress.then(|| tokio::spawn(report_progress(shared.clone(), start)));
 
     let mut tasks = tokio::task::JoinSet::new();
+    // One cancel channel per connection rather than the shared `stop` watch: waiting on
+    // it costs nothing shared per request. The senders live until every task is joined.
+    let mut cancels = Vec::with_capacity(shared.plan.connections);
     for conn in conns {
         let shared = shared.clone();
-        tasks.spawn(async move { worker(shared, conn, start).await });
+        let (cancel, cancelled) = oneshot::channel();
+        cancels.push(cancel);
+        tasks.spawn(async move { worker(shared, conn, start, cancelled).await });
     }
-    let mut stats = Stats::default();
-    while let Some(result) = tasks.join_next().await {
-        if let Ok(s) = result {
-            stats.merge(&s);
+    let stop_signal = stopped(&mut stop);
+    tokio::pin!(stop_signal);
+    loop {
+        tokio::select! {
+            joined = tasks.join_next() => match joined {
+                Some(Ok(s)) => measured.stats.merge(&s),
+                Some(Err(_)) => {}
+                None => break,
+            },
+            () = &mut stop_signal, if !measured.interrupted => {
+                measured.interrupted = true;
+                shared.over.store(true, Ordering::Relaxed);
+                shared.gate.close();
+                for cancel in cancels.drain(..) {
+                    let _ = cancel.send(());
+                }
+                if let Some(d) = &dispatcher {
+                    d.thread().unpark();
+                }
+            }
         }
     }
-    let elapsed = Instant::now().saturating_duration_since(start);
-    stop.store(true, Ordering::Relaxed);
+    measured.elapsed = Instant::now().saturating_duration_since(start);
+    shared.over.store(true, Ordering::Relaxed);
     if let Some(d) = dispatcher {
+        d.thread().unpark();
         let _ = d.join();
     }
     if let Some(r) = reporter {
         r.abort();
     }
-    Ok(make_report(&shared.plan, &stats, elapsed))
+    let mut timeline =
+        std::mem::take(&mut *shared.timeline.lock().unwrap_or_else(|e| e.into_inner()));
+    timeline.extend_to(measured.elapsed.as_secs_f64().ceil() as usize);
+    measured.timeline = timeline;
+    Ok(make_report(&shared.plan, &measured))
 }
 
 /// Releases requests when they are due. A thread of its own, because `nanosleep` keeps the
-/// schedule to tens of µs where tokio's timer rounds to whole milliseconds.
-pub(super) fn dispatch(shared: &Shared, rate: f64, start: Instant, stop: &AtomicBool) {
-    let total = total_requests(rate, shared.plan.duration);
+/// schedule to tens of µs where tokio's timer rounds to whole milliseconds; it parks rather
+/// than sleeps so that a stop wakes it.
+pub(super) fn dispatch(shared: &Shared, schedule: &Schedule, start: Instant) {
+    let total = schedule.total();
     let mut released = 0;
-    while released < total && !stop.load(Ordering::Relaxed) {
+    while released < total && !shared.over.load(Ordering::Relaxed) {
         let now = Instant::now();
         if now < start {
-            std::thread::sleep(start - now);
+            std::thread::park_timeout(start - now);
             continue;
         }
-        let due = due_by(now - start, rate, total);
+        let due = schedule.due_by(now - start);
         if due > released {
             shared.gate.add_permits((due - released) as usize);
             released = due;
         }
         if released < total {
-            let next = start + intended_offset(released, rate);
+            let next = start + schedule.due_at(released);
             if let Some(wait) = next.checked_duration_since(Instant::now()) {
-                std::thread::sleep(wait);
+                std::thread::park_timeout(wait);
             }
         }
     }
@@ -256,35 +536,58 @@ pub(super) async fn report_progress(shared: Arc<Shared>, start: Instant) {
         second += 1;
         let done = shared.done.load(Ordering::Relaxed);
         let failed = shared.failed.load(Ordering::Relaxed);
-        eprintln!("{}", progress_line(second, done - last, done, failed));
+        // The second that just ended, as the timeline has it: what the schedule called for
+        // in it, and the stage running at its start.
+        let target = match &shared.plan.load {
+            Load::Open(schedule) => Some(ProgressTarget {
+                rate: schedule.target_in_second(second - 1),
+                stage: schedule.flat_rate().is_none().then(|| {
+                    let at = Duration::from_secs(second - 1);
+                    (schedule.stage_at(at) + 1, schedule.stages().len())
+                }),
+            }),
+            Load::Closed(_) => None,
+        };
+        eprintln!(
+            "{}",
+            progress_line(second, target, done - last, done, failed)
+        );
         last = done;
     }
 }
 
 /// One connection's loop over the schedule (open) or back to back until the end (closed).
-pub(super) async fn worker(shared: Arc<Shared>, mut conn: Conn, start: Instant) -> Stats {
+/// `cancelled` firing abandons the request in flight and ends the loop.
+pub(super) async fn worker(
+    shared: Arc<Shared>,
+    mut conn: Conn,
+    start: Instant,
+    mut cancelled: oneshot::Receiver<()>,
+) -> Stats {
     let plan = &shared.plan;
     let mut stats = Stats::default();
+    let mut second = SecondRecorder::default();
     let mut tx_ids = VecDeque::with_capacity(TX_POOL);
     let mut req = BytesMut::with_capacity(1024);
-    let end = start + plan.duration;
+    let end = start + plan.load.duration();
     let hard_deadline = end + plan.timeout;
+    let second_of = |t: Instant| t.saturating_duration_since(start).as_secs() as usize;
     tokio::time::sleep_until(start.into()).await;
     loop {
-        let (i, due) = match plan.rate {
-            Rate::PerSecond(rate) => {
+        let (i, due) = match &plan.load {
+            Load::Open(schedule) => {
                 match shared.gate.acquire().await {
                     Ok(permit) => permit.forget(),
                     Err(_) => break,
                 }
                 let i = shared.next.fetch_add(1, Ordering::Relaxed);
-                if i >= total_requests(rate, plan.duration) {
+                if i >= schedule.total() {
                     break;
                 }
-                (i, Some(start + intended_offset(i, rate)))
+                (i, Some(start + schedule.due_at(i)))
             }
-            Rate::Max => {
-                if Instant::now() >= end {
+            Load::Closed(_) => {
+                if Instant::now() >= end || shared.over.load(Ordering::Relaxed) {
                     break;
                 }
                 (shared.next.fetch_add(1, Ordering::Relaxed), None)
@@ -293,6 +596,7 @@ pub(super) async fn worker(shared: Arc<Shared>, mut conn: Conn, start: Instant) 
         let sent = Instant::now();
         if sent >= hard_deadline {
             stats.unsent += 1;
+            second.at(second_of(sent), &shared.timeline).unsent += 1;
             shared.failed.fetch_add(1, Ordering::Relaxed);
             continue;
         }
@@ -301,11 +605,21 @@ pub(super) async fn worker(shared: Arc<Shared>, mut conn: Conn, start: Instant) 
         }
         let op = plan.script.write_request(i, &tx_ids, &mut req);
         stats.operations[op as usize] += 1;
-        let outcome = tokio::time::timeout(plan.timeout, conn.exchange(&req)).await;
+        let outcome = tokio::select! {
+            biased;
+            _ = &mut cancelled => {
+                stats.cancelled += 1;
+                break;
+            }
+            outcome = tokio::time::timeout(plan.timeout, conn.exchange(&req)) => outcome,
+        };
         let finished = Instant::now();
+        let this_second = second.at(second_of(finished), &shared.timeline);
         match outcome {
             Ok(Ok(status)) => {
-                stats.record_response(status, finished - due.unwrap_or(sent));
+                let us = latency_us(finished.saturating_duration_since(due.unwrap_or(sent)));
+                stats.record_response(status, us);
+                this_second.record_response(status, us);
                 shared.done.fetch_add(1, Ordering::Relaxed);
                 if !(200..300).contains(&status) {
                     shared.failed.fetch_add(1, Ordering::Relaxed);
@@ -320,8 +634,9 @@ pub(super) async fn worker(shared: Arc<Shared>, mut conn: Conn, start: Instant) 
             }
             Ok(Err(kind)) => {
                 stats.record_error(kind);
+                this_second.record_error(kind);
                 shared.failed.fetch_add(1, Ordering::Relaxed);
-                if kind == ConnErrorKind::Connect && plan.rate == Rate::Max {
+                if kind == ConnErrorKind::Connect && matches!(plan.load, Load::Closed(_)) {
                     // Do not spin on a refused port.
                     tokio::time::sleep(Duration::from_millis(10)).await;
                 }
@@ -329,10 +644,12 @@ pub(super) async fn worker(shared: Arc<Shared>, mut conn: Conn, start: Instant) 
             Err(_) => {
                 conn.reset();
                 stats.record_error(ConnErrorKind::Timeout);
+                this_second.record_error(ConnErrorKind::Timeout);
                 shared.failed.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
+    second.flush(&shared.timeline);
     stats
 }
 

@@ -1,0 +1,490 @@
+//! HTTP/2 clients, on pingora's HTTP/2 server (the `h2` crate): the connection loop and
+//! [`H2Stream`], the pipeline's [`Downstream`] for one stream.
+//!
+//! Every stream goes through the same pipeline as an HTTP/1.1 request; upstream stays
+//! HTTP/1.1 over the same pool. The loop adds what pingora's own lacks, so that a client
+//! cannot hold the gateway with frames alone:
+//! - a handshake deadline, and connections with no stream in flight closed (GOAWAY) after
+//!   `limits.client_header_timeout_ms`, whatever PING, SETTINGS or other frames they send;
+//! - at most `limits.h2_max_concurrent_streams` streams served at once per connection, a
+//!   stream past it refused (`REFUSED_STREAM`) rather than queued, since streams the client
+//!   resets stop counting for the `h2` crate while their work would go on (rapid reset);
+//! - a stream the client has reset is never sent upstream;
+//! - header blocks bounded (their size and CONTINUATION frames, by `h2`), the flow-control
+//!   windows at their defaults, and on shutdown a GOAWAY that lets open streams finish.
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use http::{HeaderName, HeaderValue};
+use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::protocols::http::v2::server::{self as h2server, H2Accept, HttpSession};
+use pingora::protocols::{Digest, Stream};
+use pingora::server::ShutdownWatch;
+use tokio::sync::Notify;
+use tokio::time::timeout;
+
+use super::downstream::Downstream;
+use super::ProxyApp;
+use crate::api::reply::Reply;
+use crate::config::{Limits, Snapshot};
+use crate::http1::{is_bodiless_status, Framing};
+use crate::observe::exchange::Protocol;
+use crate::policy::admit::{BodyLength, RequestView};
+
+/// The 24 bytes an HTTP/2 client with prior knowledge opens with (RFC 9113 §3.4).
+pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Streams whose head pingora refused as malformed, per connection, before it is closed.
+const MAX_MALFORMED_STREAMS: usize = 32;
+
+/// How long an idle connection's GOAWAY has to reach the client before the connection is
+/// dropped: it has no stream left to finish.
+const IDLE_DRAIN: Duration = Duration::from_secs(1);
+
+/// The `h2` settings for a connection under `limits`.
+fn h2_options(limits: &Limits) -> h2server::H2Options {
+    let mut options = h2server::default_h2_options();
+    options.max_concurrent_streams(limits.h2_max_concurrent_streams);
+    // Header blocks up to four times what admission accepts reach admission, which answers
+    // the documented 431; `h2` answers larger ones itself, and resets the connection past
+    // four times this.
+    let per_field = 32 * limits.max_headers;
+    let list = 4 * (limits.max_header_bytes + per_field);
+    options.max_header_list_size(u32::try_from(list).unwrap_or(u32::MAX));
+    options
+}
+
+impl ProxyApp {
+    /// Serves one HTTP/2 connection until the client or a shutdown ends it.
+    pub(super) async fn serve_h2(self: &Arc<Self>, stream: Stream, shutdown: &ShutdownWatch) {
+        let limits = self.config.load().limits.clone();
+        let digest = Arc::new(Digest {
+            ssl_digest: stream.get_ssl_digest(),
+            timing_digest: stream.get_timing_digest(),
+            proxy_digest: stream.get_proxy_digest(),
+            socket_digest: stream.get_socket_digest(),
+        });
+        let handshake = h2server::handshake(stream, Some(h2_options(&limits)));
+        let mut conn = match timeout(limits.client_header_timeout, handshake).await {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "HTTP/2 handshake failed");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!("HTTP/2 preface not received in time; closing");
+                return;
+            }
+        };
+        self.telemetry.connection_opened(Protocol::Http2);
+        let streams = Arc::new(StreamSlots::new(limits.h2_max_concurrent_streams as usize));
+        let mut shutdown = shutdown.clone();
+        let mut drain = self.drain.watch();
+        // Once a GOAWAY is out, open streams finish, and the connection ends with them, or at
+        // this deadline: a client that never answers the GOAWAY's PING cannot hold it open.
+        let mut drain_deadline = None;
+        let grace = self.grace;
+        if *shutdown.borrow() || *drain.borrow() {
+            conn.graceful_shutdown();
+            drain_deadline = Some(Instant::now() + grace);
+        }
+        let mut malformed = 0;
+        loop {
+            let accepted = if let Some(deadline) = drain_deadline {
+                let accept = HttpSession::from_h2_conn(&mut conn, digest.clone());
+                match tokio::time::timeout_at(deadline.into(), accept).await {
+                    Ok(accepted) => accepted,
+                    Err(_) => return,
+                }
+            } else {
+                let idle = streams.idle_for(limits.client_header_timeout);
+                tokio::select! {
+                    biased;
+                    _ = shutdown.changed() => {
+                        conn.graceful_shutdown();
+                        drain_deadline = Some(Instant::now() + grace);
+                        continue;
+                    }
+                    _ = drain.changed() => {
+                        conn.graceful_shutdown();
+                        drain_deadline = Some(Instant::now() + grace);
+                        continue;
+                    }
+                    accepted = HttpSession::from_h2_conn(&mut conn, digest.clone()) => accepted,
+                    () = idle => {
+                        tracing::debug!("HTTP/2 connection idle; closing");
+                        conn.graceful_shutdown();
+                        drain_deadline = Some(Instant::now() + IDLE_DRAIN);
+                        continue;
+                    }
+                }
+            };
+            match accepted {
+                Ok(Some(H2Accept::Session(session))) => self.start_stream(session, &streams),
+                Ok(Some(H2Accept::Rejected)) => {
+                    malformed += 1;
+                    if malformed >= MAX_MALFORMED_STREAMS {
+                        return;
+                    }
+                }
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::debug!(error = %e, "HTTP/2 connection ended");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Serves `session` on its own task, or refuses it when the connection is at its limit.
+    fn start_stream(self: &Arc<Self>, mut session: HttpSession, streams: &Arc<StreamSlots>) {
+        let Some(slot) = streams.take() else {
+            session.shutdown_with_reason(h2::Reason::REFUSED_STREAM);
+            return;
+        };
+        let app = self.clone();
+        tokio::spawn(async move {
+            let snap = app.config.load_full();
+            let mut stream = H2Stream::new(session, &snap);
+            app.serve(&mut stream, &snap).await;
+            stream.finish();
+            drop(slot);
+        });
+    }
+}
+
+/// The streams a connection serves at once: bounded, counted, and watched for idleness.
+struct StreamSlots {
+    max: usize,
+    in_flight: AtomicUsize,
+    /// Streams started so far: idleness is a period in which none started or ran.
+    started: AtomicU64,
+    finished: Notify,
+}
+
+/// A stream's place among its connection's [`StreamSlots`], given back when it drops.
+struct StreamSlot(Arc<StreamSlots>);
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.0.finished.notify_waiters();
+    }
+}
+
+impl StreamSlots {
+    fn new(max: usize) -> Self {
+        StreamSlots {
+            max,
+            in_flight: AtomicUsize::new(0),
+            started: AtomicU64::new(0),
+            finished: Notify::new(),
+        }
+    }
+
+    /// A slot for one more stream, unless the connection is at its limit.
+    fn take(self: &Arc<Self>) -> Option<StreamSlot> {
+        self.in_flight
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max).then_some(n + 1)
+            })
+            .ok()?;
+        self.started.fetch_add(1, Ordering::AcqRel);
+        Some(StreamSlot(self.clone()))
+    }
+
+    /// Resolves once no stream has been in flight, nor started, for `period`.
+    async fn idle_for(&self, period: Duration) {
+        loop {
+            let finished = self.finished.notified();
+            if self.in_flight.load(Ordering::Acquire) > 0 {
+                finished.await;
+                continue;
+            }
+            let started = self.started.load(Ordering::Acquire);
+            tokio::time::sleep(period).await;
+            if self.in_flight.load(Ordering::Acquire) == 0
+                && self.started.load(Ordering::Acquire) == started
+            {
+                return;
+            }
+        }
+    }
+}
+
+/// One HTTP/2 stream: its request, its body, and the answer being written.
+pub(super) struct H2Stream {
+    session: HttpSession,
+    client_ip: Option<String>,
+    /// The request body, read whole by [`Downstream::read_body`].
+    body: BytesMut,
+    /// The answer's head, written with the first bytes of its body.
+    pending_head: Option<Box<ResponseHeader>>,
+    /// The answer's body bytes not yet sent.
+    out: BytesMut,
+    /// The current request is a HEAD: its answers have no body.
+    head_only: bool,
+    /// The answer has ended the stream: nothing more may be written.
+    ended: bool,
+}
+
+impl H2Stream {
+    fn new(mut session: HttpSession, snap: &Snapshot) -> Self {
+        session.set_write_timeout(Some(snap.limits.client_send_timeout));
+        let client_ip = session
+            .client_addr()
+            .and_then(|a| a.as_inet())
+            .map(|a| a.ip().to_string());
+        let head_only = session.req_header().method == http::Method::HEAD;
+        H2Stream {
+            session,
+            client_ip,
+            body: BytesMut::new(),
+            pending_head: None,
+            out: BytesMut::new(),
+            head_only,
+            ended: false,
+        }
+    }
+
+    /// Ends the stream if the pipeline left it open (it never does on success).
+    fn finish(&mut self) {
+        let _ = self.session.finish();
+    }
+
+    /// A response head with `headers`, and the framing header the gateway writes itself.
+    fn response_head<'h>(
+        status: u16,
+        headers: impl Iterator<Item = (&'h [u8], &'h [u8])>,
+        length: Option<u64>,
+    ) -> Option<Box<ResponseHeader>> {
+        let mut head = ResponseHeader::build_no_case(status, None).ok()?;
+        for (name, value) in headers {
+            let (Ok(name), Ok(value)) =
+                (HeaderName::from_bytes(name), HeaderValue::from_bytes(value))
+            else {
+                continue;
+            };
+            let _ = head.append_header(name, value);
+        }
+        if let Some(n) = length.filter(|_| !is_bodiless_status(status)) {
+            let _ = head.insert_header(http::header::CONTENT_LENGTH, n);
+        }
+        Some(Box::new(head))
+    }
+
+    /// Whether the client has reset the stream, without waiting.
+    fn reset_by_client(&mut self) -> bool {
+        let idle = pin!(self.session.idle());
+        matches!(
+            idle.poll(&mut Context::from_waker(Waker::noop())),
+            Poll::Ready(_)
+        )
+    }
+}
+
+impl RequestView for &RequestHeader {
+    fn method(&self) -> &str {
+        self.method.as_str()
+    }
+
+    fn path(&self) -> &str {
+        self.uri.path()
+    }
+
+    fn query(&self) -> Option<&str> {
+        self.uri.query()
+    }
+
+    fn target_len(&self) -> usize {
+        self.uri.path_and_query().map_or(0, |p| p.as_str().len())
+    }
+
+    fn authority(&self) -> Option<&str> {
+        self.uri.authority().map(|a| a.as_str())
+    }
+
+    fn headers(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.headers
+            .iter()
+            .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()))
+    }
+
+    fn header_count(&self) -> usize {
+        self.headers.len()
+    }
+
+    fn headers_named<'n>(&'n self, name: &'n str) -> impl Iterator<Item = &'n [u8]> {
+        self.headers.get_all(name).iter().map(HeaderValue::as_bytes)
+    }
+
+    fn body_length(&self) -> BodyLength {
+        // The stream's DATA frames frame the body; a content-length, when sent, must agree
+        // with them (`h2` checks) and is the declared length.
+        let mut lengths = self.headers_named("content-length");
+        match (lengths.next(), lengths.next()) {
+            (None, _) => BodyLength::Unknown,
+            (Some(v), None) => std::str::from_utf8(v)
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .map_or(BodyLength::Ambiguous, BodyLength::Declared),
+            (Some(_), Some(_)) => BodyLength::Ambiguous,
+        }
+    }
+}
+
+impl Downstream for H2Stream {
+    type Request<'a> = &'a RequestHeader;
+
+    fn request(&self) -> &RequestHeader {
+        self.session.req_header()
+    }
+
+    fn protocol(&self) -> Protocol {
+        Protocol::Http2
+    }
+
+    fn client_ip(&self) -> Option<&str> {
+        self.client_ip.as_deref()
+    }
+
+    async fn read_body(&mut self, max_bytes: usize, body_timeout: Duration) -> Result<(), Reply> {
+        let read = async {
+            while let Some(chunk) = self
+                .session
+                .read_body_bytes()
+                .await
+                .map_err(|_| Reply::BadBody)?
+            {
+                if self.body.len() + chunk.len() > max_bytes {
+                    return Err(Reply::PayloadTooLarge);
+                }
+                self.body.extend_from_slice(&chunk);
+            }
+            Ok(())
+        };
+        timeout(body_timeout, read)
+            .await
+            .unwrap_or(Err(Reply::BodyTimeout))
+    }
+
+    fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    fn cancelled(&mut self) -> bool {
+        self.reset_by_client()
+    }
+
+    async fn send_answer(
+        &mut self,
+        status: u16,
+        headers: &[(&[u8], &[u8])],
+        body: &[u8],
+    ) -> std::io::Result<()> {
+        let head = Self::response_head(status, headers.iter().copied(), Some(body.len() as u64))
+            .ok_or(std::io::ErrorKind::InvalidData)?;
+        let bodiless = self.head_only || body.is_empty() || is_bodiless_status(status);
+        self.ended = true;
+        self.session
+            .write_response_header(head, bodiless)
+            .map_err(std::io::Error::other)?;
+        if !bodiless {
+            self.session
+                .write_body(Bytes::copy_from_slice(body), true)
+                .await
+                .map_err(std::io::Error::other)?;
+        }
+        Ok(())
+    }
+
+    fn wants_decoded(&self) -> bool {
+        // DATA frames frame the body: chunked coding has no place on HTTP/2.
+        true
+    }
+
+    fn start_response<'h>(
+        &mut self,
+        status: u16,
+        _reason: &[u8],
+        headers: impl Iterator<Item = (&'h [u8], &'h [u8])>,
+        body: Framing,
+    ) {
+        let length = match body {
+            Framing::Length(n) => Some(n),
+            _ => None,
+        };
+        self.pending_head = Self::response_head(status, headers, length);
+        self.out.clear();
+    }
+
+    fn out(&mut self) -> &mut BytesMut {
+        &mut self.out
+    }
+
+    async fn send(&mut self, end: bool) -> std::io::Result<()> {
+        if let Some(head) = self.pending_head.take() {
+            if is_bodiless_status(head.status.as_u16()) || self.head_only {
+                self.out.clear();
+            }
+            self.ended = end && self.out.is_empty();
+            self.session
+                .write_response_header(head, self.ended)
+                .map_err(std::io::Error::other)?;
+        }
+        if self.ended {
+            self.out.clear();
+            return Ok(());
+        }
+        if self.out.is_empty() && !end {
+            return Ok(());
+        }
+        self.ended = end;
+        let data = self.out.split().freeze();
+        self.session
+            .write_body(data, end)
+            .await
+            .map_err(std::io::Error::other)
+    }
+
+    fn abort(&mut self) {
+        self.session
+            .shutdown_with_reason(h2::Reason::INTERNAL_ERROR);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_serves_at_most_its_streams_and_idles_only_when_none_ran() {
+        let slots = Arc::new(StreamSlots::new(2));
+        let (a, b) = (slots.take().unwrap(), slots.take().unwrap());
+        assert!(slots.take().is_none(), "a third stream is refused");
+        drop(a);
+        let c = slots.take().expect("a slot given back is taken again");
+        let period = Duration::from_secs(10);
+        // Not idle while streams run, nor for a period in which one started.
+        let idle = tokio::spawn({
+            let slots = slots.clone();
+            async move { slots.idle_for(period).await }
+        });
+        tokio::time::sleep(period * 3).await;
+        assert!(!idle.is_finished());
+        drop((b, c));
+        tokio::time::sleep(period / 2).await;
+        let d = slots.take().unwrap();
+        drop(d);
+        tokio::time::sleep(period).await;
+        assert!(!idle.is_finished(), "a stream started within the period");
+        tokio::time::sleep(period * 2).await;
+        assert!(idle.is_finished());
+    }
+}

@@ -1,0 +1,264 @@
+//! Pass/fail thresholds, as k6 has them: `METRIC OP VALUE` (`p99<50ms`, `errors<0.1%`,
+//! `rps>1800`), parsed once from the command line (`--threshold`, and `--slo` for
+//! `--find-max`) and judged against a finished report.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::Serialize;
+
+use super::report::Report;
+use super::LoadError;
+
+/// What a threshold measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Metric {
+    P50,
+    P90,
+    P99,
+    P99_9,
+    Max,
+    Mean,
+    /// Failed requests (non-2xx, no answer, never sent) over all requests.
+    Errors,
+    /// Achieved responses per second.
+    Rps,
+}
+
+/// The metric names a threshold accepts, with the name it is reported under.
+const METRICS: [(&str, Metric); 8] = [
+    ("p50", Metric::P50),
+    ("p90", Metric::P90),
+    ("p99", Metric::P99),
+    ("p99.9", Metric::P99_9),
+    ("max", Metric::Max),
+    ("mean", Metric::Mean),
+    ("errors", Metric::Errors),
+    ("rps", Metric::Rps),
+];
+
+impl Metric {
+    pub fn name(self) -> &'static str {
+        METRICS
+            .iter()
+            .find(|(_, m)| *m == self)
+            .map(|(n, _)| *n)
+            .expect("every metric is in METRICS")
+    }
+
+    /// The unit of its limit and value: milliseconds, a ratio (0 to 1), or requests/s.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Metric::Errors => "ratio",
+            Metric::Rps => "req/s",
+            _ => "ms",
+        }
+    }
+
+    /// The metric's value in a report; `None` when the run measured nothing it could judge
+    /// (no response for a latency, no request for the error ratio): such a threshold fails.
+    pub fn value(self, r: &Report) -> Option<f64> {
+        let l = &r.latency_ms;
+        let latency = |v: f64| (r.responses > 0).then_some(v);
+        match self {
+            Metric::P50 => latency(l.p50),
+            Metric::P90 => latency(l.p90),
+            Metric::P99 => latency(l.p99),
+            Metric::P99_9 => latency(l.p99_9),
+            Metric::Max => latency(l.max),
+            Metric::Mean => latency(l.mean),
+            Metric::Errors => r.error_ratio(),
+            Metric::Rps => Some(r.throughput_rps),
+        }
+    }
+
+    /// A value in the metric's unit, for people.
+    pub fn show(self, v: f64) -> String {
+        match self {
+            Metric::Errors => format!("{}%", trim_float(v * 100.0, 4)),
+            Metric::Rps => format!("{v:.1} req/s"),
+            _ => format!("{v:.3} ms"),
+        }
+    }
+}
+
+/// `v` with at most `decimals` decimals and no trailing zeros.
+fn trim_float(v: f64, decimals: usize) -> String {
+    let s = format!("{v:.decimals$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_owned()
+    } else {
+        s
+    }
+}
+
+/// How the measured value must compare with the limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cmp {
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl Cmp {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cmp::Lt => "<",
+            Cmp::Le => "<=",
+            Cmp::Gt => ">",
+            Cmp::Ge => ">=",
+        }
+    }
+
+    fn holds(self, value: f64, limit: f64) -> bool {
+        match self {
+            Cmp::Lt => value < limit,
+            Cmp::Le => value <= limit,
+            Cmp::Gt => value > limit,
+            Cmp::Ge => value >= limit,
+        }
+    }
+}
+
+/// One threshold: `metric op limit`, the limit in the metric's unit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Threshold {
+    /// As given, for messages and the report.
+    pub text: String,
+    pub metric: Metric,
+    pub cmp: Cmp,
+    pub limit: f64,
+}
+
+impl fmt::Display for Threshold {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl FromStr for Threshold {
+    type Err = LoadError;
+
+    fn from_str(s: &str) -> Result<Self, LoadError> {
+        let bad = |why: String| LoadError::Threshold(s.to_owned(), why);
+        let at = s
+            .find(['<', '>'])
+            .ok_or_else(|| bad("no comparison: use <, <=, > or >= (e.g. p99<50ms)".into()))?;
+        let (name, rest) = s.split_at(at);
+        let (cmp, value) = match (rest.as_bytes()[0], rest.as_bytes().get(1)) {
+            (b'<', Some(b'=')) => (Cmp::Le, &rest[2..]),
+            (b'<', _) => (Cmp::Lt, &rest[1..]),
+            (b'>', Some(b'=')) => (Cmp::Ge, &rest[2..]),
+            _ => (Cmp::Gt, &rest[1..]),
+        };
+        let metric = metric_named(name.trim()).ok_or_else(|| {
+            bad(format!(
+                "unknown metric {:?} (known: {})",
+                name.trim(),
+                METRICS.map(|(n, _)| n).join(", ")
+            ))
+        })?;
+        let limit = parse_limit(metric, value.trim()).map_err(bad)?;
+        Ok(Threshold {
+            text: s.trim().to_owned(),
+            metric,
+            cmp,
+            limit,
+        })
+    }
+}
+
+/// A metric by name; k6's `p(99)` spelling and `p99_9` are accepted too.
+fn metric_named(name: &str) -> Option<Metric> {
+    let name = name.to_ascii_lowercase();
+    let name = match name.strip_prefix("p(").and_then(|n| n.strip_suffix(')')) {
+        Some(q) => format!("p{q}"),
+        None => name.replace('_', "."),
+    };
+    METRICS.iter().find(|(n, _)| *n == name).map(|(_, m)| *m)
+}
+
+/// The limit in the metric's unit: latencies in ms (`50ms`, `1.5s`, `800us`; a plain number is
+/// ms, as in k6), the error ratio as a percentage (`0.1%`) or a ratio (`0.001`), rates as a
+/// number (`1800`, `1800/s`).
+fn parse_limit(metric: Metric, text: &str) -> Result<f64, String> {
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (num, unit) = text.split_at(split);
+    let n: f64 = num
+        .parse()
+        .ok()
+        .filter(|n: &f64| n.is_finite() && *n >= 0.0)
+        .ok_or_else(|| format!("{text:?} is not a number >= 0"))?;
+    let unit = unit.trim();
+    match metric {
+        Metric::Errors => match unit {
+            "%" if n <= 100.0 => Ok(n / 100.0),
+            "" if n <= 1.0 => Ok(n),
+            "" => Err(format!(
+                "{text:?}: give a percentage (e.g. 0.1%) or a ratio from 0 to 1"
+            )),
+            _ => Err(format!("{text:?}: give a percentage (e.g. 0.1%)")),
+        },
+        Metric::Rps => match unit {
+            "" | "/s" | "req/s" => Ok(n),
+            _ => Err(format!("{text:?}: give requests per second (e.g. 1800)")),
+        },
+        _ => match unit {
+            "" | "ms" => Ok(n),
+            "us" | "µs" => Ok(n / 1000.0),
+            "s" => Ok(n * 1000.0),
+            _ => Err(format!(
+                "{text:?}: give a latency such as 50ms, 1.5s or 800us"
+            )),
+        },
+    }
+}
+
+/// A threshold judged against a run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Verdict {
+    /// As given on the command line.
+    pub threshold: String,
+    pub metric: &'static str,
+    pub op: &'static str,
+    /// In `unit`.
+    pub limit: f64,
+    /// What the run measured, in `unit`; null when it measured nothing to judge.
+    pub actual: Option<f64>,
+    pub unit: &'static str,
+    pub passed: bool,
+}
+
+impl Threshold {
+    pub fn judge(&self, r: &Report) -> Verdict {
+        let actual = self.metric.value(r);
+        Verdict {
+            threshold: self.text.clone(),
+            metric: self.metric.name(),
+            op: self.cmp.as_str(),
+            limit: self.limit,
+            actual,
+            unit: self.metric.unit(),
+            passed: actual.is_some_and(|v| self.cmp.holds(v, self.limit)),
+        }
+    }
+}
+
+impl Verdict {
+    /// `p99<50ms (p99 73.214 ms)`, or `(nothing measured)`.
+    pub fn describe(&self) -> String {
+        let metric = metric_named(self.metric).expect("verdicts name known metrics");
+        match self.actual {
+            Some(v) => format!("{} ({} {})", self.threshold, self.metric, metric.show(v)),
+            None => format!("{} (nothing measured)", self.threshold),
+        }
+    }
+}
+
+/// Judges every threshold against a report.
+pub fn judge_all(thresholds: &[Threshold], r: &Report) -> Vec<Verdict> {
+    thresholds.iter().map(|t| t.judge(r)).collect()
+}

@@ -1,0 +1,466 @@
+//! HTTP/2 for clients, against the real binary, with clients nobody here wrote: curl over TLS
+//! (ALPN) and with prior knowledge (h2c), the Python `h2` library for streams and for the
+//! known attacks as raw frames, and h2load for many concurrent streams.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use agent_gateway::config::FileConfig;
+use common::pki::make_pki;
+use common::python::venv_bin;
+use common::*;
+use serde_json::{json, Value};
+
+const H2CLIENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/common/h2client.py");
+const VERIFY_V1: &str = "/api/v1/verify/request";
+const STATUS_V1: &str = "/api/v1/transaction/t/status";
+
+fn curl(args: &[&str]) -> Output {
+    Command::new("curl")
+        .args(["-sS", "--max-time", "10"])
+        .args(args)
+        .output()
+        .expect("curl runs")
+}
+
+/// curl's `-w` summary of an exchange: protocol version and status, then the body.
+fn curl_call(args: &[&str]) -> (String, u16, String) {
+    let out = curl(&[args, &["-w", "\n%{http_version} %{http_code}"]].concat());
+    if !out.status.success() {
+        eprintln!("curl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, summary) = text.rsplit_once('\n').unwrap_or(("", &text));
+    let (version, code) = summary.split_once(' ').unwrap_or(("", "0"));
+    (
+        version.to_owned(),
+        code.parse().unwrap_or(0),
+        body.to_owned(),
+    )
+}
+
+fn auth_args() -> Vec<&'static str> {
+    vec![
+        "-H",
+        "X-Service-Agent-Id: agent-1",
+        "-H",
+        "X-Auth-Token: secret",
+        "-H",
+        "Content-Type: application/json",
+    ]
+}
+
+/// Runs a command of tests/common/h2client.py against `addr`; its JSON output.
+fn h2client(command: &str, addr: SocketAddr, args: &[&str]) -> Value {
+    let out = Command::new(venv_bin().join("python"))
+        .arg(H2CLIENT)
+        .arg(command)
+        .arg(addr.ip().to_string())
+        .arg(addr.port().to_string())
+        .args(args)
+        .output()
+        .expect("python runs");
+    assert!(
+        out.status.success(),
+        "h2client {command} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+/// Streams on one connection: (method, path, extra headers, body) each.
+fn streams(addr: SocketAddr, spec: Value) -> Vec<Value> {
+    let answers = h2client("requests", addr, &[&spec.to_string()]);
+    answers.as_array().unwrap().clone()
+}
+
+fn auth_headers() -> Value {
+    json!([
+        ["x-service-agent-id", "agent-1"],
+        ["x-auth-token", "secret"],
+        ["content-type", "application/json"]
+    ])
+}
+
+#[test]
+fn a_plaintext_port_serves_h2c_with_prior_knowledge_and_http11_alike() {
+    let backend = Backend::start();
+    let gw = Gateway::start(&[backend.addr]);
+    let url = format!("http://{}{VERIFY_V1}", gw.proxy);
+    let mut args = vec!["--http2-prior-knowledge", "-X", "POST", "-d", BODY];
+    args.extend(auth_args());
+    args.push(&url);
+    let (version, status, body) = curl_call(&args);
+    assert_eq!((version.as_str(), status), ("2", 200), "{body}");
+    assert!(
+        body.contains("/api/v2/verify/ORG_DEFAULT/request"),
+        "{body}"
+    );
+    let seen = backend.last();
+    assert_eq!(seen.body, BODY.as_bytes());
+    assert!(seen.header("x-request-id").is_some());
+    assert_eq!(seen.header("host"), Some(gw.proxy.to_string().as_str()));
+
+    let mut args = vec!["--http1.1", "-X", "POST", "-d", BODY];
+    args.extend(auth_args());
+    args.push(&url);
+    let (version, status, _) = curl_call(&args);
+    assert_eq!((version.as_str(), status), ("1.1", 200));
+    assert_eq!(backend.count(), 2, "each request forwarded once");
+}
+
+#[test]
+fn the_tls_listener_offers_h2_by_alpn_and_http11_to_those_who_ask() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = make_pki(dir.path(), "gw");
+    let backend = Backend::start();
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.listen.tls_cert = Some(pki.cert.clone());
+    cfg.listen.tls_key = Some(pki.key.clone());
+    let gw = Gateway::builder(cfg).start();
+    let url = format!("https://localhost:{}{STATUS_V1}", gw.proxy.port());
+    let resolve = format!("localhost:{}:127.0.0.1", gw.proxy.port());
+    for (flag, want) in [("--http2", "2"), ("--http1.1", "1.1")] {
+        let mut args = vec![flag, "--cacert", &pki.ca, "--resolve", &resolve];
+        args.extend(auth_args());
+        args.push(&url);
+        let (version, status, body) = curl_call(&args);
+        assert_eq!((version.as_str(), status), (want, 200), "{flag}: {body}");
+    }
+    assert_eq!(backend.count(), 2);
+}
+
+#[test]
+fn http2_off_serves_only_http11_on_both_listeners() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = make_pki(dir.path(), "gw");
+    let backend = Backend::start();
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.listen.http2 = false;
+    let plain = Gateway::builder(cfg.clone()).start();
+    let url = format!("http://{}{STATUS_V1}", plain.proxy);
+    let mut args = vec!["--http2-prior-knowledge"];
+    args.extend(auth_args());
+    args.push(&url);
+    let (_, status, _) = curl_call(&args);
+    assert_ne!(status, 200, "no h2c when http2 is off");
+
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.listen.http2 = false;
+    cfg.listen.tls_cert = Some(pki.cert.clone());
+    cfg.listen.tls_key = Some(pki.key.clone());
+    let tls = Gateway::builder(cfg).start();
+    let url = format!("https://localhost:{}{STATUS_V1}", tls.proxy.port());
+    let resolve = format!("localhost:{}:127.0.0.1", tls.proxy.port());
+    let mut args = vec!["--http2", "--cacert", &pki.ca, "--resolve", &resolve];
+    args.extend(auth_args());
+    args.push(&url);
+    let (version, status, _) = curl_call(&args);
+    assert_eq!(
+        (version.as_str(), status),
+        ("1.1", 200),
+        "ALPN offers only http/1.1"
+    );
+}
+
+#[test]
+fn every_stream_gets_what_an_http11_request_gets() {
+    let backend = Backend::start();
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.limits.max_body_bytes = 2048;
+    cfg.retirement.deprecated_at = Some("2026-06-01T00:00:00Z".into());
+    let gw = Gateway::builder(cfg).start();
+    let big = format!(r#"{{"business_code":"{}"}}"#, "x".repeat(4000));
+    let answers = streams(
+        gw.proxy,
+        json!([
+            {"method": "POST", "path": VERIFY_V1, "headers": auth_headers(), "body": BODY},
+            {"method": "POST", "path": "/api/v2/verify/SVC/request", "headers": auth_headers(), "body": BODY},
+            {"method": "POST", "path": VERIFY_V1, "headers": [["x-service-agent-id", "agent-1"], ["x-auth-token", "wrong"]], "body": "{}"},
+            {"method": "GET", "path": "/nope", "headers": auth_headers()},
+            {"method": "GET", "path": VERIFY_V1, "headers": auth_headers()},
+            {"method": "POST", "path": VERIFY_V1, "headers": [["x-service-agent-id", "agent-1"], ["x-auth-token", "secret"], ["content-type", "text/plain"]], "body": "{}"},
+            {"method": "POST", "path": VERIFY_V1, "headers": auth_headers(), "body": "{}"},
+            {"method": "POST", "path": VERIFY_V1, "headers": auth_headers(), "body": big},
+            {"method": "HEAD", "path": "/nope", "headers": auth_headers()},
+            {"method": "GET", "path": STATUS_V1, "headers": [["x-service-agent-id", "agent-1"], ["x-auth-token", "secret"], ["x-big", "y".repeat(40_000)]]},
+        ]),
+    );
+    let got: Vec<(u64, String)> = answers
+        .iter()
+        .map(|a| {
+            let body: Value =
+                serde_json::from_str(a["body"].as_str().unwrap()).unwrap_or(Value::Null);
+            (
+                a["status"].as_u64().unwrap_or(0),
+                body["message_code"].to_string(),
+            )
+        })
+        .collect();
+    let want = [
+        (200, "0"),
+        (200, "0"),
+        (401, "null"),
+        (404, "40400"),
+        (405, "40500"),
+        (415, "41500"),
+        (400, "40002"),
+        (413, "41300"),
+        (404, "null"),
+        (431, "43100"),
+    ];
+    for (i, ((status, code), (want_status, want_code))) in got.iter().zip(want).enumerate() {
+        assert_eq!(
+            (*status, code.as_str()),
+            (want_status, want_code),
+            "stream {i}: {}",
+            answers[i]
+        );
+    }
+    // v1 answers carry the retirement signals, v2 ones not; every answer its request id.
+    assert_eq!(answers[0]["headers"]["deprecation"], "@1780272000");
+    assert!(answers[1]["headers"]["deprecation"].is_null());
+    assert!(answers
+        .iter()
+        .all(|a| a["headers"]["x-request-id"].is_string()));
+    assert_eq!(answers[2]["body"], "\"not authorized\"");
+    assert_eq!(answers[8]["body"], "", "no body in an answer to HEAD");
+    assert!(answers[8]["headers"]["content-length"].is_string());
+    assert_eq!(backend.count(), 2, "only the two admitted requests went on");
+    let logged: Vec<Value> = gw.access_log();
+    assert!(logged.iter().all(|l| l["protocol"] == "h2"), "{logged:?}");
+}
+
+#[test]
+fn h2load_many_concurrent_streams_reach_the_backend_exactly_once_each() {
+    let backend = Backend::start();
+    let gw = Gateway::start(&[backend.addr]);
+    let dir = tempfile::tempdir().unwrap();
+    let body = dir.path().join("body.json");
+    std::fs::write(&body, BODY).unwrap();
+    let out = Command::new("h2load")
+        .args(["-n", "2000", "-c", "4", "-m", "32", "-d"])
+        .arg(&body)
+        .args([
+            "-H",
+            "x-service-agent-id: agent-1",
+            "-H",
+            "x-auth-token: secret",
+            "-H",
+            "content-type: application/json",
+        ])
+        .arg(format!("http://{}{VERIFY_V1}", gw.proxy))
+        .output()
+        .expect("h2load runs");
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.contains("2000 succeeded, 0 failed, 0 errored"),
+        "{report}"
+    );
+    assert!(report.contains("status codes: 2000 2xx"), "{report}");
+    assert_eq!(backend.count(), 2000);
+    assert_eq!(
+        gw.metric("agent_gateway_requests_by_protocol_total{protocol=\"h2\"}"),
+        2000.0
+    );
+    assert_eq!(
+        gw.metric("agent_gateway_connections_total{protocol=\"h2\"}"),
+        4.0
+    );
+}
+
+/// A gateway (its test config changed by `edit`) in front of a backend, to be attacked.
+fn under_attack(edit: impl FnOnce(&mut FileConfig)) -> (Backend, Gateway) {
+    let backend = Backend::start();
+    let mut cfg = test_config(&[backend.addr]);
+    edit(&mut cfg);
+    (backend, Gateway::builder(cfg).start())
+}
+
+fn still_served(gw: &Gateway) {
+    let resp = get(gw.proxy, STATUS_V1);
+    assert_eq!(resp.status, 200, "another client is still served");
+}
+
+#[test]
+fn rapid_reset_streams_neither_reach_the_backend_in_bulk_nor_stop_the_gateway() {
+    let (backend, gw) = under_attack(|_| {});
+    let result = h2client("rapid-reset", gw.proxy, &["1000", STATUS_V1]);
+    assert!(
+        result["goaway"].as_u64() == Some(11) || result["closed"] == true,
+        "the attacking connection is told to calm down or closed: {result}"
+    );
+    assert!(
+        backend.count() < 100,
+        "{} of 1000 reset streams reached the backend",
+        backend.count()
+    );
+    still_served(&gw);
+}
+
+#[test]
+fn a_continuation_flood_ends_its_connection() {
+    let (backend, gw) = under_attack(|_| {});
+    let result = h2client("continuation-flood", gw.proxy, &["10000"]);
+    assert!(
+        result["goaway"].is_u64() || result["closed"] == true,
+        "the flooding connection is ended: {result}"
+    );
+    assert!(
+        result["sent"].as_u64().unwrap() < 10000,
+        "it stopped reading: {result}"
+    );
+    assert_eq!(backend.count(), 0);
+    still_served(&gw);
+}
+
+fn rss_kib(gw: &Gateway) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", gw.child.id())).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn settings_and_ping_floods_are_bounded_and_their_connections_closed() {
+    let (_backend, gw) = under_attack(|cfg| cfg.limits.client_header_timeout_ms = 1500);
+    let before = rss_kib(&gw);
+    for flood in ["settings-flood", "ping-flood"] {
+        let result = h2client(flood, gw.proxy, &["200000"]);
+        // A connection that opens no stream is closed after the header timeout, whatever
+        // frames it sends; until then the flood is answered as fast as it is read.
+        assert!(
+            result["goaway"].is_u64() || result["closed"] == true,
+            "{flood}: {result}"
+        );
+        assert!(
+            result["seconds"].as_f64().unwrap() < 25.0,
+            "{flood}: {result}"
+        );
+        still_served(&gw);
+    }
+    let grown = rss_kib(&gw).saturating_sub(before);
+    assert!(grown < 64 * 1024, "RSS grew {grown} KiB under the floods");
+}
+
+#[test]
+fn a_stream_left_idle_gets_408_and_an_idle_connection_is_closed() {
+    let (backend, gw) = under_attack(|cfg| {
+        cfg.limits.client_body_timeout_ms = 500;
+        cfg.limits.client_header_timeout_ms = 1000;
+    });
+    let result = h2client("idle-stream", gw.proxy, &[VERIFY_V1]);
+    assert_eq!(result["status"], 408, "{result}");
+    assert!(result["body"].as_str().unwrap().contains("40800"));
+    let result = h2client("idle-connection", gw.proxy, &[]);
+    assert!(
+        result["goaway"] == 0 || result["closed"] == true,
+        "{result}"
+    );
+    assert!(result["seconds"].as_f64().unwrap() < 20.0, "{result}");
+    assert_eq!(backend.count(), 0);
+}
+
+/// A backend whose answers take `delay`.
+fn slow_backend(delay: Duration) -> Backend {
+    Backend::with(move |_| {
+        Action::Delay(
+            delay,
+            r#"{"status_code":200,"message_code":0,"message":"slow"}"#.into(),
+        )
+    })
+}
+
+/// Starts the slow-stream client on `gw`; its JSON result once the stream ends.
+fn slow_stream(gw: &Gateway, backend: &Backend) -> std::process::Child {
+    let child = Command::new(venv_bin().join("python"))
+        .arg(H2CLIENT)
+        .args([
+            "slow-stream",
+            "127.0.0.1",
+            &gw.proxy.port().to_string(),
+            STATUS_V1,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until(10, "the request to reach the backend", || {
+        backend.count() == 1
+    });
+    child
+}
+
+fn finished(child: std::process::Child) -> Value {
+    let out = child.wait_with_output().unwrap();
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
+}
+
+#[test]
+fn streams_past_the_limit_are_refused_not_queued() {
+    let backend = slow_backend(Duration::from_millis(500));
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.limits.h2_max_concurrent_streams = 2;
+    let gw = Gateway::builder(cfg).start();
+    let get = json!({"method": "GET", "path": STATUS_V1, "headers": auth_headers()});
+    let answers = streams(gw.proxy, json!([get, get, get, get, get]));
+    let served = answers.iter().filter(|a| a["status"] == 200).count();
+    let refused = answers.iter().filter(|a| a["reset"] == 7).count();
+    assert_eq!((served, refused), (2, 3), "{answers:?}");
+    assert_eq!(backend.count(), 2);
+}
+
+#[test]
+fn sigterm_sends_goaway_and_lets_the_open_stream_finish() {
+    let backend = slow_backend(Duration::from_millis(1500));
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.server.grace_period_seconds = 5;
+    let gw = Gateway::builder(cfg).start();
+    let client = slow_stream(&gw, &backend);
+    gw.terminate();
+    let result = finished(client);
+    assert_eq!(result["status"], 200, "{result}");
+    assert!(
+        result["body"].as_str().unwrap().contains("slow"),
+        "{result}"
+    );
+    assert_eq!(
+        result["goaway_first"], true,
+        "a GOAWAY came before the answer: {result}"
+    );
+}
+
+#[test]
+fn sigquit_hands_over_with_a_goaway_that_lets_the_open_stream_finish() {
+    let backend = slow_backend(Duration::from_millis(1500));
+    let sock_dir = tempfile::tempdir().unwrap();
+    let sock = sock_dir.path().join("upgrade.sock");
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.server.upgrade_sock = sock.display().to_string();
+    cfg.server.grace_period_seconds = 5;
+    let old = Gateway::builder(cfg).start();
+    let client = slow_stream(&old, &backend);
+    let new = Gateway::builder(old.config.clone())
+        .arg("--upgrade")
+        .config_path(&old.config_path)
+        .start();
+    wait_until(10, "the upgrade socket", || sock.exists());
+    signal(old.child.id(), "QUIT");
+    let result = finished(client);
+    assert_eq!(result["status"], 200, "{result}");
+    assert_eq!(result["goaway_first"], true, "{result}");
+    // The new process serves HTTP/2 on the same port.
+    let url = format!("http://{}{STATUS_V1}", new.proxy);
+    let mut args = vec!["--http2-prior-knowledge"];
+    args.extend(auth_args());
+    args.push(&url);
+    let (version, status, _) = curl_call(&args);
+    assert_eq!((version.as_str(), status), ("2", 200));
+}
