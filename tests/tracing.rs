@@ -112,6 +112,7 @@ fn a_client_trace_goes_through_the_gateway_to_the_backend_and_its_span_is_export
         ("http.route", "/api/v1/verify/request"),
         ("url.path", "/api/v1/verify/request"),
         ("url.scheme", "http"),
+        ("network.protocol.version", "1.1"),
         ("server.address", "gw.test"),
         ("client.address", "127.0.0.1"),
         ("user_agent.original", "trace-test/1"),
@@ -156,6 +157,45 @@ fn a_client_trace_goes_through_the_gateway_to_the_backend_and_its_span_is_export
 
     let line = log_line(&gw, answer.header("x-request-id").unwrap());
     assert_eq!(line["trace_id"], CLIENT_TRACE, "{line}");
+}
+
+#[test]
+fn an_http2_request_is_traced_the_same_way() {
+    let (backend, collector) = (Backend::start(), Collector::start());
+    let gw = Gateway::builder(traced(backend.addr, &collector, 0.0)).start();
+    let traceparent = format!("traceparent: {}", sampled_parent());
+    let tracestate = format!("tracestate: {TRACESTATE}");
+    let url = format!("http://{}/api/v1/verify/request", gw.proxy);
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--http2-prior-knowledge"])
+        .args(["-o", "/dev/null", "-w", "%{http_version} %{http_code}"])
+        .args(
+            AUTH.iter()
+                .flat_map(|(n, v)| ["-H".to_owned(), format!("{n}: {v}")]),
+        )
+        .args(["-H", &traceparent, "-H", &tracestate, "-d", BODY, &url])
+        .output()
+        .expect("curl runs");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "2 200", "{out:?}");
+
+    let seen = backend.last();
+    let (trace, parent, flags) = ids(seen.header("traceparent").expect("a traceparent"));
+    assert_eq!((trace.as_str(), flags.as_str()), (CLIENT_TRACE, "01"));
+    assert_eq!(seen.header("tracestate"), Some(TRACESTATE));
+    let span = collector.span_of_trace(CLIENT_TRACE);
+    assert_eq!(span.span_id(), parent);
+    assert_eq!(span.parent_span_id(), CLIENT_SPAN);
+    assert_eq!(span.span.name, "POST /api/v1/verify/request");
+    assert_eq!(
+        span.string("network.protocol.version").as_deref(),
+        Some("2")
+    );
+    assert_eq!(
+        span.string("server.address"),
+        Some(gw.proxy.ip().to_string())
+    );
+    assert_eq!(span.int("server.port"), Some(i64::from(gw.proxy.port())));
+    assert_eq!(span.int("http.response.status_code"), Some(200));
 }
 
 #[test]

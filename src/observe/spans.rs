@@ -10,7 +10,7 @@ use opentelemetry::{Array, KeyValue, StringValue, Value};
 
 use crate::api::openapi::public_path;
 use crate::config::Bases;
-use crate::observe::exchange::{Exchange, Phase};
+use crate::observe::exchange::{Exchange, Phase, Protocol};
 use crate::observe::trace::SpanOutline;
 
 /// Ends the request's span, if it has one, as its record says.
@@ -31,7 +31,12 @@ pub fn outline(ex: &Exchange, bases: &Bases) -> SpanOutline {
         (Some(version), Some(operation)) => Some(public_path(bases, version, operation)),
         _ => None,
     };
+    let protocol_version = match ex.protocol {
+        Protocol::Http1 => "1.1",
+        Protocol::Http2 => "2",
+    };
     let mut attributes = vec![
+        KeyValue::new("network.protocol.version", protocol_version),
         KeyValue::new("agent_gateway.request_id", ex.request_id.clone()),
         KeyValue::new("agent_gateway.auth", ex.auth_outcome()),
     ];
@@ -173,7 +178,7 @@ mod tests {
     use crate::api::operation::{ApiVersion, Operation};
     use crate::api::reply::Reply;
     use crate::config::testing;
-    use crate::observe::exchange::{Protocol, UpstreamErrorKind};
+    use crate::observe::exchange::UpstreamErrorKind;
 
     fn routed(status: u16) -> Exchange {
         let mut ex = Exchange::start(
