@@ -31,6 +31,12 @@
 #   log, like the peers' access_log off; "info" logs every request to a file)
 #   A second gateway variant for A/B runs, agent-gateway-b on :8084, starts when any of
 #   GATEWAY_B_BIN, GATEWAY_B_SERVER, GATEWAY_B_LOG_LEVEL is set, and joins the default TARGETS.
+#   Tracing: agent-gateway-trace-0.01 (:8088) and agent-gateway-trace-1 (:8089) are the same
+#   gateway with [tracing] on at sample_ratio 0.01 and 1.0 (wrk sends no traceparent, so the
+#   ratio decides), exporting over OTLP/HTTP to a sink (nginx answering 200 on :14318, on
+#   LOAD_CPU); agent-gateway is the same gateway with tracing off. Name them in TARGETS, e.g.
+#   TARGETS="agent-gateway agent-gateway-trace-0.01 agent-gateway-trace-1"; the table then
+#   also gives their ratios to agent-gateway, and the spans each exported and dropped.
 #   RESULTS (a file to keep the per-round TSV in) LOAD_VS_WRK (1)
 #   HTTP/2: H2_TARGETS (none by default; "agent-gateway nginx-h2" measures the gateway and nginx
 #   doing the same job over h2c, nginx-h2 being the peer config with `listen ... http2`) with
@@ -124,14 +130,18 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-declare -A PORT=([direct]=9000 [agent-gateway]=8083 [agent-gateway-b]=8084 [rl-local]=8085 [rl-redis]=8086 [nginx]=8081 [haproxy]=8082 [nginx-h2]=8087)
+declare -A PORT=([direct]=9000 [agent-gateway]=8083 [agent-gateway-b]=8084 [rl-local]=8085 [rl-redis]=8086 [nginx]=8081 [haproxy]=8082 [nginx-h2]=8087
+  [agent-gateway-trace-0.01]=8088 [agent-gateway-trace-1]=8089)
 REDIS_PORT=6399
+# The tracing variants' admin listeners (their span counters) and the OTLP sink they export to.
+declare -A ADMIN_PORT=([agent-gateway-trace-0.01]=9186 [agent-gateway-trace-1]=9187)
+OTLP_SINK_PORT=14318
 H2_TARGETS=${H2_TARGETS:-}
 H2_CONNS=${H2_CONNS:-8}
 H2_STREAMS=${H2_STREAMS:-32}
 declare -A MAINPID=()
 
-for port in 9000 8081 8082 8083 8084 8085 8086 8087 "$REDIS_PORT"; do
+for port in 9000 8081 8082 8083 8084 8085 8086 8087 8088 8089 9186 9187 "$REDIS_PORT" "$OTLP_SINK_PORT"; do
   if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
     die "127.0.0.1:$port is already in use (a previous run, or a demo?)"
   fi
@@ -150,10 +160,11 @@ grep -q 'listen 127.0.0.1:8087 http2' "$WORK/gateway-nginx-h2.conf" \
 
 # The agent and token wrk sends (shared/peers/post-verify.lua), stored as its digest.
 TOKEN_SHA256=$(printf '%s' secret | "$GATEWAY_BIN" hash-token)
-gateway_config() { # port, extra [server] lines, extra lines for the agent and after it
+gateway_config() { # port, extra [server] lines, [admin port, lines after the agent's token: its own keys, then tables]
   cat <<EOF
 [listen]
 proxy = "127.0.0.1:$1"
+${3:+admin = \"127.0.0.1:$3\"}
 [server]
 threads = 1
 grace_period_seconds = 0
@@ -165,20 +176,43 @@ addresses = ["127.0.0.1:9000"]
 [[auth.agents]]
 id = "agent-1"
 token_sha256 = "$TOKEN_SHA256"
-${3:-}
 EOF
+  printf '%s\n' "${4:-}"
 }
 gateway_config 8083 "$GATEWAY_SERVER" >"$WORK/gateway.toml"
 gateway_config 8084 "$GATEWAY_B_SERVER" >"$WORK/gateway-b.toml"
 # A limit no run reaches: every request is decided, none refused.
 RL_AGENT='rate_limit_per_second = 1000000000
 burst = 1000000000'
-gateway_config 8085 "$GATEWAY_SERVER" "$RL_AGENT" >"$WORK/rl-local.toml"
-gateway_config 8086 "$GATEWAY_SERVER" "$RL_AGENT
+gateway_config 8085 "$GATEWAY_SERVER" "" "$RL_AGENT" >"$WORK/rl-local.toml"
+gateway_config 8086 "$GATEWAY_SERVER" "" "$RL_AGENT
 [rate_limit]
 backend = \"redis\"
 redis_url = \"redis://127.0.0.1:$REDIS_PORT/0\"
 on_redis_error = \"deny\"" >"$WORK/rl-redis.toml"
+for ratio in 0.01 1; do
+  t=agent-gateway-trace-$ratio
+  gateway_config "${PORT[$t]}" "$GATEWAY_SERVER" "${ADMIN_PORT[$t]}" "[tracing]
+otlp_endpoint = \"http://127.0.0.1:$OTLP_SINK_PORT\"
+sample_ratio = $ratio" >"$WORK/$t.toml"
+done
+# The OTLP collector stand-in: takes each export request and answers 200.
+cat >"$WORK/otlp-sink.conf" <<EOF
+worker_processes 1;
+daemon off;
+pid $WORK/otlp-sink.pid;
+error_log $WORK/otlp-sink.err warn;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    client_max_body_size 0;
+    keepalive_requests 1000000;
+    server {
+        listen 127.0.0.1:$OTLP_SINK_PORT;
+        location / { return 200; }
+    }
+}
+EOF
 
 start() { # name, cpu, command...
   local name=$1 cpu=$2
@@ -228,6 +262,10 @@ if [[ " $TARGETS " == *" rl-redis "* ]]; then
     --appendonly no --dir "$WORK"
   wait_port redis "$REDIS_PORT"
 fi
+if [[ " $TARGETS " == *" agent-gateway-trace-"* ]]; then
+  start otlp-sink "$LOAD_CPU" nginx -p "$WORK" -c "$WORK/otlp-sink.conf"
+  wait_port otlp-sink "$OTLP_SINK_PORT"
+fi
 for t in $TARGETS $H2_TARGETS; do
   [ -n "${MAINPID[$t]:-}" ] && continue
   case $t in
@@ -238,7 +276,7 @@ for t in $TARGETS $H2_TARGETS; do
     agent-gateway-b)
       start "$t" "$PROXY_CPU" env -u RUST_LOG "$GATEWAY_B_BIN" run --config "$WORK/gateway-b.toml" \
         --log-format json --log-level "$GATEWAY_B_LOG_LEVEL" ;;
-    rl-local | rl-redis)
+    rl-local | rl-redis | agent-gateway-trace-*)
       start "$t" "$PROXY_CPU" env -u RUST_LOG "$GATEWAY_BIN" run --config "$WORK/$t.toml" \
         --log-format json --log-level "$GATEWAY_LOG_LEVEL" ;;
     nginx) start "$t" "$PROXY_CPU" nginx -p "$WORK" -c "$WORK/gateway-nginx.conf" ;;
@@ -413,6 +451,20 @@ for t in $TARGETS; do
   [ "$t" = direct ] && continue
   record "$ROUNDS" "$t" peak_rss_mib "$(awk -v k="$(status_kb "$t" VmHWM)" 'BEGIN {printf "%.1f", k / 1024}')"
 done
+# What the tracing variants did with their spans over the whole run.
+for t in $TARGETS; do
+  [ -n "${ADMIN_PORT[$t]:-}" ] || continue
+  metrics=$(curl -s "http://127.0.0.1:${ADMIN_PORT[$t]}/metrics")
+  for series in exported dropped_queue_full dropped_export_failed; do
+    case $series in
+      exported) name='agent_gateway_trace_spans_exported_total' ;;
+      dropped_queue_full) name='agent_gateway_trace_spans_dropped_total{reason="queue_full"}' ;;
+      dropped_export_failed) name='agent_gateway_trace_spans_dropped_total{reason="export_failed"}' ;;
+    esac
+    record "$ROUNDS" "$t" "spans_$series" \
+      "$(awk -v n="$name" '$1 == n {print $2; found = 1} END {if (!found) print 0}' <<<"$metrics")"
+  done
+done
 [ -n "${RESULTS:-}" ] && cp "$RESULTS_TSV" "$RESULTS"
 
 # --- the table --------------------------------------------------------------------------------
@@ -433,13 +485,14 @@ cols = [("max_rps", "max req/s", "{:.0f}"), ("p50_ms", "p50 ms", "{:.3f}"),
         ("load_vs_wrk", "load/wrk req/s", "{:.2f}x")]
 med = {(t, k): statistics.median(vals[(t, k)]) for t in targets for k, _, _ in cols if vals[(t, k)]}
 w = 16
+nw = max([w] + [len(t) + 1 for t in targets])  # the target column fits the longest name
 print()
 print(f"medians of ${ROUNDS} rounds; proxies on CPU ${PROXY_CPU}, wrk/load/backend on CPU ${LOAD_CPU}; "
       f"max: wrk -t1 -c${CONNS} -d${DURATION}s; latency: agent-gateway load --rate ${LAT_RATE} "
       f"-c ${LAT_CONNS} ${LAT_DURATION}s (from intended start)")
-print("target".ljust(w) + "".join(h.rjust(w + 4) for _, h, _ in cols))
+print("target".ljust(nw) + "".join(h.rjust(w + 4) for _, h, _ in cols))
 for t in targets:
-    print(t.ljust(w) + "".join((f.format(med[(t, k)]) if (t, k) in med else "-").rjust(w + 4) for k, _, f in cols))
+    print(t.ljust(nw) + "".join((f.format(med[(t, k)]) if (t, k) in med else "-").rjust(w + 4) for k, _, f in cols))
 if "nginx" in targets:
     print("ratio to nginx")
     for t in targets:
@@ -452,7 +505,26 @@ if "nginx" in targets:
                 continue
             a, b = med.get((t, k)), med.get(("nginx", k))
             cells.append((f"{a / b:.2f}x" if a is not None and b else "-").rjust(w + 4))
-        print(t.ljust(w) + "".join(cells))
+        print(t.ljust(nw) + "".join(cells))
+base = "agent-gateway"
+traced = [t for t in targets if t.startswith("agent-gateway-trace-")]
+if base in targets and traced:
+    print("ratio to agent-gateway (tracing off)")
+    for t in traced:
+        cells = []
+        for k, _, _ in cols:
+            if k == "load_vs_wrk":  # already a ratio, to wrk
+                cells.append("-".rjust(w + 4))
+                continue
+            a, b = med.get((t, k)), med.get((base, k))
+            cells.append((f"{a / b:.3f}x" if a is not None and b else "-").rjust(w + 4))
+        print(t.ljust(nw) + "".join(cells))
+for t in traced:
+    spans = {k: int(vals[(t, f"spans_{k}")][0]) if vals[(t, f"spans_{k}")] else 0
+             for k in ("exported", "dropped_queue_full", "dropped_export_failed")}
+    print(f"{t} spans over the run: {spans['exported']} exported, "
+          f"{spans['dropped_queue_full']} dropped (queue full), "
+          f"{spans['dropped_export_failed']} dropped (export failed)")
 errs = {t: sum(vals[(t, "max_errors")]) + sum(vals[(t, "rate_errors")])
         + sum(vals[(t, "load_max_errors")]) for t in targets}
 conns = {t: min(vals[(t, "idle_conns_ok")]) for t in targets if vals[(t, "idle_conns_ok")]}

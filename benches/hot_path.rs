@@ -10,6 +10,9 @@
 //!   head ([`agent_gateway::http1`]), into buffers reused per connection as the proxy does.
 //! - `request/*`: everything the gateway does per request outside I/O: `Exchange::start`, a
 //!   minted request id, admission, `identified`, `record`.
+//! - `trace/*`: a request's span as the pipeline makes it ([`Tracer::start`] from the head, the
+//!   `traceparent` for the backend, [`spans::finish`] from the record) with tracing off, at
+//!   sample ratios 0, 0.01 and 1.0, spans going to an exporter that discards them.
 //!
 //! Before the timings it prints heap allocations per call, counted by an instrumented global
 //! allocator (`stats_alloc`: the crate forbids `unsafe`, so the counting `GlobalAlloc` comes
@@ -30,9 +33,13 @@ use agent_gateway::config::file::AgentFile;
 use agent_gateway::config::{testing, FileConfig, Snapshot};
 use agent_gateway::http1::{RequestHead, ResponseHead};
 use agent_gateway::observe::exchange::{Exchange, Protocol};
+use agent_gateway::observe::spans;
 use agent_gateway::observe::telemetry::Telemetry;
+use agent_gateway::observe::trace::{Pipeline, RequestSpan, Tracer};
 use agent_gateway::policy::admit::{admit, Forward, Refusal, RequestFacts};
 use agent_gateway::policy::request_id::RequestIds;
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
@@ -146,6 +153,52 @@ fn allocations(n: usize, mut f: impl FnMut()) -> (f64, f64) {
     )
 }
 
+/// Takes the spans it is given and drops them.
+#[derive(Debug)]
+struct Discard;
+
+impl SpanExporter for Discard {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        drop(black_box(batch));
+        Ok(())
+    }
+}
+
+/// A tracer and the snapshot it serves under: off (`None`), or on at `ratio`, exporting to
+/// [`Discard`] with a queue that does not fill while the bench runs.
+fn tracing_at(ratio: Option<f64>) -> (Tracer, Snapshot) {
+    let mut f = testing::config();
+    if let Some(ratio) = ratio {
+        f.tracing.otlp_endpoint = Some("http://127.0.0.1:4318".into());
+        f.tracing.sample_ratio = ratio;
+        f.tracing.max_queue_size = 1 << 16;
+    }
+    let snap = f.snapshot();
+    let tracer = Tracer::register(&prometheus::Registry::new()).expect("fresh registry");
+    if let Some(settings) = &snap.tracing {
+        let pipeline =
+            Pipeline::with_exporter(Discard, settings, tracer.metrics()).expect("a pipeline");
+        tracer.install(Some(pipeline));
+    }
+    (tracer, snap)
+}
+
+/// One request's span, as the pipeline makes it, on the record `ex` of a served request.
+fn span_one(tracer: &Tracer, snap: &Snapshot, parsed: &Parsed, ex: &mut Exchange) {
+    let view = parsed.head.view(&parsed.buf);
+    ex.span = tracer.start(snap, &view, Some("127.0.0.1"), ex.started_at);
+    black_box(ex.span.as_ref().map(RequestSpan::propagation));
+    spans::finish(ex, &snap.bases);
+}
+
+/// The tracing settings the benches compare: bench name, allocation row, sample ratio.
+const TRACING: [(&str, &str, Option<f64>); 4] = [
+    ("off", "span, tracing off", None),
+    ("ratio_0", "span, ratio 0 (never recorded)", Some(0.0)),
+    ("ratio_0.01", "span, ratio 0.01", Some(0.01)),
+    ("ratio_1", "span, ratio 1 (recorded)", Some(1.0)),
+];
+
 fn print_allocations() {
     let snap = snapshot();
     let telemetry = Telemetry::register(&prometheus::Registry::new()).expect("fresh registry");
@@ -211,6 +264,13 @@ fn print_allocations() {
             allocations(n, || serve_one(&snap, &v1, &ids, &telemetry)),
         ));
     });
+    let v1_head = Parsed::new(V1);
+    for (_, row, ratio) in TRACING {
+        let (tracer, traced_snap) = tracing_at(ratio);
+        let mut traced = served_exchange(&traced_snap);
+        let calls = allocations(n, || span_one(&tracer, &traced_snap, &v1_head, &mut traced));
+        rows.push((row, calls));
+    }
     println!("heap allocations per call (target for admission + metrics: <= 2):");
     for (name, (allocs, bytes)) in rows {
         println!("  {name:<40} {allocs:>6.2} allocations {bytes:>8.0} bytes");
@@ -280,7 +340,24 @@ fn bench_http1(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_admit, bench_http1, bench_telemetry);
+fn bench_trace(c: &mut Criterion) {
+    let v1 = Parsed::new(V1);
+    let mut g = c.benchmark_group("trace");
+    for (name, _, ratio) in TRACING {
+        let (tracer, snap) = tracing_at(ratio);
+        let mut ex = served_exchange(&snap);
+        g.bench_function(name, |b| b.iter(|| span_one(&tracer, &snap, &v1, &mut ex)));
+    }
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    bench_admit,
+    bench_http1,
+    bench_telemetry,
+    bench_trace
+);
 
 fn main() {
     print_allocations();

@@ -503,6 +503,8 @@ fn check_labels_are_bounded(samples: &[Sample], agents: &[&str]) {
                     "brownout",
                     "sunset",
                     "rehearsal",
+                    "queue_full",
+                    "export_failed",
                 ]
                 .contains(&v.as_str()),
                 "kind" if s.name.starts_with("agent_gateway_rate_limit_") => {

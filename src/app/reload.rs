@@ -7,7 +7,9 @@
 //!
 //! Triggers: [`ConfigWatcher`] (the file's parent directory, so in-place writes, renames over
 //! the file and Kubernetes' `..data` symlink swap all count), SIGHUP (in [`crate::app::signals`])
-//! and `POST /-/reload` on the admin listener. All three call [`ConfigStore::reload`].
+//! and `POST /-/reload` on the admin listener. All three call [`ConfigStore::reload`]. Parts
+//! that are built from the config rather than read per request (the span export pipeline)
+//! follow each applied snapshot through [`ConfigStore::on_apply`].
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -189,10 +191,10 @@ impl ConfigStore {
     }
 
     /// Calls `follow` with every snapshot a reload applies, before any request can load it
-    /// (for state that lives beside the snapshot, such as the rate limiter's Redis connection).
-    /// It runs on the reload's thread, so it must not block for long.
-    pub fn on_apply(&mut self, follow: OnApply) {
-        self.on_apply.push(follow);
+    /// (for state that lives beside the snapshot: the rate limiter's Redis connection, the
+    /// span exporter). It runs on the reload's thread, so it must not block for long.
+    pub fn on_apply(&mut self, follow: impl Fn(&Snapshot) + Send + Sync + 'static) {
+        self.on_apply.push(Box::new(follow));
     }
 
     /// The handle requests load their snapshot from.
@@ -381,6 +383,30 @@ mod tests {
     }
 
     #[test]
+    fn hooks_see_each_applied_snapshot_and_no_refused_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = store_on(dir.path(), base());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        store.on_apply(move |s| {
+            log.lock()
+                .unwrap()
+                .push(s.v1_default_service.as_str().to_owned())
+        });
+        let mut f = base();
+        f.v1.default_service = "B".into();
+        write(dir.path(), &f);
+        store.reload(Trigger::Admin, false).unwrap();
+        f.upstream.addresses = vec!["nowhere".into()];
+        write(dir.path(), &f);
+        assert_eq!(
+            store.reload(Trigger::Admin, false).unwrap().result,
+            "failure"
+        );
+        assert_eq!(*seen.lock().unwrap(), ["B"]);
+    }
+
+    #[test]
     fn an_invalid_file_is_refused_whole() {
         let dir = tempfile::tempdir().unwrap();
         let store = store_on(dir.path(), base());
@@ -452,27 +478,6 @@ mod tests {
         ] {
             assert!(!may_change_the_file(&kind), "{kind:?}");
         }
-    }
-
-    #[test]
-    fn followers_see_each_applied_snapshot_and_no_refused_one() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = store_on(dir.path(), base());
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let log = seen.clone();
-        store.on_apply(Box::new(move |s: &Snapshot| {
-            log.lock()
-                .unwrap()
-                .push(s.v1_default_service.as_str().to_owned());
-        }));
-        let mut f = base();
-        f.v1.default_service = "B".into();
-        write(dir.path(), &f);
-        store.reload(Trigger::Admin, false).unwrap();
-        f.upstream.addresses = vec!["nowhere".into()];
-        write(dir.path(), &f);
-        store.reload(Trigger::Admin, false).unwrap();
-        assert_eq!(*seen.lock().unwrap(), ["B"]);
     }
 
     #[test]

@@ -18,9 +18,10 @@ use pingora::services::listening::Service;
 
 use crate::app::admin::AdminApp;
 use crate::app::reload::{ConfigStore, ConfigWatcher};
-use crate::app::signals::Signals;
+use crate::app::signals::{Signals, SPAN_FLUSH};
 use crate::config::{BasePath, Snapshot};
 use crate::observe::telemetry::Telemetry;
+use crate::observe::trace::{ExportError, Tracer};
 use crate::policy::rate_limit::RateLimits;
 use crate::proxy::connect::Connect;
 use crate::proxy::health::{HealthChecker, UpstreamHealth};
@@ -36,6 +37,8 @@ pub enum ServerError {
     Metrics(#[from] prometheus::Error),
     #[error("cannot set up the TLS listener: {0}")]
     Tls(#[from] Box<pingora::Error>),
+    #[error("cannot start tracing: {0}")]
+    Tracing(#[from] ExportError),
 }
 
 /// What `build` needs besides the config.
@@ -61,10 +64,12 @@ fn server_conf(snap: &Snapshot) -> ServerConf {
     }
 }
 
-/// The assembled gateway: a pingora server and the signal handling it runs with.
+/// The assembled gateway: a pingora server, the signal handling it runs with, and the tracer
+/// whose queued spans go out before it exits.
 pub struct Gateway {
     pub server: Server,
     pub signals: Signals,
+    pub tracer: Arc<Tracer>,
 }
 
 impl Gateway {
@@ -73,6 +78,7 @@ impl Gateway {
         self.server.run(RunArgs {
             shutdown_signal: Box::new(self.signals),
         });
+        self.tracer.shutdown(SPAN_FLUSH);
         std::process::exit(0)
     }
 }
@@ -85,18 +91,26 @@ pub fn build(
 ) -> Result<Gateway, ServerError> {
     let snapshot = store.current().load_full();
     let startup = snapshot.startup.clone();
-    // The rate limiter follows `[rate_limit]` on every reload (a new Redis URL reconnects).
-    let rate_limits = Arc::new(RateLimits::new(&snapshot.rate_limit));
-    let following = rate_limits.clone();
-    store.on_apply(Box::new(move |s: &Snapshot| {
-        following.configure(&s.rate_limit)
-    }));
     let mut server = Server::new_with_opt_and_conf(options.pingora_opt, server_conf(&snapshot));
     server.bootstrap();
 
+    let telemetry = Arc::new(Telemetry::register(registry)?);
+    // State that lives beside the snapshot follows it on every reload: the rate limiter's
+    // Redis connection (a new URL reconnects) and the span export pipeline, both built from
+    // the config rather than read per request.
+    let rate_limits = Arc::new(RateLimits::new(&snapshot.rate_limit));
+    let following = rate_limits.clone();
+    store.on_apply(move |snap| following.configure(&snap.rate_limit));
+    let tracer = Arc::new(Tracer::register(registry)?);
+    tracer.configure(snapshot.tracing.as_ref())?;
+    let reconfigured = tracer.clone();
+    store.on_apply(move |snap| {
+        if let Err(e) = reconfigured.configure(snap.tracing.as_ref()) {
+            tracing::error!(error = %e, "tracing keeps its previous settings");
+        }
+    });
     let store = Arc::new(store);
     let config = store.current().clone();
-    let telemetry = Arc::new(Telemetry::register(registry)?);
 
     let health = Arc::new(UpstreamHealth::default());
     let pool = Arc::new(UpstreamPool::new(startup.upstream_keepalive_pool_size));
@@ -109,6 +123,7 @@ pub fn build(
     let proxy_app = ProxyApp::new(
         config.clone(),
         telemetry.clone(),
+        tracer.clone(),
         upstream,
         rate_limits,
         in_flight.clone(),
@@ -172,9 +187,14 @@ pub fn build(
         store,
         in_flight,
         drain,
+        tracer: tracer.clone(),
         grace: Duration::from_secs(startup.grace_period_seconds),
     };
-    Ok(Gateway { server, signals })
+    Ok(Gateway {
+        server,
+        signals,
+        tracer,
+    })
 }
 
 /// The mock v2 backend as a pingora service on `addr`.

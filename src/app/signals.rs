@@ -3,7 +3,8 @@
 //!
 //! pingora's own watcher knows no SIGHUP (whose default action would kill the process), and on
 //! SIGTERM it always sleeps the whole grace period. This watcher reloads on SIGHUP, and after
-//! SIGTERM exits as soon as no request is in flight, at most `grace_period_seconds` later.
+//! SIGTERM exits as soon as no request is in flight, at most `grace_period_seconds` later,
+//! once the spans still queued for export are sent (at most [`SPAN_FLUSH`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,28 +14,35 @@ use pingora::server::{ShutdownSignal, ShutdownSignalWatch};
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::app::reload::{ConfigStore, Trigger};
+use crate::observe::trace::Tracer;
 use crate::proxy::{Drain, InFlight};
 
 /// Time for the listeners to close after SIGTERM before in-flight requests are counted.
 const LISTENER_CLOSE: Duration = Duration::from_millis(200);
 
+/// How long an exiting process waits for its queued spans to be sent.
+pub const SPAN_FLUSH: Duration = Duration::from_secs(2);
+
 pub struct Signals {
     pub store: Arc<ConfigStore>,
     pub in_flight: Arc<InFlight>,
     pub drain: Drain,
+    /// Its queued spans go out before the process exits.
+    pub tracer: Arc<Tracer>,
     pub grace: Duration,
 }
 
 impl Signals {
     /// Exits the process once nothing is in flight; pingora's grace sleep is the upper bound.
     fn exit_when_drained(&self) {
-        let in_flight = self.in_flight.clone();
+        let (in_flight, tracer) = (self.in_flight.clone(), self.tracer.clone());
         let deadline = Instant::now() + self.grace;
         std::thread::spawn(move || {
             std::thread::sleep(LISTENER_CLOSE);
             while Instant::now() < deadline {
                 if in_flight.count() == 0 {
                     tracing::info!("drained: no request in flight, exiting");
+                    tracer.shutdown(SPAN_FLUSH);
                     std::process::exit(0);
                 }
                 std::thread::sleep(Duration::from_millis(20));

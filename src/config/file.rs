@@ -27,6 +27,8 @@ pub struct FileConfig {
     pub validation: ValidationFile,
     #[serde(default)]
     pub rate_limit: RateLimitFile,
+    #[serde(default)]
+    pub tracing: TracingFile,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -349,5 +351,42 @@ impl std::fmt::Debug for RateLimitFile {
             .field("timeout_ms", &self.timeout_ms)
             .field("key_prefix", &self.key_prefix)
             .finish()
+    }
+}
+/// `[tracing]`: W3C trace context and spans exported over OTLP/HTTP (protobuf).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TracingFile {
+    /// The collector's OTLP/HTTP base URL (`http://host:4318`); spans go to its `/v1/traces`.
+    /// Absent: tracing is off.
+    pub otlp_endpoint: Option<String>,
+    /// Share of new traces recorded, 0.0-1.0. Parent-based: a request that arrives with a
+    /// `traceparent` follows its sampled flag instead.
+    pub sample_ratio: f64,
+    /// `service.name` of every span.
+    pub service_name: String,
+    /// Finished spans waiting for export; past this they are dropped (and counted).
+    pub max_queue_size: usize,
+    /// Most spans in one export request.
+    pub max_export_batch_size: usize,
+    /// Longest a finished span waits before its batch is sent.
+    pub scheduled_delay_ms: u64,
+    /// How long one export may take before it counts as failed.
+    pub export_timeout_ms: u64,
+}
+
+impl Default for TracingFile {
+    fn default() -> Self {
+        // OpenTelemetry's own defaults (OTEL_BSP_*), except the timeout: an export that hangs
+        // holds up the ones behind it, so it gives up after 10 s rather than 30.
+        Self {
+            otlp_endpoint: None,
+            sample_ratio: 1.0,
+            service_name: "agent-gateway".into(),
+            max_queue_size: 2048,
+            max_export_batch_size: 512,
+            scheduled_delay_ms: 5000,
+            export_timeout_ms: 10_000,
+        }
     }
 }

@@ -3,8 +3,8 @@
 //! A snapshot can only be built by [`Snapshot::from_file`] (or [`Snapshot::load`]), which
 //! checks every value and reports every problem at once, by key path. Each section is
 //! validated next to its own types ([`auth`], [`limits`], [`rate_limit`], [`retirement`],
-//! [`upstream`]); the value types they share are in [`types`], a leaf. Once built, nothing
-//! re-checks.
+//! [`tracing`], [`upstream`]); the value types they share are in [`types`], a leaf. Once
+//! built, nothing re-checks.
 
 mod auth;
 pub mod file;
@@ -12,6 +12,7 @@ mod limits;
 mod rate_limit;
 mod retirement;
 pub mod testing;
+mod tracing;
 mod types;
 mod upstream;
 
@@ -25,6 +26,7 @@ pub use file::FileConfig;
 pub use limits::{Limits, ValidationMode};
 pub use rate_limit::{OnRedisError, RateLimitBackend, RateLimitConfig, RedisLimitConfig, RedisUrl};
 pub use retirement::{Brownout, Recurrence, Retirement, Terms};
+pub use tracing::TracingSettings;
 pub use types::{
     unix_seconds, BasePath, Bases, BusinessCode, Dates, Repeat, TokenDigest, V1Policy, Weekday,
 };
@@ -99,6 +101,8 @@ pub struct Snapshot {
     pub validation: ValidationMode,
     pub retirement: Retirement,
     pub rate_limit: RateLimitConfig,
+    /// `None` when tracing is off (no `tracing.otlp_endpoint`).
+    pub tracing: Option<TracingSettings>,
 }
 
 /// Whether validation looks host names up.
@@ -273,6 +277,7 @@ impl Snapshot {
         let retirement = retirement::retirement(&f.retirement, &f.auth, &auth.agents, &mut p);
         let limits = limits::limits(&f.limits, &mut p);
         let rate_limit = rate_limit::rate_limit(&f.rate_limit, &mut p);
+        let tracing = tracing::tracing(&f.tracing, &mut p);
         match (startup, bases, v1_default_service) {
             (Some(startup), Some(bases), Some(v1_default_service)) if p.0.is_empty() => {
                 Ok(Snapshot {
@@ -285,6 +290,7 @@ impl Snapshot {
                     validation: f.validation.mode,
                     retirement,
                     rate_limit,
+                    tracing,
                 })
             }
             _ => Err(ConfigError::Invalid(p.0)),

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 
 use super::file::{
     AgentFile, AuthFile, BrownoutFile, LimitsFile, ListenFile, RateLimitFile, RetirementFile,
-    ServerFile, UpstreamFile, V1File, V2File, ValidationFile,
+    ServerFile, TracingFile, UpstreamFile, V1File, V2File, ValidationFile,
 };
 use super::{FileConfig, Snapshot, TokenDigest, V1Policy};
 
@@ -45,6 +45,7 @@ impl FileConfig {
             retirement: RetirementFile::default(),
             validation: ValidationFile::default(),
             rate_limit: RateLimitFile::default(),
+            tracing: TracingFile::default(),
         }
     }
 

@@ -1,11 +1,16 @@
-//! What happened to one request: the record that metrics and the access log are made from.
-//! The data plane writes it as the request is served and never reads it back to decide.
+//! What happened to one request: the record that metrics, the access log and its span are
+//! made from. The data plane writes it as the request is served and never reads it back to
+//! decide.
 
+use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime};
+
+use opentelemetry::trace::TraceId;
 
 use crate::api::operation::{ApiVersion, Operation};
 use crate::api::reply::{Reply, V1Refusal};
 use crate::api::schema::Rule;
+use crate::observe::trace::RequestSpan;
 use crate::policy::admit::{Identified, Refusal};
 use crate::policy::auth::AuthFailure;
 use crate::policy::rate_limit::Decision;
@@ -67,6 +72,49 @@ pub struct UpstreamRecord {
     pub header_time: Option<Duration>,
     /// From sending the request to the end of the backend's response body.
     pub duration: Option<Duration>,
+    /// The backend address of the last attempt.
+    pub address: Option<SocketAddr>,
+    /// When the last attempt started: `header_time` and `duration` count from here.
+    pub started: Option<Instant>,
+    /// The last attempt went on a kept-alive connection from the pool.
+    pub reused: bool,
+    /// How long the last attempt's new connection took to open (none when reused).
+    pub connect_time: Option<Duration>,
+    /// The backend broke off its answer after its head had gone to the client.
+    pub answer_broken: bool,
+}
+
+impl UpstreamRecord {
+    /// Notes an attempt to `address` that starts now, on a pooled connection or not.
+    pub fn attempt(&mut self, address: SocketAddr, started: Instant, reused: bool) {
+        self.address = Some(address);
+        self.started = Some(started);
+        self.reused = reused;
+        self.connect_time = None;
+    }
+}
+
+/// A phase of the pipeline whose end a recorded span marks with an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Admission (route, credentials, policy) and the rate limiter let it through.
+    Admitted,
+    BodyReceived,
+    BodyValidated,
+}
+
+impl Phase {
+    pub const ALL: [Phase; 3] = [Phase::Admitted, Phase::BodyReceived, Phase::BodyValidated];
+    pub const COUNT: usize = Self::ALL.len();
+
+    /// The span event's name.
+    pub fn event_name(self) -> &'static str {
+        match self {
+            Phase::Admitted => "gateway.admitted",
+            Phase::BodyReceived => "gateway.body_received",
+            Phase::BodyValidated => "gateway.body_validated",
+        }
+    }
 }
 
 /// One request's record, filled in as it is served.
@@ -96,6 +144,10 @@ pub struct Exchange {
     pub bytes_in: usize,
     pub bytes_out: usize,
     pub client_aborted: bool,
+    /// The request's span, when tracing is on.
+    pub span: Option<RequestSpan>,
+    /// When each phase ended; noted only when the span is recorded.
+    pub phase_ends: [Option<Instant>; Phase::COUNT],
 }
 
 impl Exchange {
@@ -120,7 +172,22 @@ impl Exchange {
             bytes_in: 0,
             bytes_out: 0,
             client_aborted: false,
+            span: None,
+            phase_ends: [None; Phase::COUNT],
         }
+    }
+
+    /// Notes that `phase` ended now, for the span's events: a branch when the span is not
+    /// recorded.
+    pub fn reached(&mut self, phase: Phase) {
+        if self.span.as_ref().is_some_and(RequestSpan::is_recording) {
+            self.phase_ends[phase as usize] = Some(Instant::now());
+        }
+    }
+
+    /// The trace the request belongs to, when tracing is on.
+    pub fn trace_id(&self) -> Option<TraceId> {
+        self.span.as_ref().map(RequestSpan::trace_id)
     }
 
     /// Notes how far the request was understood.

@@ -428,6 +428,8 @@ impl Telemetry {
             bytes_out = ex.bytes_out,
             auth = ex.auth_outcome(),
             client_aborted = ex.client_aborted,
+            // Joins the line to the request's trace (absent when tracing is off).
+            trace_id = ex.trace_id().map(tracing::field::display),
             "request"
         );
     }

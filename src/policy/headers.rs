@@ -1,6 +1,7 @@
 //! Header rules, one table each: the request headers that describe the client's hop or are
-//! the gateway's own to write, the answer headers that describe the backend's hop or its
-//! framing, and the names a client may not send under an underscore alias.
+//! the gateway's own to write, the trace context it replaces when it traces, the answer
+//! headers that describe the backend's hop or its framing, and the names a client may not
+//! send under an underscore alias.
 
 use super::auth::{AGENT_ID_HEADER, AUTH_TOKEN_HEADER};
 use super::request_id;
@@ -20,6 +21,12 @@ pub const NOT_FORWARDED: [&str; 11] = [
     request_id::HEADER,
     "x-forwarded-for",
 ];
+
+/// The W3C trace context (`traceparent`, `tracestate`). When the gateway traces, the backend
+/// gets the gateway's own `traceparent` instead of the client's (and the client's `tracestate`
+/// only when its trace goes on); when it does not, both pass unchanged.
+pub const TRACEPARENT: &str = "traceparent";
+pub const TRACESTATE: &str = "tracestate";
 
 /// Answer headers of the backend's that describe its hop or its framing, or that the
 /// gateway sets itself: a client gets the gateway's own framing headers, never the backend's.

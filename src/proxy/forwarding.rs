@@ -3,13 +3,15 @@
 //! A request is forwarded with its own headers minus those that describe the client's hop
 //! ([`NOT_FORWARDED`], and any the client named in `Connection`), and with the ones the
 //! gateway owns written by the gateway: the exact `Content-Length` of the body it read, the
-//! request id and `X-Forwarded-For`. (Answers going the other way: [`crate::proxy::relay`].)
+//! request id, `X-Forwarded-For` and, when it traces, `traceparent` (the client's `tracestate`
+//! only with the client's trace). (Answers going the other way: [`crate::proxy::relay`].)
 
 use bytes::{BufMut, BytesMut};
 
 use crate::http1::RequestWriter;
+use crate::observe::trace::Propagation;
 use crate::policy::admit::RequestView;
-use crate::policy::headers::{is_listed, NOT_FORWARDED};
+use crate::policy::headers::{is_listed, NOT_FORWARDED, TRACEPARENT, TRACESTATE};
 use crate::policy::request_id;
 
 /// Bodies up to this size travel in the same buffer as the head: one `send` per request.
@@ -24,12 +26,15 @@ pub struct UpstreamRequest<'a, R> {
     pub request_id: &'a str,
     /// The client's IP address, appended to `X-Forwarded-For`.
     pub client_ip: Option<&'a str>,
+    /// The trace context the gateway sends instead of the client's; `None` when it does not
+    /// trace (the client's passes unchanged).
+    pub trace: Option<Propagation>,
 }
 
 impl<R: RequestView> UpstreamRequest<'_, R> {
     /// Writes the request head into `out`: the new path, the client's headers minus
-    /// hop-by-hop ones, an exact Content-Length for the buffered body, the request id and
-    /// `X-Forwarded-For`. A body up to [`INLINE_BODY_MAX`] is appended, so a small request
+    /// hop-by-hop ones, an exact Content-Length for the buffered body, the request id,
+    /// `X-Forwarded-For` and the gateway's `traceparent`. A body up to [`INLINE_BODY_MAX`] is appended, so a small request
     /// costs one `send`; a larger one is sent from where it lies ([`Self::separate_body`]).
     pub fn write_head(&self, out: &mut BytesMut) {
         let req = self.view;
@@ -40,6 +45,7 @@ impl<R: RequestView> UpstreamRequest<'_, R> {
         for (name, value) in req.headers() {
             if is_listed(&NOT_FORWARDED, name)
                 || (declares_hop_headers && req.connection_lists(name))
+                || self.trace.is_some_and(|t| replaced_by(&t, name))
             {
                 continue;
             }
@@ -61,6 +67,9 @@ impl<R: RequestView> UpstreamRequest<'_, R> {
             }
             w.value_part(ip.as_bytes()).end_value();
         }
+        if let Some(trace) = &self.trace {
+            w.header(TRACEPARENT, &trace.traceparent[..]);
+        }
         w.end();
         if self.body.len() <= INLINE_BODY_MAX {
             out.put_slice(self.body);
@@ -73,12 +82,27 @@ impl<R: RequestView> UpstreamRequest<'_, R> {
     }
 }
 
+/// Whether the client's header `name` gives way to the gateway's trace context.
+fn replaced_by(trace: &Propagation, name: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(TRACEPARENT.as_bytes())
+        || (!trace.keep_tracestate && name.eq_ignore_ascii_case(TRACESTATE.as_bytes()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::http1::RequestHead;
 
     fn upstream_head(raw: &str, body: &[u8], client_ip: Option<&str>) -> String {
+        traced_head(raw, body, client_ip, None)
+    }
+
+    fn traced_head(
+        raw: &str,
+        body: &[u8],
+        client_ip: Option<&str>,
+        trace: Option<Propagation>,
+    ) -> String {
         let mut head = RequestHead::default();
         assert_eq!(head.parse(raw.as_bytes()), Ok(true));
         let view = head.view(raw.as_bytes());
@@ -88,6 +112,7 @@ mod tests {
             path: "/backend/v2/x?q=1",
             request_id: "rid-1",
             client_ip,
+            trace,
         };
         let mut out = BytesMut::new();
         request.write_head(&mut out);
@@ -116,6 +141,49 @@ mod tests {
         assert_eq!(
             got,
             "GET /backend/v2/x?q=1 HTTP/1.1\r\nhost: gw:8080\r\nx-request-id: rid-1\r\n\r\n"
+        );
+    }
+
+    const TRACED: &str = "GET /a HTTP/1.1\r\nHost: gw\r\nTraceParent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\n\
+        tracestate: a=1\r\ntracestate: b=2\r\n\r\n";
+    const OURS: &[u8; 55] = b"00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01";
+
+    #[test]
+    fn without_tracing_the_clients_trace_context_passes_unchanged() {
+        let got = upstream_head(TRACED, b"", None);
+        assert_eq!(
+            got,
+            "GET /backend/v2/x?q=1 HTTP/1.1\r\nHost: gw\r\n\
+             TraceParent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\n\
+             tracestate: a=1\r\ntracestate: b=2\r\nx-request-id: rid-1\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn a_continued_trace_gets_the_gateways_traceparent_and_the_clients_tracestate() {
+        let trace = Propagation {
+            traceparent: *OURS,
+            keep_tracestate: true,
+        };
+        let got = traced_head(TRACED, b"", None, Some(trace));
+        assert_eq!(
+            got,
+            "GET /backend/v2/x?q=1 HTTP/1.1\r\nHost: gw\r\ntracestate: a=1\r\ntracestate: b=2\r\n\
+             x-request-id: rid-1\r\ntraceparent: 00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn a_new_trace_goes_on_without_the_clients_tracestate() {
+        let trace = Propagation {
+            traceparent: *OURS,
+            keep_tracestate: false,
+        };
+        let got = traced_head(TRACED, b"", None, Some(trace));
+        assert_eq!(
+            got,
+            "GET /backend/v2/x?q=1 HTTP/1.1\r\nHost: gw\r\nx-request-id: rid-1\r\n\
+             traceparent: 00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01\r\n\r\n"
         );
     }
 

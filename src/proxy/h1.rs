@@ -113,7 +113,7 @@ impl ProxyApp {
                 Ok(Err(reply)) => {
                     c.keep_alive = false;
                     c.head_only = false;
-                    self.refuse_unreadable(&mut c, reply).await;
+                    self.refuse_unreadable(&mut c, &snap, reply).await;
                 }
                 Ok(Ok(HeadRead::Closed | HeadRead::Http2Preface)) => return None,
                 Err(_) => {

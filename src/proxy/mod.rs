@@ -35,6 +35,7 @@ use pingora::server::ShutdownWatch;
 
 use crate::config::Snapshot;
 use crate::observe::telemetry::Telemetry;
+use crate::observe::trace::Tracer;
 use crate::policy::rate_limit::RateLimits;
 use crate::policy::request_id::RequestIds;
 use upstream::Upstream;
@@ -45,6 +46,7 @@ pub struct ProxyApp {
     upstream: Upstream,
     ids: RequestIds,
     telemetry: Arc<Telemetry>,
+    tracer: Arc<Tracer>,
     rate_limits: Arc<RateLimits>,
     in_flight: Arc<InFlight>,
     /// `listen.http2`: serve HTTP/2 to the clients that ask for it.
@@ -58,6 +60,7 @@ impl ProxyApp {
     pub fn new(
         config: Arc<ArcSwap<Snapshot>>,
         telemetry: Arc<Telemetry>,
+        tracer: Arc<Tracer>,
         upstream: Upstream,
         rate_limits: Arc<RateLimits>,
         in_flight: Arc<InFlight>,
@@ -77,6 +80,7 @@ impl ProxyApp {
             upstream,
             ids: RequestIds::default(),
             telemetry,
+            tracer,
             rate_limits,
             in_flight,
             drain,

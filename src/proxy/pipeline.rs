@@ -1,9 +1,11 @@
 //! The request pipeline, the same for every client protocol.
 //!
-//! Per request: keep or mint the request id → [`admit()`] (the whole header-stage policy) →
-//! the rate limiter's verdict → read and check the body → send it upstream ([`super::upstream`])
-//! → relay the answer ([`super::relay`]) → record what happened. Each refusal on the way is
-//! the gateway's own [`crate::api::reply::Answer`]. The pipeline speaks to the client only through
+//! Per request: keep or mint the request id and start its span → [`admit()`] (the whole
+//! header-stage policy) → the rate limiter's verdict → read and check the body → send it
+//! upstream ([`super::upstream`]) → relay the answer ([`super::relay`]) → record what
+//! happened, and end the span from that record. Each refusal on the way is the gateway's own
+//! [`crate::api::reply::Answer`]. The span travels in the record ([`Exchange`]), which notes
+//! where each phase ended. The pipeline speaks to the client only through
 //! [`Downstream`]: a protocol (HTTP/1.1 in [`super::h1`]) supplies the request's head and
 //! body and renders answers, and keeps its own connection state.
 
@@ -14,7 +16,9 @@ use super::ProxyApp;
 use crate::api::reply::Reply;
 use crate::api::schema;
 use crate::config::{Snapshot, ValidationMode};
-use crate::observe::exchange::Exchange;
+use crate::observe::exchange::{Exchange, Phase};
+use crate::observe::spans;
+use crate::observe::trace::RequestSpan;
 use crate::policy::admit::{self, admit, Forward, Refusal, RequestFacts, RequestView, Signals};
 use crate::policy::request_id;
 
@@ -28,22 +32,31 @@ impl ProxyApp {
                 http::Method::from_bytes(req.method().as_bytes()).unwrap_or(http::Method::GET);
             let mut ex = Exchange::start(d.protocol(), &method, req.path());
             ex.request_id = request_id::client_value(&req).unwrap_or_else(|| self.ids.next_id());
+            ex.span = self.tracer.start(snap, &req, d.client_ip(), ex.started_at);
             ex
         };
         self.serve_admitted(d, snap, &mut ex).await;
         self.telemetry.record(&ex);
+        spans::finish(&mut ex, &snap.bases);
     }
 
     /// Answers a request whose head could not be read at all.
-    pub(super) async fn refuse_unreadable<D: Downstream>(&self, d: &mut D, reply: Reply) {
+    pub(super) async fn refuse_unreadable<D: Downstream>(
+        &self,
+        d: &mut D,
+        snap: &Snapshot,
+        reply: Reply,
+    ) {
         let _in_flight = (self.in_flight.enter(), self.telemetry.in_flight());
         tracing::debug!(status = reply.status(), "unreadable request");
         let mut ex = Exchange::start(d.protocol(), &http::Method::GET, "");
         ex.request_id = self.ids.next_id();
+        ex.span = self.tracer.start_unreadable(ex.started_at);
         ex.refused = Some(reply);
         self.answer(d, &mut ex, reply, None, &Signals::default())
             .await;
         self.telemetry.record(&ex);
+        spans::finish(&mut ex, &snap.bases);
     }
 
     async fn serve_admitted<D: Downstream>(&self, d: &mut D, snap: &Snapshot, ex: &mut Exchange) {
@@ -68,6 +81,7 @@ impl ProxyApp {
                 return self.refuse(d, ex, &refusal).await;
             }
         }
+        ex.reached(Phase::Admitted);
         let signals = &forward.signals;
         let body = forward.body;
         if let Err(reply) = d
@@ -78,6 +92,7 @@ impl ProxyApp {
             return self.answer(d, ex, reply, None, signals).await;
         }
         ex.bytes_in = d.body().len();
+        ex.reached(Phase::BodyReceived);
         if let Some(schema) = body.schema {
             if let Err(violation) = schema::validate(schema, d.body()) {
                 let message = violation.message();
@@ -90,6 +105,7 @@ impl ProxyApp {
                         .await;
                 }
             }
+            ex.reached(Phase::BodyValidated);
         }
         self.forward(d, snap, ex, &forward).await;
     }
@@ -116,6 +132,7 @@ impl ProxyApp {
                 path: &forward.upstream_path,
                 request_id: &ex.request_id,
                 client_ip: d.client_ip(),
+                trace: ex.span.as_ref().map(RequestSpan::propagation),
             };
             self.upstream
                 .exchange(snap, &request, forward.idempotent(), &mut ex.upstream)

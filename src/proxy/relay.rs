@@ -123,6 +123,7 @@ pub(super) async fn relay<D: Downstream>(
             Ok(done) => done,
             Err(ChunkError) => {
                 ex.upstream.errors.push(UpstreamErrorKind::Other);
+                ex.upstream.answer_broken = true;
                 tracing::warn!(request_id = %ex.request_id, "upstream sent broken chunked framing; closing client connection");
                 d.abort();
                 return;
@@ -148,6 +149,7 @@ pub(super) async fn relay<D: Downstream>(
                     Ok(_) => UpstreamErrorKind::Reset,
                 };
                 ex.upstream.errors.push(kind);
+                ex.upstream.answer_broken = true;
                 tracing::warn!(request_id = %ex.request_id, kind = kind.as_str(), "upstream broke mid-response; closing client connection");
                 d.abort();
                 return;

@@ -23,7 +23,12 @@ use crate::config::{testing, FileConfig};
 use crate::http1::client::ResponseReader;
 use crate::http1::RequestHead;
 use crate::observe::telemetry::Telemetry;
+use crate::observe::trace::{Pipeline, Tracer};
 use crate::policy::rate_limit::RateLimits;
+use opentelemetry::trace::{SpanKind, Status};
+use opentelemetry::Value;
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 
 /// Bytes an in-memory stream buffers each way.
 const PIPE: usize = 256 * 1024;
@@ -146,6 +151,9 @@ fn ok(seen: &Seen) -> Vec<u8> {
 struct Harness {
     app: Arc<ProxyApp>,
     backend: Arc<ScriptedBackend>,
+    tracer: Arc<Tracer>,
+    /// What the tracer exported, when [`Harness::traced`] made it.
+    spans: Collected,
 }
 
 impl Harness {
@@ -163,9 +171,17 @@ impl Harness {
         );
         let snapshot = cfg.snapshot();
         let rate_limits = Arc::new(RateLimits::new(&snapshot.rate_limit));
+        let tracer = Arc::new(Tracer::register(&prometheus::Registry::new()).unwrap());
+        let spans = Collected::default();
+        if let Some(settings) = &snapshot.tracing {
+            let pipeline =
+                Pipeline::with_exporter(spans.clone(), settings, tracer.metrics()).unwrap();
+            tracer.install(Some(pipeline));
+        }
         let app = ProxyApp::new(
             Arc::new(ArcSwap::from_pointee(snapshot)),
             Arc::new(telemetry),
+            tracer.clone(),
             upstream,
             rate_limits,
             Arc::new(InFlight::default()),
@@ -174,7 +190,28 @@ impl Harness {
         Harness {
             app: Arc::new(app),
             backend,
+            tracer,
+            spans,
         }
+    }
+
+    /// A gateway that traces at `sample_ratio`, its spans collected in memory.
+    fn traced(
+        mut cfg: FileConfig,
+        sample_ratio: f64,
+        script: impl Fn(&Seen) -> Act + Send + Sync + 'static,
+    ) -> Self {
+        // The endpoint only turns tracing on: the spans go to the harness's own exporter.
+        cfg.tracing.otlp_endpoint = Some("http://127.0.0.1:9".into());
+        cfg.tracing.sample_ratio = sample_ratio;
+        Self::new(cfg, script)
+    }
+
+    /// Every span exported, once the pipeline has sent what it holds (spans still open are
+    /// waited for, up to 5 s).
+    fn spans(&self) -> Vec<SpanData> {
+        self.tracer.shutdown(Duration::from_secs(5));
+        self.spans.0.lock().unwrap().clone()
     }
 
     /// A client connection to the gateway.
@@ -523,4 +560,205 @@ async fn a_refused_agent_never_costs_a_backend_connection() {
     assert_eq!(a.status, 410);
     assert!(a.body.contains("41001"), "{a:?}");
     assert_eq!(h.connects(), 0);
+}
+
+/// An exporter that keeps what it is given.
+#[derive(Debug, Clone, Default)]
+struct Collected(Arc<Mutex<Vec<SpanData>>>);
+
+impl SpanExporter for Collected {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        self.0.lock().unwrap().extend(batch);
+        Ok(())
+    }
+}
+
+/// The value of a span's attribute `key`.
+fn attribute(span: &SpanData, key: &str) -> Option<Value> {
+    span.attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == key)
+        .map(|kv| kv.value.clone())
+}
+
+const CLIENT_TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
+const CLIENT_SPAN: &str = "b7ad6b7169203331";
+
+/// An authenticated POST of `path` with a sampled client `traceparent` and a `tracestate`.
+fn traced_post(path: &str) -> Vec<u8> {
+    let mut raw = post(path, VERIFY);
+    let at = raw.windows(2).position(|w| w == b"\r\n").unwrap() + 2;
+    let trace = format!(
+        "traceparent: 00-{CLIENT_TRACE}-{CLIENT_SPAN}-01\r\ntracestate: vendor=a:b , other=1\r\n"
+    );
+    raw.splice(at..at, trace.into_bytes());
+    raw
+}
+
+#[tokio::test]
+async fn a_client_trace_is_continued_with_the_gateways_span_as_the_backends_parent() {
+    // Ratio 0: the client's sampled flag alone decides.
+    let h = Harness::traced(testing::config(), 0.0, |s| Act::Answer(ok(s)));
+    let a = h
+        .connect()
+        .exchange(&traced_post("/api/v1/verify/request"))
+        .await;
+    assert_eq!(a.status, 200, "{a:?}");
+    let seen = h.seen().remove(0);
+    let spans = h.spans();
+    assert_eq!(spans.len(), 1, "{spans:?}");
+    let span = &spans[0];
+    let ours = span.span_context.span_id().to_string();
+    assert_eq!(
+        seen.header("traceparent"),
+        Some(format!("00-{CLIENT_TRACE}-{ours}-01").as_str()),
+        "{}",
+        seen.head
+    );
+    // Unchanged, spaces and all; and the client's traceparent is not sent as well.
+    assert_eq!(seen.header("tracestate"), Some("vendor=a:b , other=1"));
+    assert_eq!(seen.head.matches("traceparent").count(), 1, "{}", seen.head);
+
+    assert_eq!(span.span_context.trace_id().to_string(), CLIENT_TRACE);
+    assert_eq!(span.parent_span_id.to_string(), CLIENT_SPAN);
+    assert!(span.parent_span_is_remote);
+    assert_eq!(span.span_kind, SpanKind::Server);
+    assert_eq!(span.name, "POST /api/v1/verify/request");
+    assert_eq!(span.status, Status::Unset);
+    for (key, value) in [
+        ("http.request.method", Value::from("POST")),
+        ("http.route", "/api/v1/verify/request".into()),
+        ("url.path", "/api/v1/verify/request".into()),
+        ("http.response.status_code", 200.into()),
+        ("server.address", "gw".into()),
+        ("agent_gateway.operation", "verify_request".into()),
+        ("agent_gateway.api_version", "v1".into()),
+        ("agent_gateway.agent_id", testing::AGENT_ID.into()),
+        (
+            "agent_gateway.upstream.path",
+            "/api/v2/verify/ORG_DEFAULT/request".into(),
+        ),
+        ("agent_gateway.upstream.address", "127.0.0.1:9000".into()),
+        ("agent_gateway.upstream.reused", false.into()),
+    ] {
+        assert_eq!(attribute(span, key), Some(value), "{key}");
+    }
+    assert_eq!(attribute(span, "error.type"), None);
+    let events: Vec<&str> = span.events.iter().map(|e| e.name.as_ref()).collect();
+    assert_eq!(
+        events,
+        [
+            "gateway.admitted",
+            "gateway.body_received",
+            "gateway.body_validated",
+            "upstream.connected",
+            "upstream.response_head",
+            "upstream.response_end"
+        ]
+    );
+    let times: Vec<_> = span.events.iter().map(|e| e.timestamp).collect();
+    assert!(times.is_sorted(), "{times:?}");
+    assert!(span.start_time <= times[0] && times[5] <= span.end_time);
+    assert!(
+        !format!("{span:?}").contains(testing::TOKEN),
+        "the token is in the span: {span:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_unsampled_request_exports_nothing_but_its_trace_still_reaches_the_backend() {
+    let h = Harness::traced(testing::config(), 0.0, |s| Act::Answer(ok(s)));
+    let mut c = h.connect();
+    assert_eq!(
+        c.exchange(&post("/api/v1/verify/request", VERIFY))
+            .await
+            .status,
+        200
+    );
+    // An unsampled parent: the flag stays 00 and the trace goes on, unrecorded.
+    let unsampled = format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-00");
+    let mut raw = get("/api/v1/transaction/tx-1/status");
+    raw.splice(
+        raw.len() - 2..raw.len() - 2,
+        format!("traceparent: {unsampled}\r\n").into_bytes(),
+    );
+    assert_eq!(c.exchange(&raw).await.status, 200);
+    let seen = h.seen();
+    let fresh = seen[0].header("traceparent").unwrap();
+    assert_eq!(fresh.len(), 55, "{fresh}");
+    assert!(
+        fresh.starts_with("00-") && fresh.ends_with("-00"),
+        "{fresh}"
+    );
+    assert!(!fresh.contains(CLIENT_TRACE));
+    assert_eq!(seen[0].header("tracestate"), None);
+    let continued = seen[1].header("traceparent").unwrap();
+    assert!(
+        continued.starts_with(&format!("00-{CLIENT_TRACE}-")),
+        "{continued}"
+    );
+    assert!(continued.ends_with("-00") && !continued.contains(CLIENT_SPAN));
+    assert!(h.spans().is_empty());
+}
+
+#[tokio::test]
+async fn refusals_and_backend_failures_are_spans_with_their_status() {
+    let h = Harness::traced(testing::config(), 1.0, |s| {
+        if s.target.contains("tx-broken") {
+            Act::Close
+        } else {
+            Act::Answer(ok(s))
+        }
+    });
+    let bad_token = b"POST /api/v1/verify/request HTTP/1.1\r\nHost: gw\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: wrong\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+    let mut c = h.connect();
+    assert_eq!(c.exchange(bad_token).await.status, 401);
+    assert_eq!(c.exchange(&get("/nope")).await.status, 404);
+    assert_eq!(
+        c.exchange(&post("/api/v1/verify/request", "{}"))
+            .await
+            .status,
+        400
+    );
+    let broken = h
+        .connect()
+        .exchange(&get("/api/v2/transaction/tx-broken/status"))
+        .await;
+    assert_eq!(broken.status, 502);
+    let spans = h.spans();
+    let by_status = |status: i64| {
+        spans
+            .iter()
+            .find(|s| attribute(s, "http.response.status_code") == Some(status.into()))
+            .unwrap_or_else(|| panic!("no span with status {status}: {spans:?}"))
+    };
+    let unauthorized = by_status(401);
+    assert_eq!(unauthorized.status, Status::Unset);
+    assert_eq!(
+        attribute(unauthorized, "agent_gateway.message_code"),
+        Some(40100.into())
+    );
+    assert_eq!(
+        attribute(unauthorized, "agent_gateway.auth"),
+        Some("bad_token".into())
+    );
+    assert_eq!(attribute(unauthorized, "agent_gateway.agent_id"), None);
+    assert!(unauthorized.events.is_empty());
+    assert_eq!(by_status(404).name, "GET");
+    let invalid = by_status(400);
+    assert_eq!(
+        attribute(invalid, "agent_gateway.validation_failure"),
+        Some("required".into())
+    );
+    let failed = by_status(502);
+    assert_eq!(
+        failed.status,
+        Status::error("the backend closed the connection or sent an invalid response")
+    );
+    assert_eq!(attribute(failed, "error.type"), Some("reset".into()));
+    assert_eq!(
+        failed.events.last().map(|e| e.name.as_ref()),
+        Some("upstream.failed")
+    );
+    assert!(!format!("{spans:?}").contains(testing::TOKEN));
 }

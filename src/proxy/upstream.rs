@@ -132,10 +132,14 @@ impl Upstream {
                 self.pool.take(key, upstream.idle_timeout)
             };
             let reused = pooled.is_some();
+            record.attempt(upstream.addresses[index], started, reused);
             let mut conn = match pooled {
                 Some(conn) => conn,
                 None => match self.connector.connect(peer).await {
-                    Ok(stream) => UpstreamConn::new(stream),
+                    Ok(stream) => {
+                        record.connect_time = Some(started.elapsed());
+                        UpstreamConn::new(stream)
+                    }
                     Err(e) => {
                         let kind = classify(&e);
                         record.errors.push(kind);

@@ -4,6 +4,7 @@
 //! sends bytes exactly as written (so tests control framing, encodings and bad input).
 #![allow(dead_code)]
 
+pub mod otlp;
 pub mod pki;
 pub mod python;
 pub mod redis;
