@@ -16,6 +16,7 @@ use agent_gateway::config::{BasePath, ConfigError, Snapshot};
 /// mimalloc: measured with benches/compare.sh at about 1.5x the requests/s and 0.7x the CPU per
 /// request of glibc malloc (pingora allocates dozens of small objects per request), for about
 /// 10 MiB more idle RSS.
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use agent_gateway::app::logging::{self, LogFormat};
@@ -187,16 +188,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             upgrade,
             log,
         } => {
-            logging::init(log.log_format, &log.log_level);
+            let logs = logging::init(log.log_format, &log.log_level);
             let store = load_store(&config)?;
             let options = BuildOptions {
                 pingora_opt: Some(pingora_opt(upgrade)),
+                logs: Some(logs),
                 ..Default::default()
             };
             server::build(store, prometheus::default_registry(), options)?.run_forever()
         }
         Command::Demo { config, log } => {
-            logging::init(log.log_format, &log.log_level);
+            let logs = logging::init(log.log_format, &log.log_level);
             let store = load_store(&config)?;
             let snapshot = store.current().load_full();
             let (proxy, backend) = (
@@ -207,6 +209,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let options = BuildOptions {
                 pingora_opt: Some(pingora_opt(false)),
                 mock_backend: Some(backend),
+                logs: Some(logs),
             };
             let gateway = server::build(store, prometheus::default_registry(), options)?;
             let exe = std::env::current_exe().context("cannot tell this program's path")?;

@@ -1,7 +1,13 @@
-//! One `tracing` subscriber for everything: the gateway's events and pingora's `log` records.
+//! One `tracing` subscriber for everything: the gateway's events and pingora's `log` records,
+//! written through one non-blocking [`LineSink`] on stderr (the access log writes its JSON
+//! lines into the same sink directly: [`crate::observe::access_log`]).
+
+use std::sync::Arc;
 
 use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::{fmt, EnvFilter};
+
+use crate::observe::log_sink::{LineSink, SinkWriter, DEFAULT_CAPACITY, FLUSH_EVERY};
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -12,8 +18,15 @@ pub enum LogFormat {
     Pretty,
 }
 
-/// Installs the global subscriber. `RUST_LOG` wins over `default_level` when set.
-pub fn init(format: LogFormat, default_level: &str) {
+/// The process's logs, once [`init`] has installed them.
+pub struct Logs {
+    pub sink: Arc<LineSink>,
+    pub format: LogFormat,
+}
+
+/// Installs the global subscriber, writing to stderr through a [`LineSink`]. `RUST_LOG` wins
+/// over `default_level` when set.
+pub fn init(format: LogFormat, default_level: &str) -> Logs {
     let _ = tracing_log::LogTracer::init();
     let mut filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
@@ -27,7 +40,10 @@ pub fn init(format: LogFormat, default_level: &str) {
                 .expect("static directive"),
         );
     }
-    let builder = fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let sink = LineSink::spawn(std::io::stderr(), DEFAULT_CAPACITY, FLUSH_EVERY);
+    let builder = fmt()
+        .with_env_filter(filter)
+        .with_writer(SinkWriter(sink.clone()));
     let _ = match format {
         LogFormat::Json => builder
             .json()
@@ -36,4 +52,5 @@ pub fn init(format: LogFormat, default_level: &str) {
             .try_init(),
         LogFormat::Pretty => builder.try_init(),
     };
+    Logs { sink, format }
 }

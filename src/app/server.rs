@@ -17,8 +17,9 @@ use pingora::services::background::background_service;
 use pingora::services::listening::Service;
 
 use crate::app::admin::AdminApp;
+use crate::app::logging::{LogFormat, Logs};
 use crate::app::reload::{ConfigStore, ConfigWatcher};
-use crate::app::signals::{Signals, SPAN_FLUSH};
+use crate::app::signals::{BeforeExit, Signals};
 use crate::config::{BasePath, Snapshot};
 use crate::observe::telemetry::Telemetry;
 use crate::observe::trace::{ExportError, Tracer};
@@ -48,6 +49,9 @@ pub struct BuildOptions {
     pub pingora_opt: Option<Opt>,
     /// Also serve the mock v2 backend on this address, in the same process (the demo).
     pub mock_backend: Option<SocketAddr>,
+    /// The process's logs ([`logging::init`]): the access log writes into them, and they are
+    /// flushed at exit. `None` in tests.
+    pub logs: Option<Logs>,
 }
 
 /// The pingora server configuration derived from a snapshot's start-up settings.
@@ -69,7 +73,7 @@ fn server_conf(snap: &Snapshot) -> ServerConf {
 pub struct Gateway {
     pub server: Server,
     pub signals: Signals,
-    pub tracer: Arc<Tracer>,
+    pub before_exit: Arc<BeforeExit>,
 }
 
 impl Gateway {
@@ -78,7 +82,7 @@ impl Gateway {
         self.server.run(RunArgs {
             shutdown_signal: Box::new(self.signals),
         });
-        self.tracer.shutdown(SPAN_FLUSH);
+        self.before_exit.flush();
         std::process::exit(0)
     }
 }
@@ -94,7 +98,11 @@ pub fn build(
     let mut server = Server::new_with_opt_and_conf(options.pingora_opt, server_conf(&snapshot));
     server.bootstrap();
 
-    let telemetry = Arc::new(Telemetry::register(registry)?);
+    let mut telemetry = Telemetry::register(registry)?;
+    if let Some(logs) = &options.logs {
+        telemetry = telemetry.logging_to(logs.sink.clone(), logs.format == LogFormat::Json);
+    }
+    let telemetry = Arc::new(telemetry);
     // State that lives beside the snapshot follows it on every reload: the rate limiter's
     // Redis connection (a new URL reconnects) and the span export pipeline, both built from
     // the config rather than read per request.
@@ -183,17 +191,21 @@ pub fn build(
     if let Some(addr) = options.mock_backend {
         server.add_service(mock_backend_service(addr, snapshot.bases.upstream.clone()));
     }
+    let before_exit = Arc::new(BeforeExit {
+        tracer,
+        logs: options.logs.map(|logs| logs.sink),
+    });
     let signals = Signals {
         store,
         in_flight,
         drain,
-        tracer: tracer.clone(),
+        before_exit: before_exit.clone(),
         grace: Duration::from_secs(startup.grace_period_seconds),
     };
     Ok(Gateway {
         server,
         signals,
-        tracer,
+        before_exit,
     })
 }
 

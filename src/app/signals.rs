@@ -4,7 +4,7 @@
 //! pingora's own watcher knows no SIGHUP (whose default action would kill the process), and on
 //! SIGTERM it always sleeps the whole grace period. This watcher reloads on SIGHUP, and after
 //! SIGTERM exits as soon as no request is in flight, at most `grace_period_seconds` later,
-//! once the spans still queued for export are sent (at most [`SPAN_FLUSH`]).
+//! once the spans and log lines still queued are written ([`BeforeExit`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,6 +14,7 @@ use pingora::server::{ShutdownSignal, ShutdownSignalWatch};
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::app::reload::{ConfigStore, Trigger};
+use crate::observe::log_sink::LineSink;
 use crate::observe::trace::Tracer;
 use crate::proxy::{Drain, InFlight};
 
@@ -22,27 +23,45 @@ const LISTENER_CLOSE: Duration = Duration::from_millis(200);
 
 /// How long an exiting process waits for its queued spans to be sent.
 pub const SPAN_FLUSH: Duration = Duration::from_secs(2);
+/// How long an exiting process waits for its queued log lines to be written.
+pub const LOG_FLUSH: Duration = Duration::from_secs(2);
+
+/// What an exiting process sends out before it goes, whichever way it exits.
+pub struct BeforeExit {
+    pub tracer: Arc<Tracer>,
+    /// `None` in tests, which install no logs of their own.
+    pub logs: Option<Arc<LineSink>>,
+}
+
+impl BeforeExit {
+    /// Sends the queued spans, then writes the queued log lines (the last ones included).
+    pub fn flush(&self) {
+        self.tracer.shutdown(SPAN_FLUSH);
+        if let Some(logs) = &self.logs {
+            logs.flush(LOG_FLUSH);
+        }
+    }
+}
 
 pub struct Signals {
     pub store: Arc<ConfigStore>,
     pub in_flight: Arc<InFlight>,
     pub drain: Drain,
-    /// Its queued spans go out before the process exits.
-    pub tracer: Arc<Tracer>,
+    pub before_exit: Arc<BeforeExit>,
     pub grace: Duration,
 }
 
 impl Signals {
     /// Exits the process once nothing is in flight; pingora's grace sleep is the upper bound.
     fn exit_when_drained(&self) {
-        let (in_flight, tracer) = (self.in_flight.clone(), self.tracer.clone());
+        let (in_flight, before_exit) = (self.in_flight.clone(), self.before_exit.clone());
         let deadline = Instant::now() + self.grace;
         std::thread::spawn(move || {
             std::thread::sleep(LISTENER_CLOSE);
             while Instant::now() < deadline {
                 if in_flight.count() == 0 {
                     tracing::info!("drained: no request in flight, exiting");
-                    tracer.shutdown(SPAN_FLUSH);
+                    before_exit.flush();
                     std::process::exit(0);
                 }
                 std::thread::sleep(Duration::from_millis(20));

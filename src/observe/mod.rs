@@ -2,8 +2,10 @@
 //! made from it, tracing's context and export, the retirement plan as metrics, and who still
 //! calls v1 (one gateway's count, or the fleet's from Prometheus).
 
+pub mod access_log;
 pub mod exchange;
 pub mod fleet;
+pub mod log_sink;
 pub mod retirement;
 pub mod spans;
 pub mod telemetry;

@@ -1,10 +1,11 @@
-//! Metrics and the access log, both made from a finished [`Exchange`].
+//! Metrics and the access log ([`AccessLog`]), both made from a finished [`Exchange`].
 //!
 //! Metric handles are created once, in [`Telemetry::register`], against a given registry (the
 //! binary passes prometheus' default registry, the one pingora's own metrics use). Labels are
 //! bounded: versions, operations, reasons and kinds are fixed sets; `agent_id` is a configured
 //! agent or `unknown`; `code` is an HTTP status. Never a raw path, never a token.
 
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use prometheus::{
@@ -15,7 +16,9 @@ use prometheus::{
 use crate::api::operation::{ApiVersion, Operation};
 use crate::api::reply::V1Refusal;
 use crate::config::Snapshot;
+use crate::observe::access_log::AccessLog;
 use crate::observe::exchange::{Exchange, Protocol, UpstreamErrorKind};
+use crate::observe::log_sink::LineSink;
 use crate::observe::retirement::RetirementMetrics;
 use crate::observe::usage::UsageTracker;
 use crate::policy::auth::AuthFailure;
@@ -80,6 +83,10 @@ pub struct Telemetry {
     retirement: RetirementMetrics,
     /// Per-agent counts behind `/v1-usage`.
     pub usage: UsageTracker,
+    access_log: AccessLog,
+    /// Where the logs go, for its count of dropped lines (brought up to date at each scrape).
+    log_sink: Option<Arc<LineSink>>,
+    log_lines_dropped: IntCounter,
 }
 
 /// Decrements the in-flight gauge when the request ends, however it ends.
@@ -251,6 +258,12 @@ impl Telemetry {
         registry.register(Box::new(rate_limited.clone()))?;
         registry.register(Box::new(rate_limit_decisions.clone()))?;
         registry.register(Box::new(rate_limit_backend_errors.clone()))?;
+        let log_lines_dropped = IntCounter::new(
+            "agent_gateway_log_lines_dropped_total",
+            "Log lines (access log and events) dropped because their sink was slower than the \
+             lines and the log buffer was full, or because writing them failed.",
+        )?;
+        registry.register(Box::new(log_lines_dropped.clone()))?;
 
         let by_route = std::array::from_fn(|v| {
             std::array::from_fn(|o| RouteHandles {
@@ -303,7 +316,18 @@ impl Telemetry {
             }),
             rate_limit_backend_errors: BackendError::ALL
                 .map(|kind| rate_limit_backend_errors.with_label_values(&[kind.as_str()])),
+            access_log: AccessLog::new(None),
+            log_sink: None,
+            log_lines_dropped,
         })
+    }
+
+    /// Logs go to `sink`; access lines are written into it directly when the logs are `json`
+    /// (otherwise, and without a sink, they are `tracing` events).
+    pub fn logging_to(mut self, sink: Arc<LineSink>, json: bool) -> Self {
+        self.access_log = AccessLog::new(json.then(|| sink.clone()));
+        self.log_sink = Some(sink);
+        self
     }
 
     /// Brings the metrics that follow the config up to `snapshot` as of `now`; the admin
@@ -326,6 +350,11 @@ impl Telemetry {
             }
         }
         self.retirement.publish(snapshot, now);
+        if let Some(sink) = &self.log_sink {
+            let dropped = sink.dropped();
+            self.log_lines_dropped
+                .inc_by(dropped.saturating_sub(self.log_lines_dropped.get()));
+        }
     }
 
     /// Counts a request as in flight until the returned guard drops.
@@ -406,31 +435,6 @@ impl Telemetry {
             }
         }
 
-        tracing::info!(
-            target: "agent_gateway::access",
-            request_id = %ex.request_id,
-            protocol = ex.protocol.as_str(),
-            method = %ex.method,
-            path = %ex.client_path,
-            // Without the query, like `path`: queries may carry data that must not be logged.
-            upstream_path = ex
-                .upstream
-                .path
-                .as_deref()
-                .map_or("", |p| p.split('?').next().unwrap_or(p)),
-            api_version = version,
-            operation,
-            agent_id = ex.agent_id.as_deref().unwrap_or(""),
-            status = ex.status,
-            duration_ms = elapsed.as_secs_f64() * 1000.0,
-            upstream_ms = ex.upstream.duration.map(|d| d.as_secs_f64() * 1000.0),
-            bytes_in = ex.bytes_in,
-            bytes_out = ex.bytes_out,
-            auth = ex.auth_outcome(),
-            client_aborted = ex.client_aborted,
-            // Joins the line to the request's trace (absent when tracing is off).
-            trace_id = ex.trace_id().map(tracing::field::display),
-            "request"
-        );
+        self.access_log.write(ex, elapsed);
     }
 }
