@@ -4,7 +4,7 @@ use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::admit::RequestView;
+use super::request::RequestView;
 
 pub const HEADER: &str = "x-request-id";
 
