@@ -1,12 +1,13 @@
 //! Admission: everything the gateway decides about a request from its head, before any I/O.
 //!
-//! [`admit`] is the whole per-request policy as one pure function of the request's facts and
-//! a config [`Snapshot`], checked in this order: the head's size, its body framing, header
-//! names aliasing the gateway's own, the route, the credentials, the service scope, the retirement policy, the content type and
-//! the declared body size. It returns either a [`Forward`] (with the rate-limit question and
-//! how to check the body) or a [`Refusal`] (with the answer to give); both say how far the
-//! request was understood, for metrics and logs, and which retirement [`Signals`] the answer
-//! carries. The data plane ([`crate::proxy`]) only carries the decision out, and
+//! [`admit`] is the whole per-request policy as one pure function of the request's facts
+//! ([`RequestFacts`], read from any protocol's [`RequestView`]) and a config [`Snapshot`],
+//! checked in this order: the head's size, its body framing, header names aliasing the
+//! gateway's own, the route, the credentials, the service scope, the retirement policy, the
+//! content type and the declared body size. It returns either a [`Forward`] (with the
+//! rate-limit question and how to check the body) or a [`Refusal`] (with the answer to give);
+//! both say how far the request was understood, for metrics and logs, and which retirement
+//! [`Signals`] the answer carries. The data plane only carries the decision out, and
 //! `benches/hot_path.rs` calls this same function.
 
 use std::time::{Duration, SystemTime};
@@ -425,7 +426,7 @@ mod tests {
         }
     }
 
-    /// `plan` for a request with agent-1's valid credentials.
+    /// `admit` for a request with agent-1's valid credentials.
     fn as_agent_1<'s>(
         s: &'s Snapshot,
         method: &str,
@@ -576,9 +577,9 @@ mod tests {
         f.retirement.deprecated_at = Some("2026-06-01T00:00:00Z".into());
         f.retirement.sunset_at = Some("2027-06-01T00:00:00Z".into());
         f.retirement.link = Some("https://example.org/v2".into());
-        f.auth.agents.push(crate::config::file::AgentFile {
+        f.auth.agents.push(AgentFile {
             sunset_at: Some("2026-09-01T00:00:00Z".into()),
-            ..crate::config::file::AgentFile::new("early", testing::TOKEN)
+            ..AgentFile::new("early", testing::TOKEN)
         });
         let s = f.snapshot();
         let early = admit(

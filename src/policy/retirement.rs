@@ -8,7 +8,7 @@
 use std::time::SystemTime;
 
 use crate::api::reply::V1Refusal;
-use crate::config::{Agent, Brownout, RetirementConfig, V1Policy};
+use crate::config::{Agent, Brownout, RetirementConfig, V1Policy, Weekday};
 
 /// The request header with which a client asks for its post-sunset answer now; `1` is the
 /// only value that does.
@@ -25,15 +25,15 @@ fn applies_to(brownout: &Brownout, agent: Option<&Agent>) -> bool {
 
 /// The brownout window open at some instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Window {
+struct Window {
     /// When it closes: the refusals' `Retry-After`.
-    pub end: SystemTime,
+    end: SystemTime,
     /// The share of calls it refuses at that instant, 0 to 100.
-    pub percent: u8,
+    percent: u8,
 }
 
 /// The window of `brownout` open at `now`, if any, with the share its ramp has reached.
-pub fn window_at(brownout: &Brownout, now: SystemTime) -> Option<Window> {
+fn window_at(brownout: &Brownout, now: SystemTime) -> Option<Window> {
     let since_start = now.duration_since(brownout.start).ok()?;
     let length = brownout
         .end
@@ -47,7 +47,7 @@ pub fn window_at(brownout: &Brownout, now: SystemTime) -> Option<Window> {
             let on_its_day = r
                 .days
                 .as_ref()
-                .is_none_or(|days| days.contains(&crate::config::Weekday::of(opened)));
+                .is_none_or(|days| days.contains(&Weekday::of(opened)));
             if opened >= r.until || !on_its_day {
                 return None;
             }
@@ -156,7 +156,7 @@ fn policy(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Dates, Recurrence, Terms, TokenDigest, Weekday};
+    use crate::config::{Dates, Recurrence, Terms, TokenDigest};
     use std::time::Duration;
 
     fn at(s: &str) -> SystemTime {
