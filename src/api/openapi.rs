@@ -22,32 +22,33 @@ use crate::config::Bases;
 use crate::config::Snapshot;
 
 /// The OpenAPI version written.
-pub const OPENAPI_VERSION: &str = "3.1.0";
+const OPENAPI_VERSION: &str = "3.1.0";
 
 /// The two API-key schemes of spec section 5: (scheme name, header).
-pub const SECURITY_SCHEMES: [(&str, &str); 2] = [
+const SECURITY_SCHEMES: [(&str, &str); 2] = [
     ("Auth_token", "X-Auth-Token"),
     ("Agent_id", "X-Service-Agent-Id"),
 ];
 
-/// Statuses the gateway answers by itself, each with a one-line meaning. Any status of
-/// [`Reply::ALL_CODES`] missing here is added too, and every status lists the causes
-/// (message codes) [`Reply`] has for it.
-const GATEWAY_STATUSES: [(u16, &str); 10] = [
-    (400, "The request is malformed."),
-    (401, "Authentication failed."),
-    (404, "No operation has this path."),
-    (
-        405,
-        "The path names an operation that takes another method.",
-    ),
-    (410, "A v1 call refused by the retirement policy."),
-    (413, "The request body is too large."),
-    (415, "The request body is not declared as application/json."),
-    (429, "Too many requests."),
-    (502, "The backend could not be reached or answered badly."),
-    (504, "The backend did not answer in time."),
-];
+/// What a status the gateway answers by itself means, in one line; its causes (message codes)
+/// are [`Reply`]'s, listed after it.
+fn status_summary(status: u16) -> &'static str {
+    match status {
+        400 => "The request is malformed.",
+        404 => "No operation has this path.",
+        405 => "The path names an operation that takes another method.",
+        408 => "The request body was not received in time.",
+        410 => "A v1 call refused by the retirement policy.",
+        413 => "The request body is too large.",
+        414 => "The request target is too long.",
+        415 => "The request body is not declared as application/json.",
+        429 => "Too many requests.",
+        431 => "The request headers are too large.",
+        502 => "The backend could not be reached or answered badly.",
+        504 => "The backend did not answer in time.",
+        _ => "Answered by the gateway.",
+    }
+}
 
 /// The document for the routes and schemas `snapshot` enforces.
 pub fn document(snapshot: &Snapshot) -> Value {
@@ -65,7 +66,7 @@ fn legacy_sunset(snapshot: &Snapshot) -> Option<String> {
 }
 
 /// The document, with `sunset` as the legacy v1 interface's configured sunset date.
-pub fn document_with_sunset(snapshot: &Snapshot, sunset: Option<&str>) -> Value {
+fn document_with_sunset(snapshot: &Snapshot, sunset: Option<&str>) -> Value {
     let mut paths = Map::new();
     for version in ApiVersion::ALL {
         for op in Operation::ALL {
@@ -188,7 +189,7 @@ pub fn operation_id(version: ApiVersion, op: Operation) -> String {
 
 /// The sentences on every v1 operation about the legacy interface's end; `sunset` is the
 /// configured sunset date.
-pub fn v1_sunset_notice(sunset: Option<&str>) -> String {
+fn v1_sunset_notice(sunset: Option<&str>) -> String {
     let refusals = "v1 calls may be refused with 410 for agents whose v1 access is blocked and \
                     during scheduled brownouts";
     let signals = "Every answer names the v2 path of the same call in a Link header with \
@@ -350,10 +351,9 @@ fn operation(
     o
 }
 
-/// Every status the gateway answers by itself, ascending.
-pub fn gateway_statuses() -> Vec<u16> {
-    let mut out: Vec<u16> = GATEWAY_STATUSES.iter().map(|(s, _)| *s).collect();
-    out.extend(Reply::ALL_CODES.iter().map(|r| r.status()));
+/// Every status the gateway answers by itself ([`Reply::ALL_CODES`]), ascending.
+fn gateway_statuses() -> Vec<u16> {
+    let mut out: Vec<u16> = Reply::ALL_CODES.iter().map(|r| r.status()).collect();
     out.sort_unstable();
     out.dedup();
     out
@@ -380,11 +380,10 @@ fn gateway_response(status: u16) -> Value {
             }}},
         });
     }
-    let head = GATEWAY_STATUSES
-        .iter()
-        .find(|(s, _)| *s == status)
-        .map_or("Answered by the gateway.", |(_, d)| *d);
-    let mut description = format!("{head} Answered by the gateway with a ServiceAgentResponse.");
+    let mut description = format!(
+        "{} Answered by the gateway with a ServiceAgentResponse.",
+        status_summary(status)
+    );
     let causes: Vec<String> = Reply::ALL_CODES
         .iter()
         .filter(|r| r.status() == status)
@@ -606,6 +605,11 @@ mod tests {
         }
         for r in Reply::ALL_CODES {
             assert!(seen.contains(&r.status()), "{r:?}");
+            assert!(
+                r == Reply::Unauthorized || status_summary(r.status()) != status_summary(0),
+                "{} has no summary",
+                r.status()
+            );
             let text = doc["components"]["responses"][response_name(r.status())]["description"]
                 .as_str()
                 .unwrap();

@@ -148,6 +148,14 @@ pub fn match_route<'a>(
     Ok(route)
 }
 
+/// Appends `%XX`, the percent-encoding of `b`.
+fn push_escaped(out: &mut String, b: u8) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    out.push('%');
+    out.push(char::from(HEX[usize::from(b >> 4)]));
+    out.push(char::from(HEX[usize::from(b & 0xf)]));
+}
+
 /// Appends `text`, percent-encoding every byte outside ASCII: a client may send UTF-8
 /// unescaped, which is no valid URI for the backend; encoded, it decodes to the same bytes.
 fn push_uri_text(out: &mut String, text: &str) {
@@ -161,12 +169,41 @@ fn push_uri_text(out: &mut String, text: &str) {
         } else {
             let mut utf8 = [0u8; 4];
             for b in c.encode_utf8(&mut utf8).bytes() {
-                out.push('%');
-                out.push(char::from(b"0123456789ABCDEF"[usize::from(b >> 4)]));
-                out.push(char::from(b"0123456789ABCDEF"[usize::from(b & 0xf)]));
+                push_escaped(out, b);
             }
         }
     }
+}
+
+/// Appends a raw path segment as a URI can hold it: RFC 3986 `pchar`s and valid percent
+/// escapes as they are, any other byte percent-encoded.
+fn push_uri_segment(out: &mut String, segment: &str) {
+    let b = segment.as_bytes();
+    for (i, &c) in b.iter().enumerate() {
+        let escape = c == b'%'
+            && b.get(i + 1..i + 3)
+                .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit));
+        if c.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@".contains(&c) || escape {
+            out.push(char::from(c));
+        } else {
+            push_escaped(out, c);
+        }
+    }
+}
+
+/// The text of each segment of `operation`'s path in `version`, with `service` and
+/// `transaction_id` in theirs.
+fn segments<'a>(
+    version: ApiVersion,
+    operation: Operation,
+    service: &'a str,
+    transaction_id: &'a str,
+) -> impl Iterator<Item = &'a str> {
+    operation.path(version).iter().map(move |seg| match *seg {
+        Segment::Literal(text) => text,
+        Segment::ServiceCode => service,
+        Segment::TransactionId => transaction_id,
+    })
 }
 
 /// The path of `operation` under `base` in `version`, with `service` and `transaction_id`
@@ -180,20 +217,14 @@ pub fn build_path(
     transaction_id: &str,
     query: Option<&str>,
 ) -> String {
-    let shape = operation.path(version);
-    let value = |seg: &Segment| match *seg {
-        Segment::Literal(text) => text,
-        Segment::ServiceCode => service,
-        Segment::TransactionId => transaction_id,
-    };
-    let len = base.len()
-        + shape.iter().map(|s| 1 + value(s).len()).sum::<usize>()
-        + query.map_or(0, |q| 1 + q.len());
+    let path = || segments(version, operation, service, transaction_id);
+    let len =
+        base.len() + path().map(|s| 1 + s.len()).sum::<usize>() + query.map_or(0, |q| 1 + q.len());
     let mut out = String::with_capacity(len);
     out.push_str(base);
-    for seg in shape {
+    for seg in path() {
         out.push('/');
-        push_uri_text(&mut out, value(seg));
+        push_uri_text(&mut out, seg);
     }
     if let Some(q) = query {
         out.push('?');
@@ -237,14 +268,15 @@ impl Successor<'_> {
     /// `"`, a `%` that starts no escape) is percent-encoded.
     pub fn push_path(&self, v2_base: &BasePath, out: &mut String) {
         out.push_str(v2_base.as_str());
-        for seg in self.route.operation.path(ApiVersion::V2) {
+        let transaction_id = self.route.transaction_id.unwrap_or_default();
+        for seg in segments(
+            ApiVersion::V2,
+            self.route.operation,
+            self.service,
+            transaction_id,
+        ) {
             out.push('/');
-            let text = match *seg {
-                Segment::Literal(text) => text,
-                Segment::ServiceCode => self.service,
-                Segment::TransactionId => self.route.transaction_id.unwrap_or_default(),
-            };
-            push_uri_segment(text, out);
+            push_uri_segment(out, seg);
         }
     }
 
@@ -253,22 +285,6 @@ impl Successor<'_> {
         let mut out = String::with_capacity(v2_base.as_str().len() + 48);
         self.push_path(v2_base, &mut out);
         out
-    }
-}
-
-/// Appends a raw path segment as a URI can hold it: RFC 3986 `pchar`s and valid percent
-/// escapes as they are, any other byte percent-encoded.
-fn push_uri_segment(segment: &str, out: &mut String) {
-    let b = segment.as_bytes();
-    for (i, &c) in b.iter().enumerate() {
-        let escape = c == b'%'
-            && b.get(i + 1..i + 3)
-                .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit));
-        if c.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@".contains(&c) || escape {
-            out.push(char::from(c));
-        } else {
-            out.push_str(&format!("%{c:02X}"));
-        }
     }
 }
 

@@ -24,7 +24,7 @@ use pingora::services::background::BackgroundService;
 use prometheus::{Gauge, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 use serde::Serialize;
 
-use crate::config::{ConfigError, Problem, Snapshot, StartupSettings};
+use crate::config::{ConfigError, Problem, Snapshot, StartupConfig};
 
 /// How long the watcher waits for a burst of file events to settle before reloading.
 const DEBOUNCE: Duration = Duration::from_millis(150);
@@ -78,7 +78,7 @@ impl From<Problem> for ProblemReport {
 }
 
 /// The start-up settings that differ between two snapshots, by key path.
-pub fn restart_only_changes(running: &StartupSettings, new: &StartupSettings) -> Vec<&'static str> {
+pub fn restart_only_changes(running: &StartupConfig, new: &StartupConfig) -> Vec<&'static str> {
     let mut out = Vec::new();
     let mut check = |changed: bool, key| {
         if changed {

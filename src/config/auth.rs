@@ -3,8 +3,8 @@
 use std::collections::{HashMap, HashSet};
 
 use super::file::{AgentFile, AuthFile};
-use super::types::{BusinessCode, Dates, TokenDigest, V1Policy};
-use super::{parse_time, Problems};
+use super::problems::Problems;
+use super::types::{parse_time, BusinessCode, Dates, TokenDigest, V1Policy};
 
 /// A configured client of the gateway.
 #[derive(Debug, Clone)]
@@ -137,4 +137,38 @@ fn check_fields(a: &AgentFile, key: &str, p: &mut Problems) -> Option<Agent> {
         rate_limit,
         dates,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::testing::{self, AGENT_ID};
+
+    #[test]
+    fn rate_limits() {
+        let mut f = testing::config();
+        f.agent_mut(AGENT_ID).rate_limit_per_second = Some(2.5);
+        assert_eq!(
+            f.snapshot().auth.agents[AGENT_ID].rate_limit,
+            Some(RateLimit {
+                per_second: 2.5,
+                burst: 3
+            })
+        );
+        let mut f = testing::config();
+        f.agent_mut(AGENT_ID).rate_limit_per_second = Some(0.0);
+        assert_eq!(f.refused_keys(), ["auth.agents[0].rate_limit_per_second"]);
+        let mut f = testing::config();
+        f.agent_mut(AGENT_ID).burst = Some(3);
+        assert_eq!(f.refused_keys(), ["auth.agents[0].burst"]);
+    }
+
+    #[test]
+    fn agent_default_service_must_be_in_its_services() {
+        let mut f = testing::config();
+        let agent = f.agent_mut(AGENT_ID);
+        agent.default_service = Some("OTHER".into());
+        agent.services = Some(vec!["ORG_DEFAULT".into()]);
+        assert_eq!(f.refused_keys(), ["auth.agents[0].default_service"]);
+    }
 }

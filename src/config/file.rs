@@ -1,9 +1,18 @@
-//! The config file as written: serde structs that mirror the TOML one to one.
+//! The config file as written: serde structs that mirror the TOML one to one, each refusing
+//! keys it does not know.
 //!
-//! Nothing here is trusted. [`super::Snapshot::from_file`] turns a [`FileConfig`]
-//! into the validated snapshot that the gateway actually runs on.
+//! Every default is written once, here: a section with a required key (`[listen]`,
+//! `[upstream]`) gives each optional key its own `default_*` function, every other section is
+//! `#[serde(default)]` with a `Default` impl. Nothing here is trusted:
+//! [`super::Snapshot::from_file`] turns a [`FileConfig`] into the validated snapshot that the
+//! gateway actually runs on.
 
 use serde::{Deserialize, Serialize};
+
+use super::problems::ConfigError;
+
+/// The public v2 base, which is also the backend's unless `upstream.base_path` says otherwise.
+const V2_BASE: &str = "/api/v2";
 
 /// The whole TOML document.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -31,10 +40,21 @@ pub struct FileConfig {
     pub tracing: TracingFile,
 }
 
+impl FileConfig {
+    /// The file layer of a config's text: its shape checked, none of its values.
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        Ok(toml::from_str(text)?)
+    }
+}
+
+/// `[listen]`: where the gateway accepts connections.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ListenFile {
+    /// `ip:port` of the proxy listener (required).
     pub proxy: String,
+    /// `ip:port` of the admin listener (`/metrics`, `/healthz`, `/readyz`, `POST /-/reload`);
+    /// absent: none.
     pub admin: Option<String>,
     /// PEM certificate chain: with `tls_key`, the proxy listener speaks TLS.
     pub tls_cert: Option<String>,
@@ -46,6 +66,7 @@ pub struct ListenFile {
     pub http2: bool,
 }
 
+/// `[server]`: the process: threads, runtimes, shutdown and upgrades.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerFile {
@@ -78,10 +99,14 @@ impl Default for ServerFile {
     }
 }
 
+/// `[v1]`: the legacy interface.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct V1File {
+    /// Where v1 is served.
     pub base_path: String,
+    /// The business code put into the v2 path of a v1 call whose agent has none of its own
+    /// (required: the empty default is refused).
     pub default_service: String,
 }
 
@@ -94,23 +119,27 @@ impl Default for V1File {
     }
 }
 
+/// `[v2]`: the current interface.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct V2File {
+    /// Where v2 is served; must not overlap `v1.base_path`.
     pub base_path: String,
 }
 
 impl Default for V2File {
     fn default() -> Self {
         Self {
-            base_path: "/api/v2".into(),
+            base_path: V2_BASE.into(),
         }
     }
 }
 
+/// `[upstream]`: the v2 backend.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamFile {
+    /// One or more `host:port`, resolved at load (required).
     pub addresses: Vec<String>,
     /// Speak TLS to the backend.
     #[serde(default)]
@@ -124,10 +153,13 @@ pub struct UpstreamFile {
     /// Verify the backend's certificate and name. Turning this off is for tests only.
     #[serde(default = "default_true")]
     pub tls_verify: bool,
+    /// The backend's v2 base, under which requests are forwarded.
     #[serde(default = "default_upstream_base")]
     pub base_path: String,
+    /// Time allowed to connect (and complete a TLS handshake) to the backend.
     #[serde(default = "default_connect_timeout_ms")]
     pub connect_timeout_ms: u64,
+    /// Time allowed for each read from the backend.
     #[serde(default = "default_read_timeout_ms")]
     pub read_timeout_ms: u64,
     /// How long an idle kept-alive upstream connection stays in the pool.
@@ -160,15 +192,11 @@ impl UpstreamFile {
     }
 }
 
-fn default_health_check_interval_ms() -> u64 {
-    1000
-}
-
 fn default_true() -> bool {
     true
 }
 fn default_upstream_base() -> String {
-    "/api/v2".into()
+    V2_BASE.into()
 }
 fn default_connect_timeout_ms() -> u64 {
     1000
@@ -179,11 +207,17 @@ fn default_read_timeout_ms() -> u64 {
 fn default_idle_timeout_ms() -> u64 {
     60_000
 }
+fn default_health_check_interval_ms() -> u64 {
+    1000
+}
 
+/// `[auth]`: who may call, and with what.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthFile {
+    /// Whether `GET .../status` needs credentials too (every POST does).
     pub require_on_status: bool,
+    /// `[[auth.agents]]`: the gateway's clients.
     pub agents: Vec<AgentFile>,
 }
 
@@ -196,13 +230,19 @@ impl Default for AuthFile {
     }
 }
 
+/// `[[auth.agents]]`: one client of the gateway.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AgentFile {
+    /// What it sends as `X-Service-Agent-Id`: 1 to 128 visible ASCII characters, unique.
     pub id: String,
+    /// The SHA-256 of its `X-Auth-Token`, in hex; the token itself is never configured.
     pub token_sha256: String,
+    /// Its business code for v1 calls, instead of `v1.default_service`.
     pub default_service: Option<String>,
+    /// The only business codes it may reach, v1 or v2 (absent: any).
     pub services: Option<Vec<String>>,
+    /// What happens to its v1 calls: `allow` (the default), `block` or `exempt`.
     #[serde(default)]
     pub v1_policy: super::V1Policy,
     /// Sustained requests per second this agent may make (absent: unlimited).
@@ -216,9 +256,11 @@ pub struct AgentFile {
     pub sunset_at: Option<String>,
 }
 
+/// `[limits]`: what a client may send, and how slowly.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LimitsFile {
+    /// Largest request body accepted; larger gets 413, and is never buffered.
     pub max_body_bytes: usize,
     /// Longest request target (path and query) accepted; longer gets 414.
     pub max_uri_bytes: usize,
@@ -255,9 +297,11 @@ impl Default for LimitsFile {
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ValidationFile {
+    /// `enforce` (the default: 400), `report` (forward, count and log) or `off`.
     pub mode: super::ValidationMode,
 }
 
+/// `[retirement]`: the end of v1: its dates, the link, enforcement and brownouts.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RetirementFile {
@@ -271,6 +315,7 @@ pub struct RetirementFile {
     pub enforce_sunset: bool,
     /// An agent with no v1 call for this many days is reported as safe to block.
     pub quiet_days: u32,
+    /// `[[retirement.brownouts]]`: scheduled windows that refuse a share of v1 calls.
     pub brownouts: Vec<BrownoutFile>,
 }
 
@@ -287,7 +332,7 @@ impl Default for RetirementFile {
     }
 }
 
-/// A brownout: one window, or with `repeat` a window that recurs until `until`.
+/// `[[retirement.brownouts]]`: one window, or with `repeat` a window that recurs until `until`.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct BrownoutFile {
@@ -306,6 +351,7 @@ pub struct BrownoutFile {
     pub until: Option<String>,
     /// With `repeat = "daily"`: only windows that start on these UTC days (`mon` to `sun`).
     pub days: Option<Vec<super::Weekday>>,
+    /// The agents it applies to (absent: every agent that is not exempt).
     pub agents: Option<Vec<String>>,
 }
 
@@ -353,6 +399,7 @@ impl std::fmt::Debug for RateLimitFile {
             .finish()
     }
 }
+
 /// `[tracing]`: W3C trace context and spans exported over OTLP/HTTP (protobuf).
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::file::LimitsFile;
-use super::{millis, Problems};
+use super::problems::Problems;
 use crate::http1;
 
 /// What happens to request bodies that break the spec's schemas.
@@ -22,7 +22,7 @@ pub enum ValidationMode {
 
 /// Bounds on what a client may send, and how slowly.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Limits {
+pub struct LimitsConfig {
     pub max_body_bytes: usize,
     pub max_uri_bytes: usize,
     pub max_header_bytes: usize,
@@ -35,21 +35,15 @@ pub struct Limits {
 }
 
 /// Validates `[limits]`.
-pub(super) fn limits(f: &LimitsFile, p: &mut Problems) -> Limits {
-    for (key, value) in [
-        ("limits.max_body_bytes", f.max_body_bytes),
-        ("limits.max_uri_bytes", f.max_uri_bytes),
-        ("limits.max_header_bytes", f.max_header_bytes),
-        ("limits.max_headers", f.max_headers),
-        (
-            "limits.h2_max_concurrent_streams",
-            f.h2_max_concurrent_streams as usize,
-        ),
-    ] {
-        if value == 0 {
-            p.push(key, "must be greater than 0");
-        }
-    }
+pub(super) fn limits(f: &LimitsFile, p: &mut Problems) -> LimitsConfig {
+    p.positive("limits.max_body_bytes", f.max_body_bytes as u64);
+    p.positive("limits.max_uri_bytes", f.max_uri_bytes as u64);
+    p.positive("limits.max_header_bytes", f.max_header_bytes as u64);
+    p.positive("limits.max_headers", f.max_headers as u64);
+    p.positive(
+        "limits.h2_max_concurrent_streams",
+        u64::from(f.h2_max_concurrent_streams),
+    );
     if f.max_headers > http1::MAX_HEADERS {
         p.push(
             "limits.max_headers",
@@ -59,18 +53,37 @@ pub(super) fn limits(f: &LimitsFile, p: &mut Problems) -> Limits {
             ),
         );
     }
-    Limits {
+    LimitsConfig {
         max_body_bytes: f.max_body_bytes,
         max_uri_bytes: f.max_uri_bytes,
         max_header_bytes: f.max_header_bytes,
         max_headers: f.max_headers,
-        client_header_timeout: millis(
+        client_header_timeout: p.millis(
             "limits.client_header_timeout_ms",
             f.client_header_timeout_ms,
-            p,
         ),
-        client_body_timeout: millis("limits.client_body_timeout_ms", f.client_body_timeout_ms, p),
-        client_send_timeout: millis("limits.client_send_timeout_ms", f.client_send_timeout_ms, p),
+        client_body_timeout: p.millis("limits.client_body_timeout_ms", f.client_body_timeout_ms),
+        client_send_timeout: p.millis("limits.client_send_timeout_ms", f.client_send_timeout_ms),
         h2_max_concurrent_streams: f.h2_max_concurrent_streams,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{testing, Snapshot};
+    use crate::http1;
+
+    #[test]
+    fn max_headers_cannot_exceed_the_parsers_table() {
+        let with = |n: usize| {
+            let mut f = testing::config();
+            f.limits.max_headers = n;
+            f
+        };
+        assert!(Snapshot::from_file(with(http1::MAX_HEADERS)).is_ok());
+        assert_eq!(
+            with(http1::MAX_HEADERS + 1).refused_keys(),
+            ["limits.max_headers"]
+        );
     }
 }

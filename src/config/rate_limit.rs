@@ -10,7 +10,7 @@ use std::time::Duration;
 use redis::IntoConnectionInfo;
 
 use super::file::RateLimitFile;
-use super::{millis, Problems};
+use super::problems::Problems;
 
 /// Where the per-agent buckets live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
@@ -142,7 +142,7 @@ fn read_ca(path: &str) -> Result<Arc<[u8]>, String> {
 /// Validates `[rate_limit]`. The Redis settings are checked whatever the backend, so a
 /// mistake is found before the day someone switches to it.
 pub(super) fn rate_limit(f: &RateLimitFile, p: &mut Problems) -> RateLimitConfig {
-    let timeout = millis("rate_limit.timeout_ms", f.timeout_ms, p);
+    let timeout = p.millis("rate_limit.timeout_ms", f.timeout_ms);
     let url = match &f.redis_url {
         Some(u) => p.check("rate_limit.redis_url", RedisUrl::parse(u)),
         None if f.backend == RateLimitBackend::Redis => {

@@ -9,8 +9,8 @@ use http::HeaderValue;
 
 use super::auth::Agent;
 use super::file::{AuthFile, BrownoutFile, RetirementFile};
-use super::types::{unix_seconds, Dates, Repeat, Weekday};
-use super::{parse_time, Problems};
+use super::problems::Problems;
+use super::types::{parse_time, unix_seconds, Dates, Repeat, Weekday};
 
 /// How a brownout window recurs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,20 +97,19 @@ impl Terms {
 
 /// The retirement settings of a snapshot.
 #[derive(Debug, Clone, Default)]
-pub struct Retirement {
+pub struct RetirementConfig {
     /// `[retirement]`'s dates: those of every agent without dates of its own, and of calls
     /// by no known agent.
     pub terms: Terms,
     /// Agents with a date of their own, by id: their effective dates (their own, the rest
     /// `[retirement]`'s).
     pub agent_terms: HashMap<String, Terms>,
-    pub link: Option<String>,
     pub enforce_sunset: bool,
     pub brownouts: Vec<Brownout>,
     pub quiet_days: u32,
 }
 
-impl Retirement {
+impl RetirementConfig {
     /// The dates and signals that apply to a call by `agent` (None: no known agent).
     pub fn terms_for(&self, agent: Option<&Agent>) -> &Terms {
         match agent {
@@ -128,7 +127,7 @@ pub(super) fn retirement(
     auth: &AuthFile,
     agents: &HashMap<String, Agent>,
     p: &mut Problems,
-) -> Retirement {
+) -> RetirementConfig {
     let date = |key: &str, value: &Option<String>, p: &mut Problems| {
         p.check(key.to_owned(), parse_time(value.as_deref()?))
     };
@@ -175,10 +174,9 @@ pub(super) fn retirement(
         .enumerate()
         .filter_map(|(i, b)| brownout(b, &format!("retirement.brownouts[{i}]"), agents, p))
         .collect();
-    Retirement {
+    RetirementConfig {
         terms: Terms::new(dates, f.link.as_deref()),
         agent_terms,
-        link: f.link.clone(),
         enforce_sunset: f.enforce_sunset,
         brownouts,
         quiet_days: f.quiet_days,
@@ -278,7 +276,7 @@ mod tests {
     use super::*;
     use crate::config::file::{AgentFile, BrownoutFile};
     use crate::config::testing::{self, AGENT_ID, TOKEN};
-    use crate::config::{FileConfig, Snapshot};
+    use crate::config::Snapshot;
 
     fn at(s: &str) -> SystemTime {
         humantime::parse_rfc3339(s).unwrap()
@@ -290,13 +288,6 @@ mod tests {
             .iter()
             .find(|(k, _)| *k == name)
             .map(|(_, v)| v.to_str().unwrap().to_string())
-    }
-
-    fn problems(f: FileConfig) -> Vec<String> {
-        match Snapshot::from_file(f) {
-            Ok(_) => panic!("expected the config to be refused"),
-            Err(e) => e.problems().into_iter().map(|p| p.key).collect(),
-        }
     }
 
     #[test]
@@ -351,13 +342,13 @@ mod tests {
         let mut f = testing::config();
         f.retirement.deprecated_at = Some("2027-01-01T00:00:00Z".into());
         f.agent_mut(AGENT_ID).sunset_at = Some("2026-12-01T00:00:00Z".into());
-        assert_eq!(problems(f), ["auth.agents[0].sunset_at"]);
+        assert_eq!(f.refused_keys(), ["auth.agents[0].sunset_at"]);
         let mut f = testing::config();
         f.agent_mut(AGENT_ID).deprecated_at = Some("tomorrow".into());
-        assert_eq!(problems(f), ["auth.agents[0].deprecated_at"]);
+        assert_eq!(f.refused_keys(), ["auth.agents[0].deprecated_at"]);
         let mut f = testing::config();
         f.retirement.enforce_sunset = true;
-        assert_eq!(problems(f), ["retirement.enforce_sunset"]);
+        assert_eq!(f.refused_keys(), ["retirement.enforce_sunset"]);
         // An agent's own sunset is enough to enforce.
         let mut f = testing::config();
         f.retirement.enforce_sunset = true;
@@ -398,7 +389,7 @@ mod tests {
             let mut b = BrownoutFile::new("2026-12-01T10:00:00Z", "2026-12-01T11:00:00Z");
             edit(&mut b);
             f.retirement.brownouts.push(b);
-            problems(f)
+            f.refused_keys()
         };
         assert_eq!(
             with(|b| b.end = "2026-12-01T09:00:00Z".into()),

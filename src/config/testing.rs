@@ -59,6 +59,15 @@ impl FileConfig {
         Snapshot::from_file(self).unwrap_or_else(|e| panic!("test config is invalid: {e}"))
     }
 
+    /// The key paths of the problems of a config a test expects refused; panics when it is
+    /// accepted.
+    pub fn refused_keys(self) -> Vec<String> {
+        match Snapshot::from_file(self) {
+            Ok(_) => panic!("expected the config to be refused"),
+            Err(e) => e.problems().into_iter().map(|p| p.key).collect(),
+        }
+    }
+
     /// The configured agent `id`.
     pub fn agent_mut(&mut self, id: &str) -> &mut AgentFile {
         self.auth

@@ -4,11 +4,11 @@
 use std::time::Duration;
 
 use super::file::TracingFile;
-use super::{millis, Problems};
+use super::problems::Problems;
 
 /// Tracing as configured: present only when `tracing.otlp_endpoint` is set.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TracingSettings {
+pub struct TracingConfig {
     /// Where export requests go: the endpoint with `/v1/traces` appended.
     pub traces_url: String,
     /// Share of new traces recorded (parent-based: an incoming sampled flag wins).
@@ -50,7 +50,7 @@ fn traces_url(endpoint: &str) -> Result<String, String> {
 }
 
 /// Validates `[tracing]`: every value, whether or not tracing is on.
-pub(super) fn tracing(f: &TracingFile, p: &mut Problems) -> Option<TracingSettings> {
+pub(super) fn tracing(f: &TracingFile, p: &mut Problems) -> Option<TracingConfig> {
     let traces_url = match &f.otlp_endpoint {
         Some(e) => p.check("tracing.otlp_endpoint", traces_url(e)),
         None => None,
@@ -61,18 +61,16 @@ pub(super) fn tracing(f: &TracingFile, p: &mut Problems) -> Option<TracingSettin
     if f.service_name.trim().is_empty() {
         p.push("tracing.service_name", "must not be empty");
     }
-    if f.max_queue_size == 0 {
-        p.push("tracing.max_queue_size", "must be at least 1");
-    }
+    p.positive("tracing.max_queue_size", f.max_queue_size as u64);
     if f.max_export_batch_size == 0 || f.max_export_batch_size > f.max_queue_size {
         p.push(
             "tracing.max_export_batch_size",
             "must be at least 1 and at most tracing.max_queue_size",
         );
     }
-    let scheduled_delay = millis("tracing.scheduled_delay_ms", f.scheduled_delay_ms, p);
-    let export_timeout = millis("tracing.export_timeout_ms", f.export_timeout_ms, p);
-    Some(TracingSettings {
+    let scheduled_delay = p.millis("tracing.scheduled_delay_ms", f.scheduled_delay_ms);
+    let export_timeout = p.millis("tracing.export_timeout_ms", f.export_timeout_ms);
+    Some(TracingConfig {
         traces_url: traces_url?,
         sample_ratio: f.sample_ratio,
         service_name: f.service_name.clone(),
@@ -86,15 +84,12 @@ pub(super) fn tracing(f: &TracingFile, p: &mut Problems) -> Option<TracingSettin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{testing, Snapshot};
+    use crate::config::testing;
 
     fn problems(f: TracingFile) -> Vec<String> {
         let mut cfg = testing::config();
         cfg.tracing = f;
-        match Snapshot::from_file(cfg) {
-            Ok(_) => panic!("expected the config to be refused"),
-            Err(e) => e.problems().into_iter().map(|p| p.key).collect(),
-        }
+        cfg.refused_keys()
     }
 
     fn on(endpoint: &str) -> TracingFile {

@@ -189,6 +189,12 @@ impl Weekday {
     }
 }
 
+/// An RFC 3339 UTC time, as every date in the file is written.
+pub(super) fn parse_time(s: &str) -> Result<SystemTime, String> {
+    humantime::parse_rfc3339(s)
+        .map_err(|e| format!("{s:?} is not an RFC 3339 UTC time like 2027-06-01T00:00:00Z ({e})"))
+}
+
 /// Whole seconds since the Unix epoch (0 before it).
 pub fn unix_seconds(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())

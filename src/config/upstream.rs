@@ -8,7 +8,15 @@ use std::time::Duration;
 use pingora::upstreams::peer::{HttpPeer, Peer};
 
 use super::file::UpstreamFile;
-use super::{millis, Lookup, Problems};
+use super::problems::Problems;
+
+/// Whether validation looks host names up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Lookup {
+    Resolve,
+    /// Check the form only ([`super::Snapshot::check_without_lookup`]).
+    Skip,
+}
 
 /// The backend: pre-resolved addresses with peers built once.
 #[derive(Debug, Clone)]
@@ -80,13 +88,12 @@ pub(super) fn upstream(f: &UpstreamFile, lookup: Lookup, p: &mut Problems) -> Up
         .enumerate()
         .filter_map(|(i, a)| p.check(format!("upstream.addresses[{i}]"), resolve(a, lookup)))
         .collect();
-    let connect_timeout = millis("upstream.connect_timeout_ms", f.connect_timeout_ms, p);
-    let read_timeout = millis("upstream.read_timeout_ms", f.read_timeout_ms, p);
-    let idle_timeout = millis("upstream.idle_timeout_ms", f.idle_timeout_ms, p);
-    let health_check_interval = millis(
+    let connect_timeout = p.millis("upstream.connect_timeout_ms", f.connect_timeout_ms);
+    let read_timeout = p.millis("upstream.read_timeout_ms", f.read_timeout_ms);
+    let idle_timeout = p.millis("upstream.idle_timeout_ms", f.idle_timeout_ms);
+    let health_check_interval = p.millis(
         "upstream.health_check_interval_ms",
         f.health_check_interval_ms,
-        p,
     );
     if let Some(path) = &f.health_check_path {
         if !path.starts_with('/') || !path.bytes().all(|b| b.is_ascii_graphic()) {

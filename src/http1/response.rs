@@ -112,8 +112,8 @@ impl ResponseHead {
             .map(move |(n, v)| (&buf[n.clone()], &buf[v.clone()]))
     }
 
-    /// Whether a `Connection` header lists `name` (hop-by-hop, see
-    /// [`crate::policy::admit::RequestView::connection_lists`]).
+    /// Whether a `Connection` header lists `name`: such a header is hop-by-hop by the backend's
+    /// declaration (RFC 9110 §7.6.1) and is not relayed.
     pub fn connection_lists(&self, buf: &[u8], name: &[u8]) -> bool {
         self.headers(buf)
             .any(|(n, v)| n.eq_ignore_ascii_case(b"connection") && has_token(v, name))

@@ -1,12 +1,13 @@
 //! Admission: everything the gateway decides about a request from its head, before any I/O.
 //!
-//! [`admit`] is the whole per-request policy as one pure function of the request's facts and
-//! a config [`Snapshot`], checked in this order: the head's size, its body framing, header
-//! names aliasing the gateway's own, the route, the credentials, the service scope, the retirement policy, the content type and
-//! the declared body size. It returns either a [`Forward`] (with the rate-limit question and
-//! how to check the body) or a [`Refusal`] (with the answer to give); both say how far the
-//! request was understood, for metrics and logs, and which retirement [`Signals`] the answer
-//! carries. The data plane ([`crate::proxy`]) only carries the decision out, and
+//! [`admit`] is the whole per-request policy as one pure function of the request's facts
+//! ([`RequestFacts`], read from any protocol's [`RequestView`]) and a config [`Snapshot`],
+//! checked in this order: the head's size, its body framing, header names aliasing the
+//! gateway's own, the route, the credentials, the service scope, the retirement policy, the
+//! content type and the declared body size. It returns either a [`Forward`] (with the
+//! rate-limit question and how to check the body) or a [`Refusal`] (with the answer to give);
+//! both say how far the request was understood, for metrics and logs, and which retirement
+//! [`Signals`] the answer carries. The data plane only carries the decision out, and
 //! `benches/hot_path.rs` calls this same function.
 
 use std::time::{Duration, SystemTime};
@@ -20,72 +21,13 @@ use crate::api::route::{
 };
 use crate::api::schema::ObjectSchema;
 use crate::config::{Agent, RateLimit, Snapshot, Terms, ValidationMode};
-use crate::http1::{has_token, names_headers};
 use crate::policy::auth::{authenticate, AuthFailure, AGENT_ID_HEADER, AUTH_TOKEN_HEADER};
 use crate::policy::headers;
 use crate::policy::rate_limit::{self, Outcome};
 use crate::policy::retirement::{self, REHEARSAL_HEADER};
 
-/// A request head, whatever protocol carried it.
-pub trait RequestView: Sync {
-    fn method(&self) -> &str;
-    /// The target's path, raw (still percent-encoded).
-    fn path(&self) -> &str;
-    fn query(&self) -> Option<&str>;
-    /// Bytes of the request target as sent.
-    fn target_len(&self) -> usize;
-    /// The authority the client addressed, when the request line carries one.
-    fn authority(&self) -> Option<&str>;
-    /// Every header field, in order.
-    fn headers(&self) -> impl Iterator<Item = (&[u8], &[u8])>;
-    fn header_count(&self) -> usize;
-    /// Every value of the header `name` (in lower case).
-    fn headers_named<'n>(&'n self, name: &'n str) -> impl Iterator<Item = &'n [u8]>;
-    /// What the head says about the body's length.
-    fn body_length(&self) -> BodyLength;
-
-    /// The first value of a header.
-    fn header<'n>(&'n self, name: &'n str) -> Option<&'n [u8]> {
-        self.headers_named(name).next()
-    }
-
-    /// The value of a header sent exactly once: `None` when it is absent or repeated, since a
-    /// repeated credential could be checked in one copy here and read in another upstream.
-    fn single_header<'n>(&'n self, name: &'n str) -> Option<&'n [u8]> {
-        let mut values = self.headers_named(name);
-        let first = values.next()?;
-        values.next().is_none().then_some(first)
-    }
-
-    /// Whether a comma-separated header has `token` among its values.
-    fn has_token(&self, name: &str, token: &str) -> bool {
-        self.headers_named(name)
-            .any(|v| has_token(v, token.as_bytes()))
-    }
-
-    /// Whether a `Connection` header lists `name`: such a header is hop-by-hop by the
-    /// client's declaration (RFC 9110 §7.6.1) and is not forwarded.
-    fn connection_lists(&self, name: &[u8]) -> bool {
-        self.headers_named("connection").any(|v| has_token(v, name))
-    }
-
-    /// Whether a `Connection` header names any header (anything but `close`/`keep-alive`):
-    /// only then is [`Self::connection_lists`] worth asking.
-    fn declares_hop_headers(&self) -> bool {
-        self.headers_named("connection").any(names_headers)
-    }
-}
-
-/// What a request head says about its body's length.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BodyLength {
-    /// Exactly this many bytes.
-    Declared(u64),
-    /// Known only when the body ends (chunked, or HTTP/2 without `content-length`).
-    Unknown,
-    /// The framing could be read two ways: the request must be refused (request smuggling).
-    Ambiguous,
-}
+/// What admission reads a request through; named here too, beside the facts they feed.
+pub use crate::policy::request::{BodyLength, RequestView};
 
 /// What a request is, as far as it was understood (for logs and metrics even when refused).
 #[derive(Debug, Clone, Copy, Default)]
@@ -484,7 +426,7 @@ mod tests {
         }
     }
 
-    /// `plan` for a request with agent-1's valid credentials.
+    /// `admit` for a request with agent-1's valid credentials.
     fn as_agent_1<'s>(
         s: &'s Snapshot,
         method: &str,
@@ -635,9 +577,9 @@ mod tests {
         f.retirement.deprecated_at = Some("2026-06-01T00:00:00Z".into());
         f.retirement.sunset_at = Some("2027-06-01T00:00:00Z".into());
         f.retirement.link = Some("https://example.org/v2".into());
-        f.auth.agents.push(crate::config::file::AgentFile {
+        f.auth.agents.push(AgentFile {
             sunset_at: Some("2026-09-01T00:00:00Z".into()),
-            ..crate::config::file::AgentFile::new("early", testing::TOKEN)
+            ..AgentFile::new("early", testing::TOKEN)
         });
         let s = f.snapshot();
         let early = admit(

@@ -74,34 +74,23 @@ mod tests {
 
     #[test]
     fn underscore_names_alias_controlled_headers_only() {
-        for alias in [
-            &b"Transfer_Encoding"[..],
-            b"content_length",
-            b"X_Auth_Token",
-            b"X_SERVICE_AGENT_ID",
-            b"x-service_agent-id",
-            b"Content_Type",
-            b"X_Request_Id",
-            b"Proxy_Connection",
+        for (name, aliases) in [
+            (&b"Transfer_Encoding"[..], true),
+            (b"content_length", true),
+            (b"X_Auth_Token", true),
+            (b"X_SERVICE_AGENT_ID", true),
+            (b"x-service_agent-id", true),
+            (b"Content_Type", true),
+            (b"X_Request_Id", true),
+            (b"Proxy_Connection", true),
+            (b"Transfer-Encoding", false),
+            (b"X_Custom", false),
+            (b"X_Auth_Token_2", false),
+            (b"Connection_", false),
+            (b"_", false),
         ] {
-            assert!(
-                aliases_controlled(alias),
-                "{}",
-                String::from_utf8_lossy(alias)
-            );
-        }
-        for harmless in [
-            &b"Transfer-Encoding"[..],
-            b"X_Custom",
-            b"X_Auth_Token_2",
-            b"Connection_",
-            b"_",
-        ] {
-            assert!(
-                !aliases_controlled(harmless),
-                "{}",
-                String::from_utf8_lossy(harmless)
-            );
+            let shown = String::from_utf8_lossy(name);
+            assert_eq!(aliases_controlled(name), aliases, "{shown}");
         }
     }
 }

@@ -7,5 +7,6 @@ pub mod admit;
 pub mod auth;
 pub mod headers;
 pub mod rate_limit;
+pub mod request;
 pub mod request_id;
 pub mod retirement;

@@ -4,12 +4,12 @@ use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::admit::RequestView;
+use super::request::RequestView;
 
 pub const HEADER: &str = "x-request-id";
 
 /// Whether a client-sent id can be passed on: 1 to 128 of `A-Z a-z 0-9 - _ . : +`.
-pub fn is_sane(value: &[u8]) -> bool {
+fn is_sane(value: &[u8]) -> bool {
     (1..=128).contains(&value.len())
         && value
             .iter()

@@ -3,12 +3,12 @@
 //!
 //! Pure: [`decide`] takes the time as an argument, so tests drive windows and ramps with an
 //! injected clock. The settings, and the signal headers rendered from them, are
-//! [`crate::config::Retirement`].
+//! [`crate::config::RetirementConfig`].
 
 use std::time::SystemTime;
 
 use crate::api::reply::V1Refusal;
-use crate::config::{Agent, Brownout, Retirement, V1Policy};
+use crate::config::{Agent, Brownout, RetirementConfig, V1Policy, Weekday};
 
 /// The request header with which a client asks for its post-sunset answer now; `1` is the
 /// only value that does.
@@ -25,15 +25,15 @@ fn applies_to(brownout: &Brownout, agent: Option<&Agent>) -> bool {
 
 /// The brownout window open at some instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Window {
+struct Window {
     /// When it closes: the refusals' `Retry-After`.
-    pub end: SystemTime,
+    end: SystemTime,
     /// The share of calls it refuses at that instant, 0 to 100.
-    pub percent: u8,
+    percent: u8,
 }
 
 /// The window of `brownout` open at `now`, if any, with the share its ramp has reached.
-pub fn window_at(brownout: &Brownout, now: SystemTime) -> Option<Window> {
+fn window_at(brownout: &Brownout, now: SystemTime) -> Option<Window> {
     let since_start = now.duration_since(brownout.start).ok()?;
     let length = brownout
         .end
@@ -47,7 +47,7 @@ pub fn window_at(brownout: &Brownout, now: SystemTime) -> Option<Window> {
             let on_its_day = r
                 .days
                 .as_ref()
-                .is_none_or(|days| days.contains(&crate::config::Weekday::of(opened)));
+                .is_none_or(|days| days.contains(&Weekday::of(opened)));
             if opened >= r.until || !on_its_day {
                 return None;
             }
@@ -93,7 +93,7 @@ pub fn bucket(request_id: &str) -> u8 {
 /// The share of `agent`'s v1 calls the brownout schedule refuses at `now`, 0 to 100: the
 /// highest share of the windows open for it (the request id buckets are the same in every
 /// window, so overlapping windows refuse the union of their shares, which is the largest).
-pub fn brownout_percent(retirement: &Retirement, agent: &Agent, now: SystemTime) -> u8 {
+pub fn brownout_percent(retirement: &RetirementConfig, agent: &Agent, now: SystemTime) -> u8 {
     if agent.v1_policy != V1Policy::Allow {
         return 0;
     }
@@ -111,7 +111,7 @@ pub fn brownout_percent(retirement: &Retirement, agent: &Agent, now: SystemTime)
 /// decides first; a call it lets through that asked for a `rehearsal` gets the sunset's
 /// answer instead.
 pub fn decide(
-    retirement: &Retirement,
+    retirement: &RetirementConfig,
     agent: Option<&Agent>,
     now: SystemTime,
     request_id: &str,
@@ -126,7 +126,7 @@ pub fn decide(
 
 /// The retirement policy alone: the agent's `v1_policy`, its sunset, the brownouts.
 fn policy(
-    retirement: &Retirement,
+    retirement: &RetirementConfig,
     agent: Option<&Agent>,
     now: SystemTime,
     request_id: &str,
@@ -156,7 +156,7 @@ fn policy(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Dates, Recurrence, Terms, TokenDigest, Weekday};
+    use crate::config::{Dates, Recurrence, Terms, TokenDigest};
     use std::time::Duration;
 
     fn at(s: &str) -> SystemTime {
@@ -177,7 +177,7 @@ mod tests {
 
     /// `decide` for a call that asks for no rehearsal.
     fn judge(
-        r: &Retirement,
+        r: &RetirementConfig,
         a: Option<&Agent>,
         now: SystemTime,
         id: &str,
@@ -187,14 +187,14 @@ mod tests {
 
     #[test]
     fn nothing_configured_means_no_refusals() {
-        let r = Retirement::default();
+        let r = RetirementConfig::default();
         let a = agent("a", V1Policy::Allow);
         assert_eq!(judge(&r, Some(&a), SystemTime::now(), "x"), Ok(()));
     }
 
     #[test]
     fn policies() {
-        let r = Retirement::default();
+        let r = RetirementConfig::default();
         let now = SystemTime::now();
         assert_eq!(
             judge(&r, Some(&agent("a", V1Policy::Block)), now, "x"),
@@ -209,7 +209,7 @@ mod tests {
 
     #[test]
     fn a_rehearsal_gets_the_sunset_answer_unless_the_policy_refuses_first() {
-        let r = Retirement::default();
+        let r = RetirementConfig::default();
         let now = SystemTime::now();
         for a in [
             Some(agent("a", V1Policy::Allow)),
@@ -228,8 +228,8 @@ mod tests {
         );
     }
 
-    fn sunset(at_: &str) -> Retirement {
-        Retirement {
+    fn sunset(at_: &str) -> RetirementConfig {
+        RetirementConfig {
             terms: Terms::new(
                 Dates {
                     deprecated_at: None,
@@ -310,8 +310,8 @@ mod tests {
         }
     }
 
-    fn window(percent: u8, agents: Option<Vec<String>>) -> Retirement {
-        Retirement {
+    fn window(percent: u8, agents: Option<Vec<String>>) -> RetirementConfig {
+        RetirementConfig {
             brownouts: vec![Brownout {
                 agents,
                 ..once(
@@ -405,7 +405,7 @@ mod tests {
         assert_eq!(share("2026-12-01T10:50:00Z"), Some(35));
         assert_eq!(share("2026-12-01T11:39:59Z"), Some(59));
         assert_eq!(share("2026-12-01T11:40:00Z"), None);
-        let r = Retirement {
+        let r = RetirementConfig {
             brownouts: vec![b],
             ..Default::default()
         };

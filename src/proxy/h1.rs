@@ -23,7 +23,7 @@ use super::downstream::Downstream;
 use super::h2::PREFACE;
 use super::ProxyApp;
 use crate::api::reply::Reply;
-use crate::config::{Limits, Snapshot};
+use crate::config::{LimitsConfig, Snapshot};
 use crate::http1::{
     is_bodiless_status, ChunkedDecoder, Framing, HeadError, Request, RequestHead, ResponseWriter,
 };
@@ -180,7 +180,7 @@ impl H1Connection {
     }
 
     /// Takes the current request's limits on the client's pace and body.
-    fn apply_limits(&mut self, limits: &Limits) {
+    fn apply_limits(&mut self, limits: &LimitsConfig) {
         self.send_timeout = limits.client_send_timeout;
         self.body_timeout = limits.client_body_timeout;
         self.max_body_bytes = limits.max_body_bytes;
@@ -204,7 +204,11 @@ impl H1Connection {
     }
 
     /// Reads until a whole request head is in, or, with `sniff_h2`, the HTTP/2 preface.
-    async fn read_head(&mut self, limits: &Limits, sniff_h2: bool) -> Result<HeadRead, Reply> {
+    async fn read_head(
+        &mut self,
+        limits: &LimitsConfig,
+        sniff_h2: bool,
+    ) -> Result<HeadRead, Reply> {
         // Room for the largest head the limits admit, with each line's separators.
         let most = limits.max_uri_bytes + limits.max_header_bytes + 4 * limits.max_headers + 64;
         self.body = BodyState::Broken;

@@ -32,7 +32,7 @@ use tokio::time::timeout;
 use super::downstream::Downstream;
 use super::ProxyApp;
 use crate::api::reply::Reply;
-use crate::config::{Limits, Snapshot};
+use crate::config::{LimitsConfig, Snapshot};
 use crate::http1::{is_bodiless_status, Framing};
 use crate::observe::exchange::Protocol;
 use crate::policy::admit::{BodyLength, RequestView};
@@ -48,7 +48,7 @@ const MAX_MALFORMED_STREAMS: usize = 32;
 const IDLE_DRAIN: Duration = Duration::from_secs(1);
 
 /// The `h2` settings for a connection under `limits`.
-fn h2_options(limits: &Limits) -> h2server::H2Options {
+fn h2_options(limits: &LimitsConfig) -> h2server::H2Options {
     let mut options = h2server::default_h2_options();
     options.max_concurrent_streams(limits.h2_max_concurrent_streams);
     // Header blocks up to four times what admission accepts reach admission, which answers

@@ -156,11 +156,18 @@ const fn field(
     }
 }
 
+/// Fields that several bodies declare alike.
 const REQUEST_UID: Field = field(
     "request_uid",
     FieldType::String,
     false,
     "Identifier of the request; generated automatically when absent.",
+);
+const ORGANIZATION_NAME: Field = field(
+    "organization_name",
+    FieldType::String,
+    true,
+    "Name of the organization involved.",
 );
 
 pub static VERIFY_REQUEST: ObjectSchema = ObjectSchema {
@@ -201,12 +208,7 @@ pub static CONNECTION_INVITATION_REQUEST: ObjectSchema = ObjectSchema {
     name: "ConnectionInvitationRequest",
     description: "Requests a pairwise connection through an invitation.",
     fields: &[
-        field(
-            "organization_name",
-            FieldType::String,
-            true,
-            "Name of the organization involved.",
-        ),
+        ORGANIZATION_NAME,
         field(
             "allow_multiple_read",
             FieldType::Boolean,
@@ -239,12 +241,7 @@ pub static CREDENTIAL_OFFER_REQUEST: ObjectSchema = ObjectSchema {
     name: "CredentialOfferRequest",
     description: "Sends a credential offer, optionally addressed to an existing connection.",
     fields: &[
-        field(
-            "organization_name",
-            FieldType::String,
-            true,
-            "Name of the organization involved.",
-        ),
+        ORGANIZATION_NAME,
         field(
             "credential_def_id",
             FieldType::String,

@@ -25,7 +25,7 @@ use opentelemetry_sdk::Resource;
 use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
 use tokio::sync::{mpsc, oneshot, Notify};
 
-use crate::config::TracingSettings;
+use crate::config::TracingConfig;
 
 /// Why an export pipeline could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -74,13 +74,13 @@ impl ExportMetrics {
 pub struct Pipeline {
     pub(super) tracer: SdkTracer,
     provider: SdkTracerProvider,
-    pub(super) settings: TracingSettings,
+    pub(super) settings: TracingConfig,
     worker: JoinHandle<()>,
 }
 
 impl Pipeline {
     /// A pipeline exporting to `settings.traces_url`.
-    pub fn otlp(settings: &TracingSettings, metrics: &ExportMetrics) -> Result<Self, ExportError> {
+    pub fn otlp(settings: &TracingConfig, metrics: &ExportMetrics) -> Result<Self, ExportError> {
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
             .with_protocol(Protocol::HttpBinary)
@@ -97,7 +97,7 @@ impl Pipeline {
     /// A pipeline sending its batches to `exporter` (tests and benches pass their own).
     pub fn with_exporter<E: SpanExporter + 'static>(
         mut exporter: E,
-        settings: &TracingSettings,
+        settings: &TracingConfig,
         metrics: &ExportMetrics,
     ) -> Result<Self, ExportError> {
         // Only `service.name`: `Resource::builder()` would also read OTEL_SERVICE_NAME and
@@ -178,7 +178,7 @@ impl BoundedProcessor {
     /// The processor, and the thread that exports what it queues.
     fn start<E: SpanExporter + 'static>(
         exporter: E,
-        settings: &TracingSettings,
+        settings: &TracingConfig,
         metrics: &ExportMetrics,
     ) -> std::io::Result<(Self, JoinHandle<()>)> {
         let (queue, spans) = mpsc::channel(settings.max_queue_size);

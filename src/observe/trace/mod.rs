@@ -30,7 +30,7 @@ use prometheus::Registry;
 
 pub use export::{ExportError, ExportMetrics, Pipeline};
 
-use crate::config::{Snapshot, TracingSettings};
+use crate::config::{Snapshot, TracingConfig};
 use crate::policy::admit::RequestView;
 use crate::policy::headers::{TRACEPARENT, TRACESTATE};
 
@@ -72,7 +72,7 @@ impl Tracer {
     /// Makes the pipeline match `settings`: builds one, replaces it, or stops tracing
     /// (`None`). Settings equal to the running ones change nothing. Requests in flight finish
     /// their spans on the pipeline they started on.
-    pub fn configure(&self, settings: Option<&TracingSettings>) -> Result<(), ExportError> {
+    pub fn configure(&self, settings: Option<&TracingConfig>) -> Result<(), ExportError> {
         let running = self.current.load();
         if running.as_ref().map(|p| &p.settings) == settings {
             return Ok(());

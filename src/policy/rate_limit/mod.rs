@@ -169,22 +169,18 @@ pub async fn decide<S: Limiter, L: Limiter>(
         }
         Err(e) => e,
     };
-    let fallback = match on_error {
-        OnRedisError::Local => decide_locally(local, agent_id, limit, now).await,
-        OnRedisError::Allow => Decision {
-            outcome: Outcome::Allowed,
-            by: DecidedBy::OnRedisError,
-            error: None,
-        },
-        OnRedisError::Deny => Decision {
-            outcome: Outcome::Unverified,
-            by: DecidedBy::OnRedisError,
-            error: None,
-        },
+    let (outcome, by) = match on_error {
+        OnRedisError::Local => {
+            let local = decide_locally(local, agent_id, limit, now).await;
+            (local.outcome, local.by)
+        }
+        OnRedisError::Allow => (Outcome::Allowed, DecidedBy::OnRedisError),
+        OnRedisError::Deny => (Outcome::Unverified, DecidedBy::OnRedisError),
     };
     Decision {
+        outcome,
+        by,
         error: Some(error),
-        ..fallback
     }
 }
 
@@ -353,35 +349,29 @@ mod tests {
     #[tokio::test]
     async fn on_redis_error_allow_and_deny_decide_without_a_bucket() {
         let local = LocalLimiter::default();
-        for _ in 0..3 {
-            let allow = on(
-                Fixed(Err(BackendError::Unavailable)),
+        let cases = [
+            (
                 OnRedisError::Allow,
-                &local,
-            )
-            .await;
-            assert_eq!(
-                (allow.outcome, allow.by, allow.error),
-                (
-                    Outcome::Allowed,
-                    DecidedBy::OnRedisError,
-                    Some(BackendError::Unavailable)
-                )
-            );
-            let deny = on(
-                Fixed(Err(BackendError::Timeout)),
+                BackendError::Unavailable,
+                Outcome::Allowed,
+            ),
+            (
                 OnRedisError::Deny,
-                &local,
-            )
-            .await;
-            assert_eq!(
-                (deny.outcome, deny.by, deny.error),
-                (
-                    Outcome::Unverified,
-                    DecidedBy::OnRedisError,
-                    Some(BackendError::Timeout)
-                )
-            );
+                BackendError::Timeout,
+                Outcome::Unverified,
+            ),
+        ];
+        for _ in 0..3 {
+            for (on_error, error, outcome) in cases {
+                assert_eq!(
+                    on(Fixed(Err(error)), on_error, &local).await,
+                    Decision {
+                        outcome,
+                        by: DecidedBy::OnRedisError,
+                        error: Some(error)
+                    }
+                );
+            }
         }
         assert!(local.take("a", LIMIT, Instant::now()).is_ok());
     }

@@ -32,7 +32,7 @@ const USER_TIMEOUT: Duration = Duration::from_secs(2);
 /// Fails fast while the backend is known to be down. Times are milliseconds since the
 /// breaker's creation, passed in, so the logic is tested without a clock.
 #[derive(Debug)]
-pub struct Breaker {
+struct Breaker {
     epoch: Instant,
     /// Until when calls are skipped; 0 = closed (calls go through).
     open_until: AtomicU64,
@@ -49,13 +49,13 @@ impl Default for Breaker {
 
 impl Breaker {
     /// Milliseconds since the breaker was made (never 0, which means closed).
-    pub fn now_ms(&self) -> u64 {
+    fn now_ms(&self) -> u64 {
         self.epoch.elapsed().as_millis() as u64 + 1
     }
 
     /// Whether a call may go now. Once the cooldown has passed, exactly one caller wins the
     /// probe; the others keep failing fast until it succeeds.
-    pub fn admit(&self, now_ms: u64) -> bool {
+    fn admit(&self, now_ms: u64) -> bool {
         let until = self.open_until.load(Ordering::Acquire);
         if until == 0 {
             return true;
@@ -74,7 +74,7 @@ impl Breaker {
 
     /// Records a call's result; says whether the breaker changed state (for one log line per
     /// outage, not one per request).
-    pub fn record(&self, ok: bool, now_ms: u64) -> Option<bool> {
+    fn record(&self, ok: bool, now_ms: u64) -> Option<bool> {
         let next = if ok {
             0
         } else {

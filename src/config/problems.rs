@@ -1,0 +1,87 @@
+//! What validation reports: each [`Problem`] under its key path (`auth.agents[2].id`), all of a
+//! file's at once in a [`ConfigError`]. Every section's validator pushes into one [`Problems`]
+//! and goes on, so an operator sees every mistake in one run rather than one per run.
+
+use std::fmt;
+use std::time::Duration;
+
+/// One thing wrong with a config file, located by its key path (`auth.agents[2].id`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub key: String,
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.key, self.message)
+    }
+}
+
+/// Why a config could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    /// Not TOML, or not the file's shape (an unknown key, a value of the wrong type).
+    #[error("{0}")]
+    Parse(#[from] toml::de::Error),
+    #[error("{} problem(s):\n{}", .0.len(), .0.iter().map(|p| format!("  {p}")).collect::<Vec<_>>().join("\n"))]
+    Invalid(Vec<Problem>),
+}
+
+impl ConfigError {
+    /// Every problem, each with its key path; a read or parse error is one problem at the root.
+    pub fn problems(&self) -> Vec<Problem> {
+        match self {
+            ConfigError::Invalid(p) => p.clone(),
+            other => vec![Problem {
+                key: String::new(),
+                message: other.to_string(),
+            }],
+        }
+    }
+}
+
+/// Collects problems while a file is validated, each under its key path.
+#[derive(Default)]
+pub(super) struct Problems(Vec<Problem>);
+
+impl Problems {
+    pub(super) fn push(&mut self, key: impl Into<String>, message: impl Into<String>) {
+        self.0.push(Problem {
+            key: key.into(),
+            message: message.into(),
+        });
+    }
+
+    /// The parsed value, or `None` with the error recorded under `key`.
+    pub(super) fn check<T>(&mut self, key: impl Into<String>, r: Result<T, String>) -> Option<T> {
+        r.map_err(|e| self.push(key, e)).ok()
+    }
+
+    /// Records a problem under `key` when `value` is 0: no count, size or time in the file
+    /// means anything at 0.
+    pub(super) fn positive(&mut self, key: &str, value: u64) {
+        if value == 0 {
+            self.push(key, "must be greater than 0");
+        }
+    }
+
+    /// A positive number of milliseconds, as a duration.
+    pub(super) fn millis(&mut self, key: &str, ms: u64) -> Duration {
+        self.positive(key, ms);
+        Duration::from_millis(ms)
+    }
+
+    /// `value` when nothing was recorded, else every problem.
+    pub(super) fn finish<T>(self, value: Option<T>) -> Result<T, ConfigError> {
+        match value {
+            Some(value) if self.0.is_empty() => Ok(value),
+            _ => Err(ConfigError::Invalid(self.0)),
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! `[listen]` and `[server]`: the settings that take effect only at process start (listeners,
+//! runtimes). A reload keeps the running ones and names those it could not apply.
+
+use std::net::SocketAddr;
+
+use super::file::{ListenFile, ServerFile};
+use super::problems::Problems;
+
+/// Settings that only take effect at process start (listeners, runtimes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartupConfig {
+    pub proxy_listen: SocketAddr,
+    /// Certificate and key files of a TLS proxy listener.
+    pub proxy_tls: Option<(String, String)>,
+    /// HTTP/2 for clients that ask for it (ALPN `h2`, or the h2c preface).
+    pub http2: bool,
+    pub admin_listen: Option<SocketAddr>,
+    pub threads: usize,
+    pub grace_period_seconds: u64,
+    pub work_stealing: bool,
+    pub upstream_keepalive_pool_size: usize,
+    pub watch_config: bool,
+    pub upgrade_sock: String,
+}
+
+fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    s.parse()
+        .map_err(|_| format!("{s:?} is not an ip:port address"))
+}
+
+/// The certificate and key of a TLS listener, loaded once to check them.
+fn tls(listen: &ListenFile, p: &mut Problems) -> Option<(String, String)> {
+    match (&listen.tls_cert, &listen.tls_key) {
+        (None, None) => None,
+        (Some(cert), Some(key)) => {
+            match pingora::tls::load_certs_and_key_files(cert, key) {
+                Ok(Some(_)) => {}
+                Ok(None) => p.push(
+                    "listen.tls_cert",
+                    "no certificate or key found in the files",
+                ),
+                Err(e) => p.push(
+                    "listen.tls_cert",
+                    format!("cannot load {cert} / {key}: {e}"),
+                ),
+            }
+            Some((cert.clone(), key.clone()))
+        }
+        _ => {
+            p.push("listen.tls_cert", "tls_cert and tls_key go together");
+            None
+        }
+    }
+}
+
+/// Validates `[listen]` and `[server]`.
+pub(super) fn startup(
+    listen: &ListenFile,
+    server: &ServerFile,
+    p: &mut Problems,
+) -> Option<StartupConfig> {
+    let proxy_listen = p.check("listen.proxy", parse_listen(&listen.proxy));
+    let admin_listen = match &listen.admin {
+        None => Some(None),
+        Some(a) => p.check("listen.admin", parse_listen(a)).map(Some),
+    };
+    let proxy_tls = tls(listen, p);
+    p.positive("server.threads", server.threads as u64);
+    p.positive(
+        "server.upstream_keepalive_pool_size",
+        server.upstream_keepalive_pool_size as u64,
+    );
+    Some(StartupConfig {
+        proxy_listen: proxy_listen?,
+        proxy_tls,
+        http2: listen.http2,
+        admin_listen: admin_listen?,
+        threads: server.threads,
+        grace_period_seconds: server.grace_period_seconds,
+        work_stealing: server.work_stealing,
+        upstream_keepalive_pool_size: server.upstream_keepalive_pool_size,
+        watch_config: server.watch_config,
+        upgrade_sock: server.upgrade_sock.clone(),
+    })
+}
