@@ -224,7 +224,7 @@ fn every_stream_gets_what_an_http11_request_gets() {
     assert_eq!(answers[8]["body"], "", "no body in an answer to HEAD");
     assert!(answers[8]["headers"]["content-length"].is_string());
     assert_eq!(backend.count(), 2, "only the two admitted requests went on");
-    let logged: Vec<Value> = gw.access_log();
+    let logged = gw.wait_for_access_log(answers.len());
     assert!(logged.iter().all(|l| l["protocol"] == "h2"), "{logged:?}");
 }
 

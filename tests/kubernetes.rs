@@ -19,7 +19,7 @@ use agent_gateway::config::{FileConfig, OnRedisError, RateLimitBackend};
 use serde::Deserialize;
 use serde_json::Value;
 
-use common::redis::RedisServer;
+use common::redis::{RedisServer, REDIS_TIMEOUT_MS};
 use common::*;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -536,6 +536,9 @@ fn the_redis_overlay_is_the_base_with_a_shared_limit_that_works() {
     let server = RedisServer::start();
     let mut here = cfg.clone();
     here.rate_limit.redis_url = Some(server.url());
+    // The overlay's 50 ms is for a Redis beside the pods; a busy test machine needs longer
+    // for the decision to be Redis'.
+    here.rate_limit.timeout_ms = REDIS_TIMEOUT_MS;
     let (gw, _backend) = run_and_probe(&objects, here);
     gw.wait_for_metric(
         "agent_gateway_rate_limit_decisions_total{backend=\"redis\",result=\"allowed\"}",

@@ -95,7 +95,7 @@ fn two_gateways_sharing_one_redis_hold_an_agent_to_its_limit_in_total_and_again_
     let backend = Backend::start();
     let mut redis = RedisServer::start();
     let mut cfg = limited_config(backend.addr, 6);
-    use_redis(&mut cfg, &redis.url(), OnRedisError::Local, 200, "shared:");
+    use_redis(&mut cfg, &redis.url(), OnRedisError::Local, "shared:");
     // Two replicas of one config, each on ports of its own.
     let a = Gateway::builder(cfg.clone()).start();
     let b = Gateway::builder(cfg).start();
@@ -143,7 +143,7 @@ fn with_redis_killed_each_on_redis_error_does_what_the_readme_says() {
     let mut redis = RedisServer::start();
     let gateway = |on_error: OnRedisError, prefix: &str| {
         let mut cfg = limited_config(backend.addr, 2);
-        use_redis(&mut cfg, &redis.url(), on_error, 200, prefix);
+        use_redis(&mut cfg, &redis.url(), on_error, prefix);
         Gateway::builder(cfg).start()
     };
     let local = gateway(OnRedisError::Local, "local:");
@@ -186,16 +186,16 @@ fn with_redis_killed_each_on_redis_error_does_what_the_readme_says() {
 }
 
 #[test]
-fn a_frozen_redis_never_holds_a_request_and_limiting_resumes_when_it_wakes() {
+fn a_frozen_redis_holds_no_request_past_its_timeout_and_limiting_resumes_when_it_wakes() {
     let backend = Backend::start();
     let redis = RedisServer::start();
     let mut cfg = limited_config(backend.addr, 2);
-    use_redis(&mut cfg, &redis.url(), OnRedisError::Allow, 100, "frozen:");
+    use_redis(&mut cfg, &redis.url(), OnRedisError::Allow, "frozen:");
     let gw = Gateway::builder(cfg).start();
     assert_eq!(alternate(&[&gw], AGENT_ID, 3), [200, 200, 429]);
 
     // Stopped, Redis keeps its connections open and answers nothing, ever: a request that
-    // waited on it would never be answered (the client gives up only after 15 s).
+    // waited on it past timeout_ms would never be answered (the client gives up after 15 s).
     redis.freeze();
     let statuses = alternate(&[&gw], AGENT_ID, 5);
     assert_eq!(statuses, [200; 5]);
@@ -226,7 +226,7 @@ fn reloads_switch_between_local_and_redis_and_a_new_url_reconnects() {
 
     // redis: a fresh bucket in the first Redis.
     let mut on_first = cfg.clone();
-    use_redis(&mut on_first, &first.url(), OnRedisError::Deny, 200, "gw:");
+    use_redis(&mut on_first, &first.url(), OnRedisError::Deny, "gw:");
     gw.reload(&on_first);
     assert_eq!(alternate(&[&gw], AGENT_ID, 3), [200, 200, 429]);
     assert_eq!(first.keys("gw:*"), ["gw:agent-1"]);
@@ -277,7 +277,7 @@ fn rediss_with_a_password_and_a_private_ca_and_the_password_never_logged() {
     let backend = Backend::start();
     let gateway = |url: String| {
         let mut cfg = limited_config(backend.addr, 2);
-        use_redis(&mut cfg, &url, OnRedisError::Deny, 500, "tls:");
+        use_redis(&mut cfg, &url, OnRedisError::Deny, "tls:");
         cfg.rate_limit.redis_ca_file = Some(pki.ca.clone());
         Gateway::builder(cfg).env("RUST_LOG", "trace").start()
     };

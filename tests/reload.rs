@@ -50,7 +50,8 @@ fn an_in_place_write_applies() {
     wait_for_code(&gw, &backend, "FIRST");
     gw.write_config(&with_code(gw.config.clone(), "SECOND"));
     wait_for_code(&gw, &backend, "SECOND");
-    assert_eq!(gw.metric("agent_gateway_config_generation"), 2.0);
+    // Counted just after the new config serves.
+    gw.wait_for_metric("agent_gateway_config_generation", 2.0);
 }
 
 #[test]
@@ -108,9 +109,9 @@ fn sighup_reloads() {
     assert_eq!(backend.last().target, "/api/v2/verify/BEFORE_HUP/request");
     gw.signal("HUP");
     wait_for_code(&gw, &backend, "AFTER_HUP");
-    assert_eq!(
-        gw.metric("agent_gateway_config_reloads_total{result=\"success\"}"),
-        1.0
+    gw.wait_for_metric(
+        "agent_gateway_config_reloads_total{result=\"success\"}",
+        1.0,
     );
 }
 
@@ -170,11 +171,14 @@ fn an_invalid_file_keeps_the_old_config_and_a_later_valid_one_applies() {
     post(gw.proxy, VERIFY_V1, BODY);
     assert_eq!(backend.last().target, "/api/v2/verify/GOOD_ONE/request");
     assert_eq!(gw.metric("agent_gateway_config_generation"), 1.0);
-    assert!(gw.log().contains("config reload refused"));
+    // Counted, then logged.
+    gw.wait_until("the refusal in the log", || {
+        gw.log().contains("config reload refused")
+    });
 
     gw.write_config(&with_code(gw.config.clone(), "GOOD_TWO"));
     wait_for_code(&gw, &backend, "GOOD_TWO");
-    assert_eq!(gw.metric("agent_gateway_config_generation"), 2.0);
+    gw.wait_for_metric("agent_gateway_config_generation", 2.0);
     assert!(gw.metric("agent_gateway_config_last_reload_success_timestamp_seconds") > 1.7e9);
 }
 

@@ -176,20 +176,18 @@ impl Drop for RedisServer {
     }
 }
 
-/// `cfg` with its limits kept in the Redis at `url`, `on_redis_error` and `timeout_ms` as
-/// given, and keys under `prefix`.
-pub fn use_redis(
-    cfg: &mut FileConfig,
-    url: &str,
-    on_error: OnRedisError,
-    timeout_ms: u64,
-    prefix: &str,
-) {
+/// How long the gateway waits for Redis in tests: far past any answer of a live Redis on a
+/// busy machine, so only a Redis that is down or frozen makes `on_redis_error` apply.
+pub const REDIS_TIMEOUT_MS: u64 = 2000;
+
+/// `cfg` with its limits kept in the Redis at `url`, `on_redis_error` as given, keys under
+/// `prefix`, and [`REDIS_TIMEOUT_MS`].
+pub fn use_redis(cfg: &mut FileConfig, url: &str, on_error: OnRedisError, prefix: &str) {
     cfg.rate_limit = RateLimitFile {
         backend: RateLimitBackend::Redis,
         redis_url: Some(url.into()),
         on_redis_error: on_error,
-        timeout_ms,
+        timeout_ms: REDIS_TIMEOUT_MS,
         key_prefix: prefix.into(),
         ..RateLimitFile::default()
     };
