@@ -49,15 +49,13 @@ fn the_token_never_appears_in_the_log_even_at_trace_level() {
         assert_eq!(resp.status, want, "{method} {path}");
     }
     assert_eq!(backend.count(), 3);
-    wait_until(10, "every request in the access log", || {
-        gw.access_log().len() == cases.len()
-    });
+    gw.wait_for_access_log(cases.len());
     let log = gw.log();
     assert!(
         log.lines().any(|l| l.contains("\"level\":\"TRACE\"")),
         "RUST_LOG=trace did not take effect"
     );
-    let metrics = request(gw.admin, "GET", "/metrics", &[], b"").text();
+    let metrics = gw.scrape();
     assert!(!metrics.contains(TOKEN) && !metrics.contains(WRONG));
     let leaks: Vec<&str> = log
         .lines()
@@ -277,9 +275,7 @@ fn every_access_log_line_is_json_with_the_documented_fields() {
         assert_eq!(resp.status, c.status, "{} {}", c.method, c.target);
         answers.push(resp);
     }
-    wait_until(10, "every request in the access log", || {
-        gw.access_log().len() == cases.len()
-    });
+    let access = gw.wait_for_access_log(cases.len());
 
     // Every line the gateway writes is one JSON object.
     let log = gw.log();
@@ -289,7 +285,6 @@ fn every_access_log_line_is_json_with_the_documented_fields() {
         assert!(v.is_object(), "{line}");
     }
 
-    let access = gw.access_log();
     let by_id: BTreeMap<&str, &serde_json::Value> = access
         .iter()
         .map(|l| (l["request_id"].as_str().expect("request_id"), l))

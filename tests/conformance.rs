@@ -4,34 +4,10 @@
 
 mod common;
 
-use std::io::{BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::Read;
 use std::time::Duration;
 
 use common::*;
-
-/// A connection to the gateway with a read timeout, as a writer and a buffered reader.
-fn connect(gw: &Gateway) -> (TcpStream, BufReader<TcpStream>) {
-    let s = TcpStream::connect(gw.proxy).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    (s.try_clone().unwrap(), BufReader::new(s))
-}
-
-/// An authenticated request head (no final CRLF) of `method` on `target`.
-fn head(method: &str, target: &str) -> String {
-    format!("{method} {target} HTTP/1.1\r\nHost: gw\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\n")
-}
-
-/// An authenticated JSON POST of the verify request with `headers` (each ending in CRLF)
-/// and a raw `body` as framed by them.
-fn verify_with(headers: &str, body: &[u8]) -> Vec<u8> {
-    let mut raw = head("POST", "/api/v1/verify/request").into_bytes();
-    raw.extend_from_slice(b"Content-Type: application/json\r\n");
-    raw.extend_from_slice(headers.as_bytes());
-    raw.extend_from_slice(b"\r\n");
-    raw.extend_from_slice(body);
-    raw
-}
 
 // ---------------------------------------------------------------------------------------------
 // Requests from clients
@@ -41,49 +17,24 @@ fn verify_with(headers: &str, body: &[u8]) -> Vec<u8> {
 fn an_answer_to_head_has_its_headers_and_no_body_so_the_next_answer_reads_cleanly() {
     let backend = Backend::start();
     let gw = Gateway::start(&[backend.addr]);
-    let (mut w, mut r) = connect(&gw);
+    let mut c = Connection::open(gw.proxy);
     // HEAD is no operation's method: 405 on a known path, 404 elsewhere; both pipelined
     // before a GET whose answer must come next, whole.
-    w.write_all(
-        format!(
-            "{}\r\nHEAD /nope HTTP/1.1\r\nHost: gw\r\n\r\n{}\r\n",
-            head("HEAD", "/api/v1/transaction/t/status"),
-            head("GET", "/nope")
-        )
-        .as_bytes(),
-    )
-    .unwrap();
+    c.send(format!(
+        "{}\r\nHEAD /nope HTTP/1.1\r\nHost: gw\r\n\r\n{}\r\n",
+        auth_head("HEAD", STATUS_V1),
+        auth_head("GET", "/nope")
+    ));
     for want in [405, 404] {
-        let head = read_head_only(&mut r);
+        let head = c.head();
         assert!(head.starts_with(&format!("HTTP/1.1 {want} ")), "{head}");
-        let length = header_of(&head, "content-length").expect("the length of the GET answer");
+        let length = head_header(&head, "content-length").expect("the length of the GET answer");
         assert!(length.parse::<usize>().unwrap() > 0, "{head}");
     }
-    let get = read_response(&mut r).expect("the GET's answer right after the HEAD answers");
+    let get = c.response();
     assert_eq!(get.status, 404);
     assert_eq!(get.json()["message_code"], 40400);
     assert_eq!(backend.count(), 0);
-}
-
-/// The head of one response (through its empty line), without reading any body.
-fn read_head_only(r: &mut BufReader<TcpStream>) -> String {
-    use std::io::BufRead;
-    let mut head = String::new();
-    loop {
-        let mut line = String::new();
-        assert!(r.read_line(&mut line).unwrap() > 0, "closed after {head:?}");
-        head.push_str(&line);
-        if line == "\r\n" {
-            return head;
-        }
-    }
-}
-
-fn header_of<'h>(head: &'h str, name: &str) -> Option<&'h str> {
-    head.lines().find_map(|l| {
-        let (n, v) = l.split_once(':')?;
-        n.eq_ignore_ascii_case(name).then(|| v.trim())
-    })
 }
 
 #[test]
@@ -99,11 +50,11 @@ fn an_underscore_name_standing_for_a_header_the_gateway_controls_is_refused() {
         "X_Forwarded_For: 10.0.0.1",
         "Connection_: close",
     ] {
-        let raw = verify_with(
+        let aliased = verify_with(
             &format!("{alias}\r\nContent-Length: {}\r\n", BODY.len()),
             BODY.as_bytes(),
         );
-        let resp = raw_request(gw.proxy, &raw);
+        let resp = raw(gw.proxy, &aliased).unwrap();
         if alias.starts_with("Connection_") {
             // Not an alias of anything: passed on as it came.
             assert_eq!(resp.status, 200, "{alias}");
@@ -116,14 +67,10 @@ fn an_underscore_name_standing_for_a_header_the_gateway_controls_is_refused() {
         &format!("X_Custom: 1\r\nContent-Length: {}\r\n", BODY.len()),
         BODY.as_bytes(),
     );
-    assert_eq!(raw_request(gw.proxy, &plain).status, 200);
+    assert_eq!(raw(gw.proxy, &plain).unwrap().status, 200);
     let seen = backend.all();
     assert_eq!(seen.len(), 2, "only the two harmless requests went on");
     assert_eq!(seen[1].header("x_custom"), Some("1"));
-}
-
-fn raw_request(addr: std::net::SocketAddr, bytes: &[u8]) -> Response {
-    raw(addr, bytes).expect("an answer")
 }
 
 #[test]
@@ -139,7 +86,7 @@ fn transfer_encoding_is_chunked_exactly_once_with_ascii_whitespace_only() {
         "Transfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n",
         "Transfer-Encoding: \x0bchunked\r\n",
     ] {
-        let resp = raw_request(gw.proxy, &verify_with(te, body.as_bytes()));
+        let resp = raw(gw.proxy, &verify_with(te, body.as_bytes())).unwrap();
         assert_eq!(resp.status, 400, "{te:?}");
         assert_eq!(resp.header("connection"), Some("close"));
     }
@@ -148,7 +95,7 @@ fn transfer_encoding_is_chunked_exactly_once_with_ascii_whitespace_only() {
         "Transfer-Encoding: chunked\r\n",
         "Transfer-Encoding: \t ChunKed \t\r\n",
     ] {
-        let resp = raw_request(gw.proxy, &verify_with(te, body.as_bytes()));
+        let resp = raw(gw.proxy, &verify_with(te, body.as_bytes())).unwrap();
         assert_eq!(resp.status, 200, "{te:?}: {}", resp.text());
     }
     assert_eq!(backend.count(), 2);
@@ -174,7 +121,7 @@ fn chunk_lines_and_trailers_follow_the_grammar() {
         (size.clone(), "XYZ\r\n"),
         (size.clone(), " X: y\r\n"),
     ] {
-        let resp = raw_request(gw.proxy, &verify_with(te, &chunked(&size_line, trailer)));
+        let resp = raw(gw.proxy, &verify_with(te, &chunked(&size_line, trailer))).unwrap();
         assert_eq!(
             resp.status,
             400,
@@ -190,7 +137,7 @@ fn chunk_lines_and_trailers_follow_the_grammar() {
         (size.clone(), "X-Checksum: abc\r\n"),
         (size.clone(), "X-Empty:\r\n"),
     ] {
-        let resp = raw_request(gw.proxy, &verify_with(te, &chunked(&size_line, trailer)));
+        let resp = raw(gw.proxy, &verify_with(te, &chunked(&size_line, trailer))).unwrap();
         assert_eq!(
             resp.status,
             200,
@@ -205,12 +152,12 @@ fn chunk_lines_and_trailers_follow_the_grammar() {
 fn raw_non_ascii_bytes_in_the_target_are_percent_encoded_upstream() {
     let backend = Backend::start();
     let gw = Gateway::start(&[backend.addr]);
-    let mut raw =
+    let mut bytes =
         b"GET /api/v1/transaction/tx-\xc3\xa9/status?q=\xc3\xbc&r=1 HTTP/1.1\r\n".to_vec();
-    raw.extend_from_slice(
+    bytes.extend_from_slice(
         b"Host: gw\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\n\r\n",
     );
-    let resp = raw_request(gw.proxy, &raw);
+    let resp = raw(gw.proxy, &bytes).unwrap();
     assert_eq!(resp.status, 200, "{}", resp.text());
     assert_eq!(
         backend.last().target,
@@ -221,7 +168,7 @@ fn raw_non_ascii_bytes_in_the_target_are_percent_encoded_upstream() {
     bad.extend_from_slice(
         b"Host: gw\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\n\r\n",
     );
-    assert_eq!(raw_request(gw.proxy, &bad).status, 400);
+    assert_eq!(raw(gw.proxy, &bad).unwrap().status, 400);
     assert_eq!(backend.count(), 1);
 }
 
@@ -236,8 +183,6 @@ fn behind(answer: &'static [u8]) -> (Backend, Gateway) {
     (backend, gw)
 }
 
-const STATUS: &str = "/api/v1/transaction/t/status";
-
 #[test]
 fn a_status_outside_100_to_599_is_a_502() {
     for answer in [
@@ -246,7 +191,7 @@ fn a_status_outside_100_to_599_is_a_502() {
         b"HTTP/1.1 600 High\r\nContent-Length: 2\r\n\r\nok",
     ] {
         let (_backend, gw) = behind(answer);
-        let resp = get(gw.proxy, STATUS);
+        let resp = get(gw.proxy, STATUS_V1);
         assert_eq!(resp.status, 502, "{}", String::from_utf8_lossy(answer));
         assert_eq!(resp.json()["message_code"], 50201);
     }
@@ -257,7 +202,7 @@ fn an_unsolicited_101_is_a_502_not_an_interim_answer() {
     let (_backend, gw) = behind(
         b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: evil\r\nConnection: upgrade\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nsmugd",
     );
-    let resp = get(gw.proxy, STATUS);
+    let resp = get(gw.proxy, STATUS_V1);
     assert_eq!(resp.status, 502, "{}", resp.text());
 }
 
@@ -271,16 +216,15 @@ fn the_client_gets_the_gateways_own_framing_headers_never_the_backends() {
         (b"HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\nhello", "5"),
     ] {
         let (_backend, gw) = behind(answer);
-        let (mut w, mut r) = connect(&gw);
-        w.write_all(format!("{}\r\n", head("GET", STATUS)).as_bytes())
-            .unwrap();
-        let head = read_head_only(&mut r);
+        let mut c = Connection::open(gw.proxy);
+        c.send(format!("{}\r\n", auth_head("GET", STATUS_V1)));
+        let head = c.head();
         let lengths: Vec<&str> = head
             .lines()
             .filter(|l| l.to_ascii_lowercase().starts_with("content-length:"))
             .collect();
         assert_eq!(lengths.len(), 1, "{head}");
-        assert_eq!(header_of(&head, "content-length"), Some(length));
+        assert_eq!(head_header(&head, "content-length"), Some(length));
     }
     // A transfer coding the gateway does not speak cannot be relayed with its framing intact.
     for answer in [
@@ -289,7 +233,7 @@ fn the_client_gets_the_gateways_own_framing_headers_never_the_backends() {
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
     ] {
         let (_backend, gw) = behind(answer);
-        let resp = get(gw.proxy, STATUS);
+        let resp = get(gw.proxy, STATUS_V1);
         assert_eq!(resp.status, 502, "{}", String::from_utf8_lossy(answer));
     }
 }
@@ -311,13 +255,12 @@ fn a_backend_connection_whose_answer_was_framed_ambiguously_is_never_reused() {
             )
         });
         let gw = Gateway::start(&[backend.addr]);
-        let (mut w, mut r) = connect(&gw);
+        let mut c = Connection::open(gw.proxy);
         for _ in 0..2 {
-            w.write_all(format!("{}\r\n", head("GET", STATUS)).as_bytes())
-                .unwrap();
+            c.send(format!("{}\r\n", auth_head("GET", STATUS_V1)));
             // The next request goes at once: were the connection pooled, it would take it
             // before the late bytes arrive, and read them as its answer.
-            let resp = read_response(&mut r).unwrap();
+            let resp = c.response();
             assert!(resp.status == 200 || resp.status == 204 || resp.status == 304);
             assert_ne!(resp.text(), "EVIL!", "{}", String::from_utf8_lossy(answer));
         }
@@ -341,10 +284,11 @@ fn unsolicited_bytes_on_an_idle_pooled_connection_keep_it_out_of_use() {
         )
     });
     let gw = Gateway::start(&[backend.addr]);
-    for _ in 0..3 {
-        let resp = get(gw.proxy, STATUS);
+    for sent in 1..=3 {
+        let resp = get(gw.proxy, STATUS_V1);
         assert_eq!((resp.status, resp.text().as_str()), (200, "ok"));
-        std::thread::sleep(Duration::from_millis(100));
+        // The next request goes once the late bytes are on the idle connection.
+        wait_until("the backend's late bytes", || backend.completed() == sent);
     }
     assert!(backend.all().iter().all(|r| r.on_connection == 0));
 }
@@ -362,17 +306,23 @@ fn an_idle_watcher_does_not_reload_and_one_bad_write_is_one_failure() {
             "agent_gateway_config_reloads_total{{result=\"{result}\"}}"
         ))
     };
-    // Idle, with its own reads of the directory the only events: nothing to reload.
+    // Idle, with its own reads of the directory the only events: a window in which nothing
+    // may be reloaded.
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(gw.metric("agent_gateway_config_generation"), 1.0);
     assert_eq!(reloads("failure"), 0.0);
-    std::fs::write(&gw.config_path, "this is [not toml").unwrap();
-    wait_until(5, "the bad write to be refused", || {
-        reloads("failure") >= 1.0
-    });
-    std::thread::sleep(Duration::from_millis(1500));
+    // One write, made in one step (a write in place can be read half done): every event it
+    // makes has been handled once the next, good, write is applied.
+    replace_file(&gw.config_path, "this is [not toml");
+    gw.wait_for_metric(
+        "agent_gateway_config_reloads_total{result=\"failure\"}",
+        1.0,
+    );
+    gw.replace_config(&gw.config);
+    // The generation is counted last of a reload's metrics.
+    gw.wait_for_metric("agent_gateway_config_generation", 2.0);
     assert_eq!(reloads("failure"), 1.0, "one bad write, one failure");
-    assert_eq!(gw.metric("agent_gateway_config_generation"), 1.0);
+    assert_eq!(reloads("success"), 1.0);
 }
 
 #[test]
@@ -387,10 +337,10 @@ fn a_read_resent_after_its_pooled_connection_died_goes_to_the_next_address() {
     let gw = Gateway::start(&[a.addr, b.addr]);
     // Round robin: a, b, then a again on the connection it pooled.
     for _ in 0..2 {
-        assert_eq!(get(gw.proxy, STATUS).status, 200);
+        assert_eq!(get(gw.proxy, STATUS_V1).status, 200);
     }
     let (a_before, b_before) = (a.count(), b.count());
-    let resp = get(gw.proxy, STATUS);
+    let resp = get(gw.proxy, STATUS_V1);
     assert_eq!(resp.status, 200, "{}", resp.text());
     assert_eq!(
         resp.json()["from"],
@@ -407,21 +357,24 @@ fn a_body_split_oddly_still_reads_as_sent() {
     // every byte boundary of a valid extension.
     let backend = Backend::start();
     let gw = Gateway::start(&[backend.addr]);
-    let (mut w, mut r) = connect(&gw);
-    let mut raw = verify_with("Transfer-Encoding: chunked\r\n", b"");
+    let mut c = Connection::open(gw.proxy);
+    let mut bytes = verify_with("Transfer-Encoding: chunked\r\n", b"");
     let body = format!(
         "{:x} ; ext = \"v\"\r\n{BODY}\r\n0\r\nT: 1\r\n\r\n",
         BODY.len()
     );
-    raw.extend_from_slice(body.as_bytes());
-    for byte in raw.chunks(1) {
-        w.write_all(byte).unwrap();
-        w.flush().unwrap();
+    bytes.extend_from_slice(body.as_bytes());
+    for byte in bytes.chunks(1) {
+        c.send(byte);
     }
-    let resp = read_response(&mut r).unwrap();
+    let resp = c.response();
     assert_eq!(resp.status, 200, "{}", resp.text());
     let mut rest = [0u8; 1];
-    w.shutdown(std::net::Shutdown::Write).unwrap();
-    assert_eq!(r.read(&mut rest).unwrap(), 0);
+    c.writer.shutdown(std::net::Shutdown::Write).unwrap();
+    assert_eq!(
+        c.reader.read(&mut rest).unwrap(),
+        0,
+        "nothing after the answer"
+    );
     assert_eq!(backend.last().body, BODY.as_bytes());
 }

@@ -1,12 +1,12 @@
-//! `agent-gateway demo` on the shipped config (its ports moved to free ones): once it listens
-//! it prints the commands to try, and each works as printed, run by `sh`.
+//! `agent-gateway demo` on the shipped config (its ports moved to ones the harness chooses):
+//! once it listens it prints the commands to try, and each works as printed, run by `sh`.
 
 mod common;
 
 use std::process::Command;
 
 use agent_gateway::config::FileConfig;
-use common::{free_port, loopback, metric_value, wait_until, Gateway};
+use common::{metric_value, Gateway, ANY_PORT};
 
 const SHIPPED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/gateway.toml");
 
@@ -31,13 +31,11 @@ fn body_of(answer: &str) -> serde_json::Value {
 #[test]
 fn the_demo_prints_once_it_listens_commands_that_work_as_printed() {
     let mut cfg: FileConfig = toml::from_str(&std::fs::read_to_string(SHIPPED).unwrap()).unwrap();
-    cfg.listen.proxy = loopback(free_port()).to_string();
-    cfg.listen.admin = Some(loopback(free_port()).to_string());
-    cfg.upstream.addresses = vec![loopback(free_port()).to_string()];
+    cfg.listen.proxy = ANY_PORT.into();
+    cfg.listen.admin = Some(ANY_PORT.into());
+    cfg.upstream.addresses = vec![ANY_PORT.into()];
     let gw = Gateway::builder(cfg).demo().start();
-    wait_until(20, "the demo's commands", || {
-        gw.stdout().contains(" v1-usage ")
-    });
+    gw.wait_until("the demo's commands", || gw.stdout().contains(" v1-usage "));
     let text = gw.stdout();
     let commands: Vec<&str> = text
         .lines()
@@ -75,7 +73,7 @@ fn the_demo_prints_once_it_listens_commands_that_work_as_printed() {
         );
         metric_value(metrics, &series) == Some(1.0)
     };
-    wait_until(5, "both calls in the printed metrics", || {
+    gw.wait_until("both calls in the printed metrics", || {
         let metrics = sh(commands[2]);
         counted("v1", "verify_request", &metrics)
             && counted("v2", "connection_invitation", &metrics)

@@ -3,33 +3,22 @@
 
 mod common;
 
-use std::io::{BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::Read;
 use std::thread;
 use std::time::Duration;
 
 use common::*;
 
-const VERIFY_HEAD: &str = "POST /api/v1/verify/request HTTP/1.1\r\nHost: x\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\nContent-Type: application/json\r\n";
-
-fn connect(gw: &Gateway) -> (TcpStream, BufReader<TcpStream>) {
-    let s = TcpStream::connect(gw.proxy).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    (s.try_clone().unwrap(), BufReader::new(s))
-}
-
 #[test]
 fn pipelined_requests_are_answered_in_order_and_forwarded_once_each() {
     let backend = Backend::start();
     let gw = Gateway::start(&[backend.addr]);
-    let (mut w, mut r) = connect(&gw);
-    let mut burst = format!("{VERIFY_HEAD}Content-Length: {}\r\n\r\n{BODY}", BODY.len());
-    burst.push_str("GET /api/v1/transaction/tx-9/status HTTP/1.1\r\nHost: x\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\n\r\n");
-    burst.push_str("GET /nope HTTP/1.1\r\nHost: x\r\n\r\n");
-    w.write_all(burst.as_bytes()).unwrap();
-    let first = read_response(&mut r).unwrap();
-    let second = read_response(&mut r).unwrap();
-    let third = read_response(&mut r).unwrap();
+    let mut c = Connection::open(gw.proxy);
+    let mut burst = verify_post(BODY);
+    burst.extend_from_slice(auth_head("GET", "/api/v1/transaction/tx-9/status").as_bytes());
+    burst.extend_from_slice(b"\r\nGET /nope HTTP/1.1\r\nHost: x\r\n\r\n");
+    c.send(burst);
+    let (first, second, third) = (c.response(), c.response(), c.response());
     assert_eq!((first.status, second.status, third.status), (200, 200, 404));
     assert_eq!(
         first.header("x-upstream-path"),
@@ -49,18 +38,14 @@ fn pipelined_requests_are_answered_in_order_and_forwarded_once_each() {
 fn expect_100_continue_is_answered_before_the_body_is_sent() {
     let backend = Backend::start();
     let gw = Gateway::start(&[backend.addr]);
-    let (mut w, mut r) = connect(&gw);
-    write!(
-        w,
-        "{VERIFY_HEAD}Expect: 100-continue\r\nContent-Length: {}\r\n\r\n",
-        BODY.len()
-    )
-    .unwrap();
+    let mut c = Connection::open(gw.proxy);
+    let expect = format!("Expect: 100-continue\r\nContent-Length: {}\r\n", BODY.len());
+    c.send(verify_with(&expect, b""));
     let mut interim = [0u8; 25];
-    r.read_exact(&mut interim).unwrap();
+    c.reader.read_exact(&mut interim).unwrap();
     assert_eq!(&interim, b"HTTP/1.1 100 Continue\r\n\r\n");
-    w.write_all(BODY.as_bytes()).unwrap();
-    assert_eq!(read_response(&mut r).unwrap().status, 200);
+    c.send(BODY);
+    assert_eq!(c.response().status, 200);
     let seen = backend.last();
     assert_eq!(seen.body, BODY.as_bytes());
     assert_eq!(seen.header("expect"), None, "Expect is hop-by-hop");
@@ -76,11 +61,8 @@ fn framing_that_could_be_read_two_ways_is_400_and_never_forwarded() {
         "Content-Length: +71\r\n",
         "Transfer-Encoding: gzip\r\n",
     ] {
-        let resp = raw(
-            gw.proxy,
-            format!("{VERIFY_HEAD}{framing}\r\n{BODY}").as_bytes(),
-        )
-        .unwrap_or_else(|| panic!("no answer with {framing:?}"));
+        let resp = raw(gw.proxy, &verify_with(framing, BODY.as_bytes()))
+            .unwrap_or_else(|| panic!("no answer with {framing:?}"));
         assert_eq!(resp.status, 400, "{framing:?}");
         assert_eq!(resp.header("connection"), Some("close"), "{framing:?}");
     }
@@ -102,13 +84,11 @@ fn http10_clients_get_close_unless_they_ask_and_never_chunked() {
     let auth = "X-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\n";
 
     // Keep-alive asked for: kept, and said so.
-    let (mut w, mut r) = connect(&gw);
-    write!(
-        w,
+    let mut c = Connection::open(gw.proxy);
+    c.send(format!(
         "GET /api/v1/transaction/t1/status HTTP/1.0\r\nConnection: keep-alive\r\n{auth}\r\n"
-    )
-    .unwrap();
-    let resp = read_response(&mut r).unwrap();
+    ));
+    let resp = c.response();
     assert_eq!(
         (resp.status, resp.header("connection")),
         (200, Some("keep-alive"))
@@ -117,13 +97,10 @@ fn http10_clients_get_close_unless_they_ask_and_never_chunked() {
     assert_eq!(backend.last().header("host"), Some("localhost"));
 
     // Not asked for: closed after the answer. A chunked backend answer arrives decoded.
-    write!(
-        w,
+    c.send(format!(
         "GET /api/v1/transaction/tx-chunked/status HTTP/1.0\r\n{auth}\r\n"
-    )
-    .unwrap();
-    let mut rest = Vec::new();
-    r.read_to_end(&mut rest).unwrap();
+    ));
+    let rest = c.rest();
     let text = String::from_utf8_lossy(&rest);
     let split = text.find("\r\n\r\n").expect("a whole head") + 4;
     let head = text[..split].to_ascii_lowercase();
@@ -137,14 +114,9 @@ fn http10_clients_get_close_unless_they_ask_and_never_chunked() {
 fn a_close_delimited_backend_answer_is_relayed_then_the_client_connection_closes() {
     let backend = Backend::with(|_| Action::CloseDelimited(r#"{"status_code":200}"#.into()));
     let gw = Gateway::start(&[backend.addr]);
-    let (mut w, mut r) = connect(&gw);
-    write!(
-        w,
-        "{VERIFY_HEAD}Content-Length: {}\r\n\r\n{BODY}",
-        BODY.len()
-    )
-    .unwrap();
-    let resp = read_response(&mut r).unwrap();
+    let mut c = Connection::open(gw.proxy);
+    c.send(verify_post(BODY));
+    let resp = c.response();
     assert_eq!(resp.status, 200);
     assert_eq!(resp.header("connection"), Some("close"));
     assert_eq!(resp.text(), r#"{"status_code":200}"#);
@@ -170,6 +142,7 @@ fn backend_connections_are_reused_until_idle_timeout() {
         1,
         "a kept-alive backend connection is reused"
     );
+    // Time for the idle connection to expire (no state to wait for: it is the clock).
     thread::sleep(Duration::from_millis(1500));
     assert_eq!(on_connection(), 0, "an expired one is not");
 }
@@ -178,10 +151,12 @@ fn backend_connections_are_reused_until_idle_timeout() {
 fn a_backend_connection_closed_while_idle_is_not_used_for_the_next_post() {
     let backend = Backend::with(|_| Action::JsonThenClose(r#"{"status_code":200}"#.into()));
     let gw = Gateway::start(&[backend.addr]);
-    for _ in 0..5 {
+    for sent in 1..=5 {
         assert_eq!(post(gw.proxy, "/api/v1/verify/request", BODY).status, 200);
-        // The backend's close has arrived before the next request is sent.
-        thread::sleep(Duration::from_millis(100));
+        // The backend has closed the connection before the next request is sent.
+        wait_until("the backend to close its connection", || {
+            backend.completed() == sent
+        });
     }
     let seen = backend.all();
     assert_eq!(seen.len(), 5);
@@ -193,11 +168,15 @@ fn a_chunked_body_ended_by_a_bare_lf_is_refused_not_read_past() {
     let backend = Backend::start();
     let gw = Gateway::start(&[backend.addr]);
     // Another parser could end this body at `0\r\n\n` and see a second request after it.
-    let smuggled = format!(
-        "{VERIFY_HEAD}Transfer-Encoding: chunked\r\n\r\n{:x}\r\n{BODY}\r\n0\r\n\nGET /api/v1/transaction/t/status HTTP/1.1\r\nHost: x\r\n\r\n",
-        BODY.len()
+    let smuggled = verify_with(
+        "Transfer-Encoding: chunked\r\n",
+        format!(
+            "{:x}\r\n{BODY}\r\n0\r\n\nGET /api/v1/transaction/t/status HTTP/1.1\r\nHost: x\r\n\r\n",
+            BODY.len()
+        )
+        .as_bytes(),
     );
-    let resp = raw(gw.proxy, smuggled.as_bytes()).expect("an answer");
+    let resp = raw(gw.proxy, &smuggled).expect("an answer");
     assert_eq!(
         (resp.status, resp.json()["message_code"].as_i64()),
         (400, Some(40001))
@@ -235,14 +214,12 @@ fn a_refusal_does_not_wait_for_a_body_the_client_holds_back_for_100_continue() {
     let mut cfg = test_config(&[backend.addr]);
     cfg.limits.client_body_timeout_ms = 60_000;
     let gw = Gateway::builder(cfg).start();
-    let (mut w, mut r) = connect(&gw);
-    write!(
-        w,
+    let mut c = Connection::open(gw.proxy);
+    c.send(format!(
         "POST /api/v1/verify/request HTTP/1.1\r\nHost: x\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: wrong\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n",
         BODY.len()
-    )
-    .unwrap();
-    let resp = read_response(&mut r).expect("the 401 without the body");
+    ));
+    let resp = c.response();
     assert_eq!(resp.status, 401);
     assert_eq!(resp.header("connection"), Some("close"));
     assert_eq!(backend.count(), 0);
@@ -256,18 +233,13 @@ fn a_client_that_does_not_read_its_answer_is_cut_off() {
     let mut cfg = test_config(&[backend.addr]);
     cfg.limits.client_send_timeout_ms = 500;
     let gw = Gateway::builder(cfg).start();
-    let (mut w, _never_read) = connect(&gw);
-    write!(w, "GET /api/v1/transaction/big/status HTTP/1.1\r\nHost: x\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\n\r\n").unwrap();
-    wait_until(5, "the request to start", || backend.count() == 1);
-    let in_flight = || {
-        metric_value(
-            &get(gw.admin, "/metrics").text(),
-            "agent_gateway_in_flight_requests",
-        )
-    };
-    wait_until(10, "the stalled request to end", || {
-        in_flight() == Some(0.0)
-    });
+    let mut never_read = Connection::open(gw.proxy);
+    never_read.send(format!(
+        "{}\r\n",
+        auth_head("GET", "/api/v1/transaction/big/status")
+    ));
+    gw.wait_until("the request to start", || backend.count() == 1);
+    gw.wait_for_metric("agent_gateway_in_flight_requests", 0.0);
 }
 
 #[test]

@@ -12,6 +12,19 @@ use std::time::{Duration, Instant};
 use agent_gateway::config::testing::{AGENT_ID, TOKEN};
 use common::*;
 
+/// A gateway in front of the mock v2 backend, the test agent limited to `limit` (rate per
+/// second, burst) when given.
+fn gateway_on_the_mock(limit: Option<(f64, u32)>) -> (MockBackend, Gateway) {
+    let mock = MockBackend::start();
+    let mut cfg = test_config(&[mock.addr]);
+    if let Some((rate, burst)) = limit {
+        let agent = cfg.agent_mut(AGENT_ID);
+        agent.rate_limit_per_second = Some(rate);
+        agent.burst = Some(burst);
+    }
+    (mock, Gateway::builder(cfg).start())
+}
+
 /// `agent-gateway load` against the gateway's proxy listener, with the test agent.
 fn load_command(gw: &Gateway, args: &[&str]) -> Command {
     let mut cmd = Command::new(BIN);
@@ -50,8 +63,7 @@ fn assert_all_ok(r: &serde_json::Value) {
 
 #[test]
 fn an_open_model_run_sends_on_schedule_and_reports_percentiles() {
-    let mock = MockBackend::start();
-    let gw = Gateway::start(&[mock.addr]);
+    let (_mock, gw) = gateway_on_the_mock(None);
     let r = load(
         &gw,
         &["--rate", "200", "--duration", "1s", "--connections", "4"],
@@ -74,21 +86,18 @@ fn an_open_model_run_sends_on_schedule_and_reports_percentiles() {
     let ops = r["operations"].as_object().unwrap();
     assert_eq!(ops.len(), 5, "{ops:?}");
     for op in ["verify_request", "transaction_status"] {
-        let counted = gw.metric(&format!(
-            "agent_gateway_requests_total{{api_version=\"v1\",code=\"200\",operation=\"{op}\"}}"
-        ));
-        assert_eq!(counted, ops[op].as_f64().unwrap(), "{op}");
+        gw.wait_for_metric(
+            &format!(
+                "agent_gateway_requests_total{{api_version=\"v1\",code=\"200\",operation=\"{op}\"}}"
+            ),
+            ops[op].as_f64().unwrap(),
+        );
     }
 }
 
 #[test]
 fn a_closed_model_run_on_v2_counts_refusals_by_status() {
-    let mock = MockBackend::start();
-    let mut cfg = test_config(&[mock.addr]);
-    let agent = cfg.agent_mut(AGENT_ID);
-    agent.rate_limit_per_second = Some(50.0);
-    agent.burst = Some(5);
-    let gw = Gateway::builder(cfg).start();
+    let (_mock, gw) = gateway_on_the_mock(Some((50.0, 5)));
     let r = load(
         &gw,
         &[
@@ -114,8 +123,7 @@ fn a_closed_model_run_on_v2_counts_refusals_by_status() {
 
 #[test]
 fn a_ramp_sends_what_its_stages_call_for_and_shows_them_in_progress() {
-    let mock = MockBackend::start();
-    let gw = Gateway::start(&[mock.addr]);
+    let (_mock, gw) = gateway_on_the_mock(None);
     // 0 -> 200 req/s over 1 s (100 requests), 200 held for 1 s (200), 200 -> 0 over 2 s (200).
     let out = load_output(
         &gw,
@@ -164,8 +172,7 @@ fn a_ramp_sends_what_its_stages_call_for_and_shows_them_in_progress() {
 
 #[test]
 fn thresholds_gate_the_exit_status_and_each_verdict_is_in_the_json() {
-    let mock = MockBackend::start();
-    let gw = Gateway::start(&[mock.addr]);
+    let (_mock, gw) = gateway_on_the_mock(None);
     let base = ["--rate", "100", "--duration", "1s", "--connections", "2"];
     // All pass: exit 0.
     let out = load_output(
@@ -228,12 +235,7 @@ fn thresholds_gate_the_exit_status_and_each_verdict_is_in_the_json() {
 
 #[test]
 fn an_error_threshold_fails_when_the_gateway_refuses_over_the_agents_rate() {
-    let mock = MockBackend::start();
-    let mut cfg = test_config(&[mock.addr]);
-    let agent = cfg.agent_mut(AGENT_ID);
-    agent.rate_limit_per_second = Some(50.0);
-    agent.burst = Some(5);
-    let gw = Gateway::builder(cfg).start();
+    let (_mock, gw) = gateway_on_the_mock(Some((50.0, 5)));
     let out = load_output(
         &gw,
         &[
@@ -299,8 +301,7 @@ fn wait_for_answers(
 
 #[test]
 fn ctrl_c_ends_the_run_early_and_still_prints_and_writes_the_report() {
-    let mock = MockBackend::start();
-    let gw = Gateway::start(&[mock.addr]);
+    let (_mock, gw) = gateway_on_the_mock(None);
     let dir = tempfile::tempdir().unwrap();
     let html = dir.path().join("interrupted.html");
     for json in [true, false] {
@@ -362,15 +363,12 @@ fn ctrl_c_ends_the_run_early_and_still_prints_and_writes_the_report() {
 
 #[test]
 fn find_max_reports_the_highest_rate_that_held_the_slo() {
-    let mock = MockBackend::start();
-    let mut cfg = test_config(&[mock.addr]);
-    // The knee: above 200 req/s (and a burst of 50) the gateway answers 429. Over a 1 s
-    // step at r req/s about r - 250 are refused, so `errors<5%` holds up to about 263 req/s:
-    // 50 and 100 hold, 300 and 400 break.
-    let agent = cfg.agent_mut(AGENT_ID);
-    agent.rate_limit_per_second = Some(200.0);
-    agent.burst = Some(50);
-    let gw = Gateway::builder(cfg).start();
+    // The knee: above 150 req/s (and a burst of 120) the gateway answers 429. A 1 s step at
+    // r req/s from a full bucket has about r - 270 refused, so `errors<5%` holds up to about
+    // 284 req/s: 50, 100 and 200 hold, 400 breaks. The burst is wide enough that 100 holds
+    // even if the generator, stalled on a busy machine, sends a whole second's requests at
+    // once, and 400 breaks unless it sends them over more than 1.7 s.
+    let (_mock, gw) = gateway_on_the_mock(Some((150.0, 120)));
     let out = load_output(
         &gw,
         &[
@@ -453,8 +451,7 @@ fn find_max_reports_the_highest_rate_that_held_the_slo() {
 
 #[test]
 fn find_max_exits_1_when_no_rate_holds_the_slo() {
-    let mock = MockBackend::start();
-    let gw = Gateway::start(&[mock.addr]);
+    let (_mock, gw) = gateway_on_the_mock(None);
     // Nothing answers within a microsecond.
     let out = load_output(
         &gw,
@@ -632,8 +629,7 @@ impl Screenshot {
 
 #[test]
 fn the_html_report_draws_its_charts_in_a_headless_browser() {
-    let mock = MockBackend::start();
-    let gw = Gateway::start(&[mock.addr]);
+    let (_mock, gw) = gateway_on_the_mock(None);
     let dir = tempfile::tempdir().unwrap();
     let html: PathBuf = dir.path().join("report.html");
     let r = load(

@@ -5,8 +5,8 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{TcpListener, TcpStream};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::net::TcpStream;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use agent_gateway::config::file::{AgentFile, BrownoutFile};
 use agent_gateway::config::{testing, FileConfig};
@@ -107,12 +107,6 @@ fn labels(pairs: &[(&str, &str)]) -> Labels {
         .collect()
 }
 
-fn scrape(gw: &Gateway) -> (BTreeMap<String, String>, Vec<Sample>) {
-    let resp = request(gw.admin, "GET", "/metrics", &[], b"");
-    assert_eq!(resp.status, 200);
-    parse_exposition(&resp.text())
-}
-
 /// Every sample of `name`, by label set.
 fn family(samples: &[Sample], name: &str) -> BTreeMap<Labels, f64> {
     samples
@@ -144,14 +138,13 @@ fn total(samples: &[Sample], name: &str) -> f64 {
         .sum()
 }
 
-/// Metrics (and access-log lines) are recorded just after the response is written, so a
-/// scrape right after the last response can miss it: wait until `n` requests are counted.
+/// The samples once `n` requests are counted and none is in flight (a request is counted
+/// just after its answer).
 fn wait_counted(gw: &Gateway, n: usize) -> Vec<Sample> {
     let mut samples = Vec::new();
-    wait_until(10, &format!("{n} requests counted"), || {
-        samples = scrape(gw).1;
+    gw.wait_until(&format!("{n} requests counted"), || {
+        samples = parse_exposition(&gw.settled_scrape()).1;
         total(&samples, "agent_gateway_requests_total") as usize == n
-            && total(&samples, "agent_gateway_in_flight_requests") == 0.0
     });
     samples
 }
@@ -541,8 +534,8 @@ fn check_labels_are_bounded(samples: &[Sample], agents: &[&str]) {
 
 #[test]
 fn a_dead_upstream_address_is_a_502_counted_as_a_connect_error() {
-    let dead = loopback(free_port());
-    let gw = Gateway::start(&[dead]);
+    let dead = ClosedPort::new();
+    let gw = Gateway::start(&[dead.addr]);
     let resp = post(gw.proxy, "/api/v1/verify/request", VERIFY_BODY);
     assert_eq!(resp.status, 502);
     let samples = wait_counted(&gw, 1);
@@ -598,31 +591,27 @@ fn a_dead_upstream_address_is_a_502_counted_as_a_connect_error() {
 // (b) admin endpoints
 // ---------------------------------------------------------------------------------------------
 
-fn admin_get(gw: &Gateway, path: &str) -> Response {
-    request(gw.admin, "GET", path, &[], b"")
-}
-
 #[test]
 fn readiness_follows_the_upstream_and_liveness_does_not() {
-    let backend = Backend::start();
-    let upstream = backend.addr;
-    let gw = Gateway::start(&[upstream]);
-    wait_until(10, "/readyz 200 with a live backend", || {
-        admin_get(&gw, "/readyz").status == 200
+    // The upstream's port is held for the test: no other process can take it while the
+    // backend is gone.
+    let upstream = ClosedPort::new();
+    let backend = Backend::start_on(&upstream);
+    let gw = Gateway::start(&[upstream.addr]);
+    gw.wait_until("/readyz 200 with a live backend", || {
+        admin_get(gw.admin, "/readyz").status == 200
     });
-    let ready = admin_get(&gw, "/readyz");
+    let ready = admin_get(gw.admin, "/readyz");
     assert_eq!(ready.header("content-type"), Some("application/json"));
     assert_eq!(ready.json()["status"], "ready");
 
-    // Dropping the recording backend closes its listener (its accept loop ends).
+    // Dropped, the backend's listener is closed: connections are refused.
     drop(backend);
-    wait_until(5, "the backend's listener to close", || {
-        TcpStream::connect_timeout(&upstream, Duration::from_millis(200)).is_err()
+    assert!(TcpStream::connect(upstream.addr).is_err());
+    gw.wait_until("/readyz 503 once the only upstream is gone", || {
+        admin_get(gw.admin, "/readyz").status == 503
     });
-    wait_until(10, "/readyz 503 once the only upstream is gone", || {
-        admin_get(&gw, "/readyz").status == 503
-    });
-    let not_ready = admin_get(&gw, "/readyz");
+    let not_ready = admin_get(gw.admin, "/readyz");
     assert_eq!(not_ready.header("content-type"), Some("application/json"));
     let body = not_ready.json();
     assert_eq!(body["status"], "not_ready");
@@ -630,14 +619,14 @@ fn readiness_follows_the_upstream_and_liveness_does_not() {
     assert!(reason.contains("reachable"), "{reason}");
 
     // Liveness is about the process, not the upstream.
-    let health = admin_get(&gw, "/healthz");
+    let health = admin_get(gw.admin, "/healthz");
     assert_eq!(health.status, 200);
     assert_eq!(health.json()["status"], "ok");
 
     // Anything listening on the address again makes the gateway ready again.
-    let _listener = TcpListener::bind(upstream).expect("rebinding the upstream port");
-    wait_until(10, "/readyz 200 again", || {
-        admin_get(&gw, "/readyz").status == 200
+    let _listener = upstream.listen();
+    gw.wait_until("/readyz 200 again", || {
+        admin_get(gw.admin, "/readyz").status == 200
     });
 }
 
@@ -645,7 +634,7 @@ fn readiness_follows_the_upstream_and_liveness_does_not() {
 fn admin_listener_serves_only_its_endpoints() {
     let backend = Backend::start();
     let gw = Gateway::start(&[backend.addr]);
-    let metrics = admin_get(&gw, "/metrics");
+    let metrics = admin_get(gw.admin, "/metrics");
     assert_eq!(metrics.status, 200);
     assert!(
         metrics
@@ -655,7 +644,7 @@ fn admin_listener_serves_only_its_endpoints() {
         metrics.header("content-type")
     );
     assert!(metrics.text().contains("agent_gateway_build_info"));
-    assert_eq!(admin_get(&gw, "/healthz").status, 200);
+    assert_eq!(admin_get(gw.admin, "/healthz").status, 200);
     for path in [
         "/",
         "/metrics/",
@@ -663,7 +652,7 @@ fn admin_listener_serves_only_its_endpoints() {
         "/api/v1/verify/request",
         "/readyz/x",
     ] {
-        let resp = admin_get(&gw, path);
+        let resp = admin_get(gw.admin, path);
         assert_eq!(resp.status, 404, "{path}");
         assert_eq!(resp.json()["status_code"], 404, "{path}");
     }
@@ -726,8 +715,7 @@ fn the_dashboard_is_importable_and_reads_only_exported_metrics() {
     let gw = Gateway::builder(cfg).start();
     let n = send_traffic_mix(gw.proxy);
     wait_counted(&gw, n);
-    let exposition = request(gw.admin, "GET", "/metrics", &[], b"").text();
-    let (types, samples) = parse_exposition(&exposition);
+    let (types, samples) = parse_exposition(&gw.scrape());
     let names: BTreeSet<&str> = samples.iter().map(|s| s.name.as_str()).collect();
 
     let mut used = BTreeSet::new();

@@ -9,18 +9,18 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use agent_gateway::config::file::AgentFile;
 use agent_gateway::config::testing::TOKEN;
 use agent_gateway::config::V1Policy;
 use serde_json::Value;
 
+use common::process::{kill, poll_until, wait_listening, wait_until_or, Listening};
 use common::*;
 
 const ALERTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/prometheus/alerts.yml");
@@ -43,22 +43,6 @@ const ALERT_NAMES: [&str; 10] = [
     "AgentGatewayBrownoutOverRefusing",
 ];
 
-/// The full path of `name` on PATH; fails the test when it is missing.
-fn tool(name: &str) -> PathBuf {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "`{name}` is not on PATH. These tests check the shipped alert rules and dashboard \
-                 queries with a real Prometheus: install it (Debian/Ubuntu: \
-                 `apt-get install prometheus`, which provides both `prometheus` and `promtool`; \
-                 .ci/run does this)."
-            )
-        })
-}
-
 fn show(out: &Output) -> String {
     format!(
         "exit {:?}\nstdout:\n{}\nstderr:\n{}",
@@ -70,7 +54,7 @@ fn show(out: &Output) -> String {
 
 /// Runs `promtool` with `args` and requires success.
 fn promtool(args: &[&str]) -> String {
-    let out = Command::new(tool("promtool")).args(args).output().unwrap();
+    let out = Command::new(which("promtool")).args(args).output().unwrap();
     assert!(
         out.status.success(),
         "promtool {args:?} failed: {}",
@@ -491,43 +475,42 @@ struct Prometheus {
 }
 
 impl Prometheus {
+    /// Starts it on `config` and waits until it listens and is ready (on another port if
+    /// one was taken meanwhile).
     fn start(config: &str) -> Prometheus {
         let dir = tempfile::tempdir().unwrap();
         let config_path = dir.path().join("prometheus.yml");
         std::fs::write(&config_path, config).unwrap();
         promtool(&["check", "config", config_path.to_str().unwrap()]);
-        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
-        let log = std::fs::File::create(dir.path().join("prometheus.log")).unwrap();
-        let child = Command::new(tool("prometheus"))
-            .arg(format!("--config.file={}", config_path.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.path().join("data").display()
-            ))
-            .arg(format!("--web.listen-address={addr}"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let mut prom = Prometheus { addr, child, dir };
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            if let Ok(Some(status)) = prom.child.try_wait() {
-                panic!("Prometheus exited ({status}):\n{}", prom.log());
+        let log_path = dir.path().join("prometheus.log");
+        let (addr, child) = loop {
+            let addr = loopback(free_port());
+            let mut child = Command::new(which("prometheus"))
+                .arg(format!("--config.file={}", config_path.display()))
+                .arg(format!(
+                    "--storage.tsdb.path={}",
+                    dir.path().join("data").display()
+                ))
+                .arg(format!("--web.listen-address={addr}"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&log_path).unwrap())
+                .spawn()
+                .unwrap();
+            let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+            let in_use = Some("address already in use");
+            match wait_listening(&mut child, &[addr.port()], "Prometheus", in_use, log) {
+                Listening::Yes => break (addr, child),
+                Listening::PortTaken => kill(&mut child),
             }
-            if std::net::TcpStream::connect(addr).is_ok()
-                && request(addr, "GET", "/-/ready", &[], b"").status == 200
-            {
-                return prom;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "Prometheus not ready after 15 s:\n{}",
-                prom.log()
-            );
-            thread::sleep(Duration::from_millis(50));
-        }
+        };
+        let prom = Prometheus { addr, child, dir };
+        wait_until_or(
+            "Prometheus to be ready",
+            || request(addr, "GET", "/-/ready", &[], b"").status == 200,
+            || prom.log(),
+        );
+        prom
     }
 
     fn log(&self) -> String {
@@ -580,8 +563,7 @@ impl Prometheus {
 
 impl Drop for Prometheus {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        kill(&mut self.child);
     }
 }
 
@@ -631,18 +613,9 @@ fn variable_to_promql(query: &str) -> String {
 
 #[test]
 fn a_real_prometheus_scrapes_the_gateway_and_runs_every_dashboard_and_alert_query() {
-    let began = Instant::now();
-    // Every wait below draws on one budget, so a failing run also ends well inside a minute.
-    let budget = began + Duration::from_secs(45);
-    let left = || {
-        budget
-            .saturating_duration_since(Instant::now())
-            .as_secs()
-            .max(1)
-    };
     // Fail at once, with the install hint, when either tool is missing.
-    tool("prometheus");
-    tool("promtool");
+    which("prometheus");
+    which("promtool");
 
     // The gateway reloads only when asked, so the reload counter moves only when the test says.
     let backend = Backend::start();
@@ -666,7 +639,7 @@ fn a_real_prometheus_scrapes_the_gateway_and_runs_every_dashboard_and_alert_quer
     };
 
     let prom = Prometheus::start(&scrape_config(gw.admin));
-    wait_until(left().min(20), "Prometheus to scrape the gateway", || {
+    prom.wait_until("Prometheus to scrape the gateway", || {
         prom.query("up{job=\"agent-gateway\"} == 1")
             .is_ok_and(|r| !r.is_empty())
     });
@@ -683,32 +656,21 @@ fn a_real_prometheus_scrapes_the_gateway_and_runs_every_dashboard_and_alert_quer
             )
         })
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(left().min(25));
-    loop {
-        let mut still = Vec::new();
-        for (what, expr) in pending {
-            match prom.query(&expr) {
+    poll_until(
+        "every dashboard query to return data",
+        || {
+            pending.retain(|(what, expr)| match prom.query(expr) {
                 Err(e) => panic!("dashboard panel {what}: Prometheus refused\n{expr}\n{e}"),
-                Ok(r) if r.is_empty() => still.push((what, expr)),
-                Ok(_) => {}
-            }
-        }
-        pending = still;
-        if pending.is_empty() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "dashboard queries without data after {:?} of scraping:\n{}",
-            began.elapsed(),
-            pending
-                .iter()
-                .map(|(w, e)| format!("  {w}: {e}"))
-                .collect::<Vec<_>>()
-                .join("\n")
-        );
-        thread::sleep(Duration::from_millis(500));
-    }
+                Ok(r) => r.is_empty(),
+            });
+            pending.clone()
+        },
+        Vec::is_empty,
+        |left| {
+            let lines: Vec<String> = left.iter().map(|(w, e)| format!("  {w}: {e}")).collect();
+            format!("queries without data:\n{}", lines.join("\n"))
+        },
+    );
     // The instance variable lists this gateway.
     for q in dashboard_variable_queries(&dash) {
         let r = prom.query(&variable_to_promql(&q)).unwrap();
@@ -724,7 +686,7 @@ fn a_real_prometheus_scrapes_the_gateway_and_runs_every_dashboard_and_alert_quer
 
     // Every alert rule is loaded, evaluates without error, and its expression parses.
     let mut rules: Vec<(String, String)> = Vec::new();
-    wait_until(left().min(10), "every alert rule evaluated", || {
+    prom.wait_until("every alert rule evaluated", || {
         let v = prom.api("/api/v1/rules?type=alert");
         rules.clear();
         let mut healthy = true;
@@ -750,8 +712,7 @@ fn a_real_prometheus_scrapes_the_gateway_and_runs_every_dashboard_and_alert_quer
     }
     // The traffic's blocked agent, past its own sunset too, still calls v1: that, fleet-wide
     // and naming it, is the only alert healthy traffic raises.
-    wait_until(
-        left().min(10),
+    prom.wait_until(
         "AgentGatewayRetiredAgentCallingV1 to fire for \"retired\"",
         || {
             prom.alerts().iter().any(|(name, state, labels)| {
@@ -779,36 +740,25 @@ fn a_real_prometheus_scrapes_the_gateway_and_runs_every_dashboard_and_alert_quer
     std::fs::write(&gw.config_path, "[listen]\nproxy = \"nonsense\"\n").unwrap();
     let resp = request(gw.admin, "POST", "/-/reload", &[], b"");
     assert_eq!(resp.status, 422, "{}", resp.text());
-    wait_until(
-        left().min(15),
-        "AgentGatewayConfigReloadFailed to fire",
-        || {
-            prom.alerts().iter().any(|(name, state, labels)| {
-                name == "AgentGatewayConfigReloadFailed"
-                    && state == "firing"
-                    && labels["instance"] == gw.admin.to_string().as_str()
-            })
-        },
-    );
+    prom.wait_until("AgentGatewayConfigReloadFailed to fire", || {
+        prom.alerts().iter().any(|(name, state, labels)| {
+            name == "AgentGatewayConfigReloadFailed"
+                && state == "firing"
+                && labels["instance"] == gw.admin.to_string().as_str()
+        })
+    });
 
     // A gateway that stops answering scrapes makes AgentGatewayDown pending (it fires after
     // its `for: 1m`).
     let admin_addr = gw.admin.to_string();
     drop(gw);
-    wait_until(left().min(15), "AgentGatewayDown to be pending", || {
+    prom.wait_until("AgentGatewayDown to be pending", || {
         prom.alerts().iter().any(|(name, state, labels)| {
             name == "AgentGatewayDown"
                 && state == "pending"
                 && labels["instance"] == admin_addr.as_str()
         })
     });
-
-    assert!(
-        began.elapsed() < Duration::from_secs(50),
-        "took {:?}; Prometheus log:\n{}",
-        began.elapsed(),
-        prom.log()
-    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -827,37 +777,33 @@ impl Prometheus {
 
     /// Waits until `expr` yields exactly `want`.
     fn wait_for(&self, expr: &str, want: f64) {
-        wait_until(30, &format!("{expr} == {want} in Prometheus"), || {
+        self.wait_until(&format!("{expr} == {want} in Prometheus"), || {
             self.value(expr) == Some(want)
         });
     }
+
+    /// [`wait_until`], with Prometheus' log on failure.
+    fn wait_until(&self, what: &str, cond: impl FnMut() -> bool) {
+        wait_until_or(what, cond, || format!("Prometheus log:\n{}", self.log()));
+    }
 }
 
-/// A call through `proxy` by `agent` (token [`TOKEN`]); its status.
+/// A call through `proxy` by `agent`; its status.
 fn call(proxy: SocketAddr, agent: &str, method: &str, path: &str) -> u16 {
-    let body = if method == "POST" {
-        BODY.as_bytes()
-    } else {
-        b""
-    };
-    request(proxy, method, path, &agent_headers(agent), body).status
+    as_agent(proxy, agent, method, path, &[]).status
 }
 
 /// `agent-gateway v1-usage --prometheus URL` with `args`: its standard output.
 fn v1_usage(prom: &Prometheus, args: &[&str]) -> String {
     let url = format!("http://{}", prom.addr);
-    let out = Command::new(BIN)
-        .args(["v1-usage", "--prometheus", &url])
-        .args(args)
-        .output()
-        .unwrap();
+    let out = cli(["v1-usage", "--prometheus", &url].iter().chain(args));
     assert!(out.status.success(), "v1-usage failed: {}", show(&out));
     String::from_utf8(out.stdout).unwrap()
 }
 
 #[test]
 fn v1_usage_from_prometheus_sums_two_replicas_across_a_restart() {
-    tool("prometheus");
+    which("prometheus");
     let backend = Backend::start();
     let mut cfg = test_config(&[backend.addr]);
     cfg.server.watch_config = false;
@@ -871,11 +817,9 @@ fn v1_usage_from_prometheus_sums_two_replicas_across_a_restart() {
         AgentFile::new("old", TOKEN),
         AgentFile::new("idle", TOKEN),
     ]);
-    let mut cfg_b = cfg.clone();
-    cfg_b.listen.proxy = loopback(free_port()).to_string();
-    cfg_b.listen.admin = Some(loopback(free_port()).to_string());
+    // Two replicas of one config, each on ports of its own.
     let a = Gateway::builder(cfg.clone()).start();
-    let b = Gateway::builder(cfg_b).start();
+    let b = Gateway::builder(cfg).start();
     let (a_proxy, a_admin, b_proxy) = (a.proxy, a.admin, b.proxy);
     let on_a =
         |metric: &str| format!("sum({metric}{{instance=\"{a_admin}\",agent_id!=\"unknown\"}})");
@@ -906,8 +850,7 @@ fn v1_usage_from_prometheus_sums_two_replicas_across_a_restart() {
     // Replica a restarts on the same addresses: its counters start again from zero. It serves
     // fewer calls (4) than it had counted (6) before Prometheus scrapes it again, so the drop
     // that marks the restart is seen whether that scrape comes before or after them.
-    drop(a);
-    let a = Gateway::builder(cfg).start();
+    let a = a.restart();
     let sent_after = [
         call(a.proxy, "agent-1", "POST", "/api/v1/verify/request"),
         call(a.proxy, "agent-1", "POST", "/api/v1/verify/request"),

@@ -12,6 +12,7 @@ use std::net::SocketAddr;
 use agent_gateway::config::file::{AgentFile, RateLimitFile};
 use agent_gateway::config::testing::{AGENT_ID, TOKEN};
 use agent_gateway::config::{FileConfig, OnRedisError};
+use common::pki::TestPki;
 use common::redis::{use_redis, RedisServer};
 use common::*;
 
@@ -36,26 +37,18 @@ fn limited_config(backend: SocketAddr, burst: u32) -> FileConfig {
     cfg
 }
 
-/// `cfg` on fresh listener ports: a second replica of the same config.
-fn replica(cfg: &FileConfig) -> FileConfig {
-    let mut other = cfg.clone();
-    other.listen.proxy = loopback(free_port()).to_string();
-    other.listen.admin = Some(loopback(free_port()).to_string());
-    other
-}
-
 /// One v2 status read by `agent`; returns the status.
 fn call(gw: &Gateway, agent: &str) -> u16 {
     call_full(gw, agent).status
 }
 
 fn call_full(gw: &Gateway, agent: &str) -> Response {
-    request(
+    as_agent(
         gw.proxy,
+        agent,
         "GET",
         "/api/v2/transaction/tx-1/status",
-        &agent_headers(agent)[..2],
-        b"",
+        &[],
     )
 }
 
@@ -80,7 +73,7 @@ fn backend_errors(gw: &Gateway) -> f64 {
 /// connection comes back on its own, within a reconnect round and a breaker cooldown).
 fn wait_for_redis(gw: &Gateway) {
     let before = decisions(gw, "redis", "allowed");
-    wait_until(30, "Redis to decide again", || {
+    gw.wait_until("Redis to decide again", || {
         assert_eq!(call(gw, PROBE), 200);
         decisions(gw, "redis", "allowed") > before
     });
@@ -102,9 +95,10 @@ fn two_gateways_sharing_one_redis_hold_an_agent_to_its_limit_in_total_and_again_
     let backend = Backend::start();
     let mut redis = RedisServer::start();
     let mut cfg = limited_config(backend.addr, 6);
-    use_redis(&mut cfg, &redis.url(), OnRedisError::Local, 200, "shared:");
+    use_redis(&mut cfg, &redis.url(), OnRedisError::Local, "shared:");
+    // Two replicas of one config, each on ports of its own.
     let a = Gateway::builder(cfg.clone()).start();
-    let b = Gateway::builder(replica(&cfg)).start();
+    let b = Gateway::builder(cfg).start();
 
     let statuses = alternate(&[&a, &b], AGENT_ID, 12);
     assert_eq!(
@@ -149,7 +143,7 @@ fn with_redis_killed_each_on_redis_error_does_what_the_readme_says() {
     let mut redis = RedisServer::start();
     let gateway = |on_error: OnRedisError, prefix: &str| {
         let mut cfg = limited_config(backend.addr, 2);
-        use_redis(&mut cfg, &redis.url(), on_error, 200, prefix);
+        use_redis(&mut cfg, &redis.url(), on_error, prefix);
         Gateway::builder(cfg).start()
     };
     let local = gateway(OnRedisError::Local, "local:");
@@ -192,16 +186,16 @@ fn with_redis_killed_each_on_redis_error_does_what_the_readme_says() {
 }
 
 #[test]
-fn a_frozen_redis_never_holds_a_request_and_limiting_resumes_when_it_wakes() {
+fn a_frozen_redis_holds_no_request_past_its_timeout_and_limiting_resumes_when_it_wakes() {
     let backend = Backend::start();
     let redis = RedisServer::start();
     let mut cfg = limited_config(backend.addr, 2);
-    use_redis(&mut cfg, &redis.url(), OnRedisError::Allow, 100, "frozen:");
+    use_redis(&mut cfg, &redis.url(), OnRedisError::Allow, "frozen:");
     let gw = Gateway::builder(cfg).start();
     assert_eq!(alternate(&[&gw], AGENT_ID, 3), [200, 200, 429]);
 
     // Stopped, Redis keeps its connections open and answers nothing, ever: a request that
-    // waited on it would never be answered (the client gives up only after 15 s).
+    // waited on it past timeout_ms would never be answered (the client gives up after 15 s).
     redis.freeze();
     let statuses = alternate(&[&gw], AGENT_ID, 5);
     assert_eq!(statuses, [200; 5]);
@@ -225,11 +219,6 @@ fn reloads_switch_between_local_and_redis_and_a_new_url_reconnects() {
     let second = RedisServer::start();
     let cfg = limited_config(backend.addr, 2);
     let gw = Gateway::builder(cfg.clone()).start();
-    let reload = |cfg: &FileConfig| {
-        std::fs::write(&gw.config_path, cfg.to_toml()).unwrap();
-        let answer = request(gw.admin, "POST", "/-/reload", &[], b"");
-        assert_eq!(answer.status, 200, "{}", answer.text());
-    };
 
     // local: this process's bucket.
     assert_eq!(alternate(&[&gw], AGENT_ID, 3), [200, 200, 429]);
@@ -237,73 +226,58 @@ fn reloads_switch_between_local_and_redis_and_a_new_url_reconnects() {
 
     // redis: a fresh bucket in the first Redis.
     let mut on_first = cfg.clone();
-    use_redis(&mut on_first, &first.url(), OnRedisError::Deny, 200, "gw:");
-    reload(&on_first);
+    use_redis(&mut on_first, &first.url(), OnRedisError::Deny, "gw:");
+    gw.reload(&on_first);
     assert_eq!(alternate(&[&gw], AGENT_ID, 3), [200, 200, 429]);
     assert_eq!(first.keys("gw:*"), ["gw:agent-1"]);
     // One connection, reused (waiting only for the test's own closed ones to leave the list).
-    wait_until(10, "one connection from the gateway", || {
+    wait_until("one connection from the gateway", || {
         first.other_clients() == 1
     });
 
     // A new prefix keeps the connection.
     let mut renamed = on_first.clone();
     renamed.rate_limit.key_prefix = "renamed:".into();
-    reload(&renamed);
+    gw.reload(&renamed);
     assert_eq!(call(&gw, AGENT_ID), 200);
     assert_eq!(first.keys("renamed:*"), ["renamed:agent-1"]);
-    wait_until(10, "still one connection from the gateway", || {
+    wait_until("still one connection from the gateway", || {
         first.other_clients() == 1
     });
 
     // A new URL: the second Redis decides, and the connection to the first one closes.
     let mut on_second = renamed.clone();
     on_second.rate_limit.redis_url = Some(second.url());
-    reload(&on_second);
+    gw.reload(&on_second);
     assert_eq!(alternate(&[&gw], AGENT_ID, 3), [200, 200, 429]);
     assert_eq!(second.keys("*"), ["renamed:agent-1"]);
-    wait_until(10, "the first Redis' connection to close", || {
+    wait_until("the first Redis' connection to close", || {
         first.other_clients() == 0
     });
 
     // Back to local: the process's own bucket, spent at the start, decides again.
     let mut back = on_second.clone();
     back.rate_limit = RateLimitFile::default();
-    reload(&back);
+    gw.reload(&back);
     let evalsha = second.evalsha_calls();
     assert_eq!(call(&gw, AGENT_ID), 429);
     assert_eq!(decisions(&gw, "local", "limited"), 2.0);
     assert_eq!(second.evalsha_calls(), evalsha);
-    wait_until(10, "the second Redis' connection to close", || {
+    wait_until("the second Redis' connection to close", || {
         second.other_clients() == 0
     });
 }
 
 #[test]
 fn rediss_with_a_password_and_a_private_ca_and_the_password_never_logged() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = make_redis_pki(dir.path());
+    let pki = TestPki::for_host("redis", "127.0.0.1");
     let password = "pa55:w/rd@x";
-    let tls_port = free_port();
-    let args = [
-        "--tls-port",
-        &tls_port.to_string(),
-        "--tls-cert-file",
-        &pki.cert,
-        "--tls-key-file",
-        &pki.key,
-        "--tls-ca-cert-file",
-        &pki.ca,
-        "--tls-auth-clients",
-        "no",
-    ]
-    .map(String::from)
-    .to_vec();
-    let redis = RedisServer::with_args(args, Some(password));
+    let redis = RedisServer::with_tls(&pki, password);
+    let tls_port = redis.tls_port.unwrap();
     let backend = Backend::start();
     let gateway = |url: String| {
         let mut cfg = limited_config(backend.addr, 2);
-        use_redis(&mut cfg, &url, OnRedisError::Deny, 500, "tls:");
+        use_redis(&mut cfg, &url, OnRedisError::Deny, "tls:");
         cfg.rate_limit.redis_ca_file = Some(pki.ca.clone());
         Gateway::builder(cfg).env("RUST_LOG", "trace").start()
     };
@@ -329,35 +303,5 @@ fn rediss_with_a_password_and_a_private_ca_and_the_password_never_logged() {
         for secret in ["pa55", "pa55%3Aw", "wrong@"] {
             assert!(!log.contains(secret), "the log shows {secret:?}");
         }
-    }
-}
-
-struct Pki {
-    ca: String,
-    cert: String,
-    key: String,
-}
-
-/// A CA and a certificate for 127.0.0.1 it signed, as PEM files in `dir`.
-fn make_redis_pki(dir: &std::path::Path) -> Pki {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_key = KeyPair::generate().unwrap();
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let cert = CertificateParams::new(vec!["127.0.0.1".to_string()])
-        .unwrap()
-        .signed_by(&key, &ca, &ca_key)
-        .unwrap();
-    let write = |file: &str, pem: String| {
-        let path = dir.join(file);
-        std::fs::write(&path, pem).unwrap();
-        path.display().to_string()
-    };
-    Pki {
-        ca: write("ca.pem", ca.pem()),
-        cert: write("cert.pem", cert.pem()),
-        key: write("key.pem", key.serialize_pem()),
     }
 }

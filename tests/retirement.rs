@@ -5,12 +5,11 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::{Duration, SystemTime};
 
 use agent_gateway::config::file::{AgentFile, BrownoutFile};
 use agent_gateway::config::testing::TOKEN;
-use agent_gateway::config::{FileConfig, Repeat, V1Policy, Weekday};
+use agent_gateway::config::{Repeat, V1Policy, Weekday};
 use agent_gateway::policy::retirement::bucket;
 use common::*;
 
@@ -35,49 +34,6 @@ fn brownout(start: SystemTime, end: SystemTime, percent: Option<u8>) -> Brownout
         percent,
         ..BrownoutFile::new(&rfc3339(start), &rfc3339(end))
     }
-}
-
-fn as_agent(
-    gw: &Gateway,
-    id: &str,
-    method: &str,
-    path: &str,
-    request_id: Option<&str>,
-) -> Response {
-    with_headers(
-        gw,
-        id,
-        method,
-        path,
-        request_id.map(|r| ("X-Request-Id", r)),
-    )
-}
-
-/// A call by agent `id` with one more header.
-fn with_headers(
-    gw: &Gateway,
-    id: &str,
-    method: &str,
-    path: &str,
-    extra: Option<(&str, &str)>,
-) -> Response {
-    let mut h = vec![
-        ("X-Service-Agent-Id", id),
-        ("X-Auth-Token", TOKEN),
-        ("Content-Type", "application/json"),
-    ];
-    h.extend(extra);
-    request(
-        gw.proxy,
-        method,
-        path,
-        &h,
-        if method == "POST" {
-            BODY.as_bytes()
-        } else {
-            b""
-        },
-    )
 }
 
 #[test]
@@ -151,7 +107,7 @@ fn blocked_agents_get_410_naming_the_v2_path_and_nothing_is_forwarded() {
         ),
     ];
     for (method, path, hint) in cases {
-        let resp = as_agent(&gw, "legacy", method, path, None);
+        let resp = as_agent(gw.proxy, "legacy", method, path, &[]);
         assert_eq!(resp.status, 410, "{path}");
         let body = resp.json();
         assert_eq!(body["status_code"], 410);
@@ -161,7 +117,7 @@ fn blocked_agents_get_410_naming_the_v2_path_and_nothing_is_forwarded() {
     assert_eq!(backend.count(), 0);
     // v2 is unaffected; other agents too.
     assert_eq!(
-        as_agent(&gw, "legacy", "POST", "/api/v2/verify/S/request", None).status,
+        as_agent(gw.proxy, "legacy", "POST", "/api/v2/verify/S/request", &[]).status,
         200
     );
     assert_eq!(post(gw.proxy, "/api/v1/verify/request", BODY).status, 200);
@@ -182,7 +138,7 @@ fn a_brownout_window_refuses_with_retry_after_and_spares_exempt_agents() {
     let started = now - Duration::from_secs(3600);
     cfg.retirement.brownouts.push(brownout(started, end, None));
     let gw = Gateway::builder(cfg).start();
-    let resp = as_agent(&gw, "plain", "POST", "/api/v1/verify/request", None);
+    let resp = as_agent(gw.proxy, "plain", "POST", "/api/v1/verify/request", &[]);
     assert_eq!(resp.status, 410);
     assert_eq!(resp.json()["message_code"], 41002);
     assert_eq!(
@@ -190,11 +146,11 @@ fn a_brownout_window_refuses_with_retry_after_and_spares_exempt_agents() {
         Some(httpdate::fmt_http_date(end).as_str())
     );
     assert_eq!(
-        as_agent(&gw, "vip", "POST", "/api/v1/verify/request", None).status,
+        as_agent(gw.proxy, "vip", "POST", "/api/v1/verify/request", &[]).status,
         200
     );
     assert_eq!(
-        as_agent(&gw, "plain", "POST", "/api/v2/verify/S/request", None).status,
+        as_agent(gw.proxy, "plain", "POST", "/api/v2/verify/S/request", &[]).status,
         200
     );
     assert_eq!(backend.count(), 2);
@@ -220,12 +176,21 @@ fn a_partial_brownout_answers_the_same_request_id_the_same_way() {
     let mut refused = 0;
     for i in 0..40 {
         let id = format!("retry-me-{i}");
-        let first = as_agent(&gw, "agent-1", "POST", "/api/v1/verify/request", Some(&id)).status;
-        let again = as_agent(&gw, "agent-1", "POST", "/api/v1/verify/request", Some(&id)).status;
-        assert_eq!(first, again, "{id} answered differently on retry");
-        if first == 410 {
-            refused += 1;
-        }
+        let call = || {
+            as_agent(
+                gw.proxy,
+                "agent-1",
+                "POST",
+                VERIFY_V1,
+                &[("X-Request-Id", &id)],
+            )
+        };
+        let first = call().status;
+        assert_eq!(first, call().status, "{id} answered differently on retry");
+        // The id's bucket decides, so every process refuses the same half.
+        let want = if bucket(&id) < 50 { 410 } else { 200 };
+        assert_eq!(first, want, "{id} (bucket {})", bucket(&id));
+        refused += usize::from(first == 410);
     }
     assert!(
         (8..=32).contains(&refused),
@@ -257,7 +222,7 @@ fn sunset_is_enforced_only_when_configured() {
         (410, Some(41003))
     );
     assert_eq!(
-        as_agent(&gw, "vip", "POST", "/api/v1/verify/request", None).status,
+        as_agent(gw.proxy, "vip", "POST", "/api/v1/verify/request", &[]).status,
         200
     );
     assert_eq!(post(gw.proxy, "/api/v2/verify/S/request", BODY).status, 200);
@@ -272,20 +237,14 @@ fn a_policy_change_applies_on_hot_reload() {
     let with_policy = |policy| {
         let mut cfg = gw.config.clone();
         cfg.agent_mut("moving").v1_policy = policy;
-        cfg.to_toml()
+        cfg
     };
-    assert_eq!(
-        as_agent(&gw, "moving", "POST", "/api/v1/verify/request", None).status,
-        200
-    );
-    std::fs::write(&gw.config_path, with_policy(V1Policy::Block)).unwrap();
-    wait_until(2, "the block to apply", || {
-        as_agent(&gw, "moving", "POST", "/api/v1/verify/request", None).status == 410
-    });
-    std::fs::write(&gw.config_path, with_policy(V1Policy::Exempt)).unwrap();
-    wait_until(2, "the exemption to apply", || {
-        as_agent(&gw, "moving", "POST", "/api/v1/verify/request", None).status == 200
-    });
+    let v1_status = || as_agent(gw.proxy, "moving", "POST", VERIFY_V1, &[]).status;
+    assert_eq!(v1_status(), 200);
+    gw.write_config(&with_policy(V1Policy::Block));
+    gw.wait_until("the block to apply", || v1_status() == 410);
+    gw.write_config(&with_policy(V1Policy::Exempt));
+    gw.wait_until("the exemption to apply", || v1_status() == 200);
 }
 
 #[test]
@@ -301,16 +260,14 @@ fn v1_usage_reports_a_known_mix() {
     cfg.retirement.quiet_days = 0;
     let gw = Gateway::builder(cfg).start();
     for _ in 0..3 {
-        as_agent(&gw, "old", "POST", "/api/v1/verify/request", None);
+        as_agent(gw.proxy, "old", "POST", "/api/v1/verify/request", &[]);
     }
-    as_agent(&gw, "old", "GET", "/api/v1/transaction/t/status", None);
-    as_agent(&gw, "old", "POST", "/api/v2/credential/S/offer", None);
-    as_agent(&gw, "new", "POST", "/api/v2/verify/S/request", None);
-    as_agent(&gw, "new", "POST", "/api/v1/verify/response", None); // refused, still a v1 call
+    as_agent(gw.proxy, "old", "GET", "/api/v1/transaction/t/status", &[]);
+    as_agent(gw.proxy, "old", "POST", "/api/v2/credential/S/offer", &[]);
+    as_agent(gw.proxy, "new", "POST", "/api/v2/verify/S/request", &[]);
+    as_agent(gw.proxy, "new", "POST", "/api/v1/verify/response", &[]); // refused, still a v1 call
 
-    // A request is counted just after its answer: wait until the last one is.
-    gw.metric("agent_gateway_in_flight_requests");
-    let report = get(gw.admin, "/v1-usage").json();
+    let report = gw.v1_usage();
     let agents = report["agents"].as_array().unwrap();
     let find = |id: &str| agents.iter().find(|a| a["agent_id"] == id).unwrap().clone();
     let old = find("old");
@@ -331,10 +288,7 @@ fn v1_usage_reports_a_known_mix() {
     assert_eq!(find("agent-1")["last_v1_call"], serde_json::Value::Null);
     assert!(gw.metric("agent_gateway_v1_last_seen_timestamp_seconds{agent_id=\"old\"}") > 1.7e9);
 
-    let out = Command::new(BIN)
-        .args(["v1-usage", "--admin", &format!("http://{}", gw.admin)])
-        .output()
-        .unwrap();
+    let out = cli(["v1-usage", "--admin", &format!("http://{}", gw.admin)]);
     assert!(
         out.status.success(),
         "{}",
@@ -349,13 +303,6 @@ fn v1_usage_reports_a_known_mix() {
     let cells: Vec<&str> = old_row.split_whitespace().collect();
     assert_eq!(&cells[..4], &["old", "allow", "4", "1"]);
     assert_eq!(cells.last(), Some(&"2027-06-01T00:00:00Z"), "{table}");
-}
-
-/// Writes `cfg` over the running gateway's file and reloads it; the reload must succeed.
-fn reload(gw: &Gateway, cfg: &FileConfig) {
-    std::fs::write(&gw.config_path, cfg.to_toml()).unwrap();
-    let resp = request(gw.admin, "POST", "/-/reload", &[], b"");
-    assert_eq!(resp.status, 200, "{}", resp.text());
 }
 
 #[test]
@@ -379,7 +326,7 @@ fn an_agents_own_dates_cut_it_off_from_its_own_sunset_and_no_one_else() {
     });
     let gw = Gateway::builder(cfg).start();
 
-    let early = as_agent(&gw, "early", "POST", "/api/v1/verify/request", None);
+    let early = as_agent(gw.proxy, "early", "POST", "/api/v1/verify/request", &[]);
     assert_eq!(early.status, 410);
     assert_eq!(early.json()["message_code"], 41003);
     let day_granular = |t: SystemTime| httpdate::fmt_http_date(t);
@@ -396,16 +343,16 @@ fn an_agents_own_dates_cut_it_off_from_its_own_sunset_and_no_one_else() {
         Some(format!("@{own_deprecation}").as_str())
     );
     // Its v2 calls pass; the other agents keep the global dates, or their own later one.
-    let v2 = as_agent(&gw, "early", "POST", "/api/v2/verify/S/request", None);
+    let v2 = as_agent(gw.proxy, "early", "POST", "/api/v2/verify/S/request", &[]);
     assert_eq!(v2.status, 200);
-    let plain = as_agent(&gw, "agent-1", "POST", "/api/v1/verify/request", None);
+    let plain = as_agent(gw.proxy, "agent-1", "POST", "/api/v1/verify/request", &[]);
     assert_eq!(plain.status, 200);
     assert_eq!(
         plain.header("sunset"),
         Some(day_granular(now + YEAR).as_str())
     );
     assert_eq!(plain.header("deprecation"), Some("@1767225600"));
-    let late = as_agent(&gw, "late", "POST", "/api/v1/verify/request", None);
+    let late = as_agent(gw.proxy, "late", "POST", "/api/v1/verify/request", &[]);
     assert_eq!(late.status, 200);
     assert_eq!(late.header("sunset"), Some(day_granular(later).as_str()));
     assert_eq!(backend.count(), 3);
@@ -415,7 +362,7 @@ fn an_agents_own_dates_cut_it_off_from_its_own_sunset_and_no_one_else() {
     );
 
     // /v1-usage shows each agent's effective dates.
-    let report = get(gw.admin, "/v1-usage").json();
+    let report = gw.v1_usage();
     let dates = |id: &str| {
         let a = report["agents"]
             .as_array()
@@ -463,7 +410,15 @@ fn a_brownout_ramp_refuses_the_share_it_has_reached_and_a_rising_share_only_adds
     cfg.retirement.brownouts.push(ramp_at(10, 91, 0.5));
     let gw = Gateway::builder(cfg.clone()).start();
     let ids: Vec<String> = (0..60).map(|i| format!("ramp-{i}")).collect();
-    let call = |id: &str| as_agent(&gw, "agent-1", "POST", "/api/v1/verify/request", Some(id));
+    let call = |id: &str| {
+        as_agent(
+            gw.proxy,
+            "agent-1",
+            "POST",
+            "/api/v1/verify/request",
+            &[("X-Request-Id", id)],
+        )
+    };
     let mut refused_at_half = Vec::new();
     for id in &ids {
         let resp = call(id);
@@ -484,7 +439,7 @@ fn a_brownout_ramp_refuses_the_share_it_has_reached_and_a_rising_share_only_adds
 
     // Three quarters along (70.75 %): every id refused before still is, and more are.
     cfg.retirement.brownouts = vec![ramp_at(10, 91, 0.75)];
-    reload(&gw, &cfg);
+    gw.reload(&cfg);
     let mut refused_later = Vec::new();
     for id in &ids {
         let want = if bucket(id) < 70 { 410 } else { 200 };
@@ -515,7 +470,7 @@ fn a_recurring_brownout_opens_each_day_on_its_days_until_its_end_date() {
     cfg.server.watch_config = false;
     cfg.retirement.brownouts = vec![daily(None, now + 30 * DAY)];
     let gw = Gateway::builder(cfg.clone()).start();
-    let call = || as_agent(&gw, "agent-1", "POST", "/api/v1/verify/request", None);
+    let call = || as_agent(gw.proxy, "agent-1", "POST", "/api/v1/verify/request", &[]);
     let resp = call();
     assert_eq!(resp.status, 410, "{}", resp.text());
     assert_eq!(resp.json()["message_code"], 41002);
@@ -540,15 +495,15 @@ fn a_recurring_brownout_opens_each_day_on_its_days_until_its_end_date() {
     .filter(|d| *d != Weekday::of(today))
     .collect();
     cfg.retirement.brownouts = vec![daily(Some(others), now + 30 * DAY)];
-    reload(&gw, &cfg);
+    gw.reload(&cfg);
     assert_eq!(call().status, 200);
     // On today's day only: refused again.
     cfg.retirement.brownouts = vec![daily(Some(vec![Weekday::of(today)]), now + 30 * DAY)];
-    reload(&gw, &cfg);
+    gw.reload(&cfg);
     assert_eq!(call().status, 410);
     // Ended before today's window opened: nothing.
     cfg.retirement.brownouts = vec![daily(None, today - Duration::from_secs(1))];
-    reload(&gw, &cfg);
+    gw.reload(&cfg);
     assert_eq!(call().status, 200);
 }
 
@@ -591,7 +546,7 @@ fn every_v1_answer_names_its_exact_v2_successor_and_v2_answers_none() {
         ),
     ];
     for (method, path, v2) in cases {
-        let resp = as_agent(&gw, "coded", method, path, None);
+        let resp = as_agent(gw.proxy, "coded", method, path, &[]);
         assert_eq!(resp.status, 200, "{path}");
         assert_eq!(resp.header("link"), Some(successor(v2).as_str()), "{path}");
     }
@@ -623,7 +578,13 @@ fn every_v1_answer_names_its_exact_v2_successor_and_v2_answers_none() {
     );
     assert_eq!((stranger.status, stranger.header("link")), (401, None));
     // v2 answers carry none.
-    let v2 = as_agent(&gw, "coded", "POST", "/public/v2/verify/X/request", None);
+    let v2 = as_agent(
+        gw.proxy,
+        "coded",
+        "POST",
+        "/public/v2/verify/X/request",
+        &[],
+    );
     assert_eq!((v2.status, v2.header("link")), (200, None));
 }
 
@@ -634,7 +595,7 @@ fn a_sunset_rehearsal_gets_the_post_sunset_410_now_and_reaches_no_backend() {
     cfg.auth.agents.push(agent("vip", V1Policy::Exempt));
     let gw = Gateway::builder(cfg).start();
     let rehearse = |id: &str, method: &str, path: &str, value: &str| {
-        with_headers(&gw, id, method, path, Some(("X-Sunset-Rehearsal", value)))
+        as_agent(gw.proxy, id, method, path, &[("X-Sunset-Rehearsal", value)])
     };
     let resp = rehearse("agent-1", "POST", "/api/v1/credential/offer", "1");
     assert_eq!(resp.status, 410);

@@ -27,7 +27,7 @@ fn schemathesis_finds_nothing_wrong() {
     let bin = venv_bin();
     let mock = MockBackend::start();
     let gw = Gateway::start(&[mock.addr]);
-    wait_until(10, "readiness", || get(gw.admin, "/readyz").status == 200);
+    gw.wait_until("readiness", || admin_get(gw.admin, "/readyz").status == 200);
 
     let examples =
         std::env::var("SCHEMATHESIS_MAX_EXAMPLES").unwrap_or_else(|_| MAX_EXAMPLES.into());

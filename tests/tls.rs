@@ -10,7 +10,7 @@ use std::thread;
 use std::time::Duration;
 
 use agent_gateway::config::FileConfig;
-use common::pki::{make_pki, TestPki};
+use common::pki::TestPki;
 use common::*;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -100,12 +100,10 @@ fn tls_backend(pki: &TestPki) -> (SocketAddr, Arc<AtomicUsize>) {
 
 #[test]
 fn the_proxy_listener_speaks_tls() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = make_pki(dir.path(), "gw");
+    let pki = TestPki::localhost("gw");
     let backend = Backend::start();
     let mut cfg = test_config(&[backend.addr]);
-    cfg.listen.tls_cert = Some(pki.cert.clone());
-    cfg.listen.tls_key = Some(pki.key.clone());
+    pki.serve_on(&mut cfg);
     let gw = Gateway::builder(cfg).start();
 
     let tls = rustls::ClientConnection::new(
@@ -116,12 +114,7 @@ fn the_proxy_listener_speaks_tls() {
     let tcp = TcpStream::connect(gw.proxy).unwrap();
     tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut stream = rustls::StreamOwned::new(tls, tcp);
-    write!(
-        stream,
-        "POST /api/v1/verify/request HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{BODY}",
-        BODY.len()
-    )
-    .unwrap();
+    stream.write_all(&verify_post(BODY)).unwrap();
     let resp = read_response(&mut BufReader::new(stream)).expect("a response over TLS");
     assert_eq!(resp.status, 200, "{}", resp.text());
     assert_eq!(backend.last().target, "/api/v2/verify/ORG_DEFAULT/request");
@@ -156,18 +149,17 @@ fn tls_upstream_config(
 
 #[test]
 fn http_health_checks_work_over_tls() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = make_pki(dir.path(), "backend");
+    let pki = TestPki::localhost("backend");
     let (backend, count) = tls_backend(&pki);
     let ready = |path: &str| {
         let mut cfg = tls_upstream_config(backend, Some(&pki.ca), None);
         cfg.upstream.health_check_path = Some(path.into());
         cfg.upstream.health_check_interval_ms = 100;
         let gw = Gateway::builder(cfg).start();
-        let mut verdict = get(gw.admin, "/readyz");
+        let mut verdict = admin_get(gw.admin, "/readyz");
         // "Not checked yet" is a 503 too: wait for the checker's first verdict.
-        wait_until(5, "a health-check verdict", || {
-            verdict = get(gw.admin, "/readyz");
+        gw.wait_until("a health-check verdict", || {
+            verdict = admin_get(gw.admin, "/readyz");
             !verdict.text().contains("not checked yet")
         });
         assert!(
@@ -183,8 +175,7 @@ fn http_health_checks_work_over_tls() {
 
 #[test]
 fn tls_to_the_backend_verifies_its_certificate_against_the_configured_ca() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = make_pki(dir.path(), "backend");
+    let pki = TestPki::localhost("backend");
     let (backend, count) = tls_backend(&pki);
 
     let gw = tls_upstream(backend, Some(&pki.ca), None);
@@ -196,9 +187,8 @@ fn tls_to_the_backend_verifies_its_certificate_against_the_configured_ca() {
 
 #[test]
 fn an_untrusted_or_misnamed_backend_certificate_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = make_pki(dir.path(), "backend");
-    let other = make_pki(dir.path(), "other");
+    let pki = TestPki::localhost("backend");
+    let other = TestPki::localhost("other");
     let (backend, count) = tls_backend(&pki);
 
     // Verification is on by default: a CA that did not sign the backend's certificate...

@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 use agent_gateway::config::file::AgentFile;
 use agent_gateway::config::testing::AGENT_ID;
 use agent_gateway::config::FileConfig;
+use common::curl::{curl, header_args};
 use common::otlp::{Answer, Collector, Received};
 use common::*;
 
@@ -32,14 +33,7 @@ fn traced(backend: SocketAddr, collector: &Collector, sample_ratio: f64) -> File
 
 /// An authenticated v1 verify POST with `extra` headers.
 fn verify(gw: &Gateway, extra: &[(&str, &str)]) -> Response {
-    let headers: Vec<(&str, &str)> = AUTH.iter().copied().chain(extra.iter().copied()).collect();
-    request(
-        gw.proxy,
-        "POST",
-        "/api/v1/verify/request",
-        &headers,
-        BODY.as_bytes(),
-    )
+    as_agent(gw.proxy, AGENT_ID, "POST", VERIFY_V1, extra)
 }
 
 fn sampled_parent() -> String {
@@ -55,13 +49,6 @@ fn ids(traceparent: &str) -> (String, String, String) {
         "{traceparent}"
     );
     (parts[1].into(), parts[2].into(), parts[3].into())
-}
-
-/// `POST /-/reload` after writing `cfg` over the gateway's file.
-fn reload(gw: &Gateway, cfg: &FileConfig) {
-    std::fs::write(&gw.config_path, cfg.to_toml()).unwrap();
-    let answer = request(gw.admin, "POST", "/-/reload", &[], b"");
-    assert_eq!(answer.status, 200, "{}", answer.text());
 }
 
 #[test]
@@ -155,7 +142,7 @@ fn a_client_trace_goes_through_the_gateway_to_the_backend_and_its_span_is_export
         ("POST", "/v1/traces", "application/x-protobuf")
     );
 
-    let line = log_line(&gw, answer.header("x-request-id").unwrap());
+    let line = gw.access_line(answer.header("x-request-id").unwrap());
     assert_eq!(line["trace_id"], CLIENT_TRACE, "{line}");
 }
 
@@ -163,20 +150,20 @@ fn a_client_trace_goes_through_the_gateway_to_the_backend_and_its_span_is_export
 fn an_http2_request_is_traced_the_same_way() {
     let (backend, collector) = (Backend::start(), Collector::start());
     let gw = Gateway::builder(traced(backend.addr, &collector, 0.0)).start();
-    let traceparent = format!("traceparent: {}", sampled_parent());
-    let tracestate = format!("tracestate: {TRACESTATE}");
-    let url = format!("http://{}/api/v1/verify/request", gw.proxy);
-    let out = std::process::Command::new("curl")
-        .args(["-sS", "--max-time", "10", "--http2-prior-knowledge"])
-        .args(["-o", "/dev/null", "-w", "%{http_version} %{http_code}"])
-        .args(
-            AUTH.iter()
-                .flat_map(|(n, v)| ["-H".to_owned(), format!("{n}: {v}")]),
-        )
-        .args(["-H", &traceparent, "-H", &tracestate, "-d", BODY, &url])
-        .output()
-        .expect("curl runs");
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "2 200", "{out:?}");
+    let traceparent = sampled_parent();
+    let mut args = header_args(&AUTH);
+    args.extend(header_args(&[
+        ("traceparent", &traceparent),
+        ("tracestate", TRACESTATE),
+    ]));
+    args.extend(["--http2-prior-knowledge", "-d", BODY].map(String::from));
+    args.push(format!("http://{}{VERIFY_V1}", gw.proxy));
+    let answer = curl(args);
+    assert_eq!(
+        (answer.version.as_str(), answer.status),
+        ("2", 200),
+        "{answer:?}"
+    );
 
     let seen = backend.last();
     let (trace, parent, flags) = ids(seen.header("traceparent").expect("a traceparent"));
@@ -212,7 +199,7 @@ fn without_a_traceparent_the_gateway_starts_the_trace() {
     let span = collector.span_of_trace(&trace);
     assert_eq!(span.span_id(), parent);
     assert_eq!(span.parent_span_id(), "");
-    let line = log_line(&gw, answer.header("x-request-id").unwrap());
+    let line = gw.access_line(answer.header("x-request-id").unwrap());
     assert_eq!(line["trace_id"], trace.as_str(), "{line}");
 }
 
@@ -291,8 +278,8 @@ fn refusals_are_spans_with_their_status() {
 #[test]
 fn a_backend_failure_is_an_error_span() {
     let collector = Collector::start();
-    let dead = loopback(free_port());
-    let gw = Gateway::builder(traced(dead, &collector, 1.0)).start();
+    let dead = ClosedPort::new();
+    let gw = Gateway::builder(traced(dead.addr, &collector, 1.0)).start();
     assert_eq!(verify(&gw, &[]).status, 502);
     let spans = collector.spans_when("one span", |s| !s.is_empty());
     let status = spans[0].span.status.clone().expect("a status");
@@ -327,26 +314,26 @@ fn at_ratio_zero_nothing_is_exported_but_what_the_client_sampled() {
     assert_eq!(spans.len(), 1, "{spans:?}");
     assert_eq!(spans[0].trace_id(), CLIENT_TRACE);
     // Counted once the collector's answer is in, just after it recorded the export.
-    wait_until(10, "the export to be counted", || {
-        gw.metric("agent_gateway_trace_spans_exported_total") == 1.0
-    });
+    gw.wait_for_metric("agent_gateway_trace_spans_exported_total", 1.0);
 }
 
 #[test]
 fn a_collector_that_is_down_costs_requests_nothing_and_its_lost_spans_are_counted() {
     let backend = Backend::start();
+    let nobody = ClosedPort::new();
     let mut cfg = test_config(&[backend.addr]);
-    cfg.tracing.otlp_endpoint = Some(format!("http://{}", loopback(free_port())));
+    cfg.tracing.otlp_endpoint = Some(format!("http://{}", nobody.addr));
     cfg.tracing.scheduled_delay_ms = 20;
     let gw = Gateway::builder(cfg).start();
     for _ in 0..20 {
         assert_eq!(verify(&gw, &[]).status, 200);
     }
-    wait_until(10, "20 spans counted as lost", || {
-        gw.metric(r#"agent_gateway_trace_spans_dropped_total{reason="export_failed"}"#) >= 20.0
-    });
+    gw.wait_for_metric_at_least(
+        r#"agent_gateway_trace_spans_dropped_total{reason="export_failed"}"#,
+        20.0,
+    );
     assert_eq!(gw.metric("agent_gateway_trace_spans_exported_total"), 0.0);
-    wait_until(10, "the export failure in the log", || {
+    gw.wait_until("the export failure in the log", || {
         gw.log().contains("span export failed")
     });
 }
@@ -364,9 +351,10 @@ fn a_collector_that_hangs_fills_the_queue_and_the_spans_past_it_are_dropped_and_
     }
     // One span in the export that hangs, at most two queued behind it: the rest are dropped.
     // A span ends just after its answer is sent, so the last ones may still be on their way.
-    wait_until(10, "27 spans dropped", || {
-        gw.metric(r#"agent_gateway_trace_spans_dropped_total{reason="queue_full"}"#) >= 27.0
-    });
+    gw.wait_for_metric_at_least(
+        r#"agent_gateway_trace_spans_dropped_total{reason="queue_full"}"#,
+        27.0,
+    );
     assert_eq!(backend.count(), 30);
 }
 
@@ -436,34 +424,23 @@ fn tracing_follows_reloads_on_off_and_its_settings() {
 
     let mut a = on.clone();
     a.tracing.service_name = "gw-a".into();
-    reload(&gw, &a);
+    gw.reload(&a);
     verify(&gw, &[]);
     let (first, _, _) = ids(backend.last().header("traceparent").unwrap());
     assert_eq!(collector.span_of_trace(&first).service_name, "gw-a");
 
     let mut b = on;
     b.tracing.service_name = "gw-b".into();
-    reload(&gw, &b);
+    gw.reload(&b);
     verify(&gw, &[]);
     let (second, _, _) = ids(backend.last().header("traceparent").unwrap());
     assert_eq!(collector.span_of_trace(&second).service_name, "gw-b");
 
-    reload(&gw, &off);
+    gw.reload(&off);
     let answer = verify(&gw, &[]);
     assert_eq!(backend.last().header("traceparent"), None);
-    let line = log_line(&gw, answer.header("x-request-id").unwrap());
+    let line = gw.access_line(answer.header("x-request-id").unwrap());
     assert!(line.get("trace_id").is_none(), "{line}");
-}
-
-/// The access log line of the request `request_id`, once written (it follows the answer).
-fn log_line(gw: &Gateway, request_id: &str) -> serde_json::Value {
-    let find = || {
-        gw.access_log()
-            .into_iter()
-            .find(|l| l["request_id"] == request_id)
-    };
-    wait_until(10, "the request's access log line", || find().is_some());
-    find().unwrap()
 }
 
 #[test]
@@ -477,9 +454,7 @@ fn spans_still_queued_are_sent_when_the_gateway_stops() {
     let (trace, _, _) = ids(backend.last().header("traceparent").unwrap());
     assert!(collector.spans().is_empty());
     gw.terminate();
-    wait_until(10, "the gateway to exit", || {
-        gw.child.try_wait().unwrap().is_some()
-    });
+    gw.wait_exit();
     let spans = collector.spans();
     assert_eq!(spans.len(), 1, "{spans:?}");
     assert_eq!(spans[0].trace_id(), trace);

@@ -2,15 +2,17 @@
 raw frames from `hyperframe`/`hpack` for the attacks. Each command prints one JSON object.
 
     requests HOST PORT SPEC       streams on one connection; SPEC is a JSON list of
-                                  {"method", "path", "headers": [[k, v]..], "body"}
+                                  {"method", "path", "headers": [[k, v]..], "body"};
+                                  prints "reset" on stderr for each stream reset, as it comes
     rapid-reset HOST PORT N PATH  N streams opened and reset at once (CVE-2023-44487)
     continuation-flood HOST PORT N  one HEADERS without END_HEADERS, then N CONTINUATIONs
     settings-flood HOST PORT N    N SETTINGS frames
     ping-flood HOST PORT N        N PING frames
     idle-stream HOST PORT PATH    a POST stream whose body never comes
     idle-connection HOST PORT     a connection that opens no stream
-    slow-stream HOST PORT PATH    one GET; prints "sent" on stderr once it is out, then
-                                  reports its answer and whether a GOAWAY came first
+    slow-stream HOST PORT PATH    one GET; prints "sent" on stderr once it is out and
+                                  "goaway" when a GOAWAY comes, then reports its answer and
+                                  whether the GOAWAY came first
 """
 
 import json
@@ -92,6 +94,7 @@ def cmd_requests(host, port, spec):
             elif isinstance(e, h2.events.StreamReset):
                 streams[e.stream_id]["done"] = True
                 streams[e.stream_id]["reset"] = int(e.error_code)
+                print("reset", file=sys.stderr, flush=True)
             elif isinstance(e, h2.events.WindowUpdated):
                 for sid, v in streams.items():
                     if v["pending"]:
@@ -279,8 +282,9 @@ def cmd_slow_stream(host, port, path):
                 break
             ftype, flags, payload = buf[3], buf[4], buf[9:9 + length]
             buf = buf[9 + length:]
-            if ftype == GOAWAY and status is None:
-                goaway_first = True
+            if ftype == GOAWAY:
+                print("goaway", file=sys.stderr, flush=True)
+                goaway_first = goaway_first or status is None
             elif ftype == PING and not flags & 0x1:
                 s.sendall(PingFrame(0, opaque_data=payload, flags=["ACK"]).serialize())
             elif ftype == SETTINGS and not flags & 0x1:

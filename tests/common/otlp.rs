@@ -164,13 +164,13 @@ impl Collector {
         out
     }
 
-    /// The spans received, once `cond` holds for them (up to 10 s).
+    /// The spans received, once `cond` holds for them.
     pub fn spans_when(&self, what: &str, cond: impl Fn(&[Received]) -> bool) -> Vec<Received> {
-        wait_until(10, what, || cond(&self.spans()));
+        wait_until(what, || cond(&self.spans()));
         self.spans()
     }
 
-    /// The first span of trace `trace_id` (hex), once it arrives (up to 10 s).
+    /// The first span of trace `trace_id` (hex), once it arrives.
     pub fn span_of_trace(&self, trace_id: &str) -> Received {
         let spans = self.spans_when(&format!("a span of trace {trace_id}"), |spans| {
             spans.iter().any(|s| s.trace_id() == trace_id)

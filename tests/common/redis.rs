@@ -1,40 +1,74 @@
-//! A real `redis-server` (Debian's package; `.ci/run` installs it) on a free loopback port,
-//! started by the test, killed on drop; it can be killed, frozen and started again on the same
-//! port. Without `redis-server` on PATH the tests that use it fail, never pass silently.
+//! A real `redis-server` (Debian's package, which `cargo xtask deps test` installs) on free
+//! loopback ports, started by the test, killed on drop; it can be killed, frozen and started
+//! again on the same ports. Without `redis-server` on PATH the tests that use it fail, never
+//! pass silently.
 
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use agent_gateway::config::file::RateLimitFile;
 use agent_gateway::config::{FileConfig, OnRedisError, RateLimitBackend};
 
-use super::{free_port, signal, wait_until};
+use super::pki::TestPki;
+use super::ports::free_port;
+use super::process::{kill, signal, wait_listening, wait_until_or, which, Listening};
 
-/// A `redis-server` process and the port it owns.
+/// What redis-server says when a port it is to listen on is taken.
+const PORT_IN_USE: &str = "address already in use";
+
+/// A `redis-server` process and the ports it owns.
 pub struct RedisServer {
     pub port: u16,
+    /// The TLS port, for a server started by [`RedisServer::with_tls`].
+    pub tls_port: Option<u16>,
     child: Option<Child>,
     dir: tempfile::TempDir,
-    /// Extra arguments (TLS, a password) it is started with each time.
-    args: Vec<String>,
-    /// The URL tests use to look inside it, on the plain port (`redis://[:password@]127.0.0.1:port/0`).
-    inspect_url: String,
+    /// The TLS files and password it is started with each time.
+    tls: Option<(String, String, String)>,
+    password: Option<String>,
 }
 
 impl RedisServer {
     /// A plain server: no password, no persistence.
     pub fn start() -> RedisServer {
-        Self::with_args(Vec::new(), None)
+        Self::spawned(None, None)
     }
 
-    /// A server started with `args` after the harness's own (a TLS port beside the plain
-    /// one, ...), and `requirepass password` when given.
-    pub fn with_args(mut args: Vec<String>, password: Option<&str>) -> RedisServer {
-        let port = free_port();
-        let auth = match password {
+    /// A server with a TLS port beside the plain one, its certificate `pki`'s, and
+    /// `requirepass password`.
+    pub fn with_tls(pki: &TestPki, password: &str) -> RedisServer {
+        let tls = (pki.cert.clone(), pki.key.clone(), pki.ca.clone());
+        Self::spawned(Some(tls), Some(password.into()))
+    }
+
+    fn spawned(tls: Option<(String, String, String)>, password: Option<String>) -> RedisServer {
+        let mut server = RedisServer {
+            port: 0,
+            tls_port: None,
+            child: None,
+            dir: tempfile::tempdir().unwrap(),
+            tls,
+            password,
+        };
+        loop {
+            server.port = free_port();
+            server.tls_port = server.tls.is_some().then(free_port);
+            if server.spawn(Some(PORT_IN_USE)) == Listening::Yes {
+                return server;
+            }
+            server.kill();
+        }
+    }
+
+    /// `redis://127.0.0.1:port/0`, without the password.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// The URL tests use to look inside it, on the plain port, with the password.
+    fn inspect_url(&self) -> String {
+        let auth = match &self.password {
             Some(pw) => {
-                args.extend(["--requirepass".to_string(), pw.to_string()]);
                 let encoded: String = pw
                     .bytes()
                     .map(|b| match b {
@@ -46,62 +80,65 @@ impl RedisServer {
             }
             None => String::new(),
         };
-        let mut server = RedisServer {
-            port,
-            child: None,
-            dir: tempfile::tempdir().unwrap(),
-            args,
-            inspect_url: format!("redis://{auth}127.0.0.1:{port}/0"),
-        };
-        server.spawn();
-        server
+        format!("redis://{auth}127.0.0.1:{}/0", self.port)
     }
 
-    /// `redis://127.0.0.1:port/0`.
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default()
     }
 
-    pub fn dir(&self) -> PathBuf {
-        self.dir.path().to_path_buf()
-    }
-
-    fn spawn(&mut self) {
-        let bin = which("redis-server");
+    /// Starts it on its ports; waits until it listens on them and answers PING.
+    fn spawn(&mut self, in_use: Option<&str>) -> Listening {
         let log = std::fs::File::create(self.dir.path().join("redis.log")).unwrap();
-        let child = Command::new(bin)
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        let mut cmd = Command::new(which("redis-server"));
+        cmd.args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--port")
             .arg(self.port.to_string())
             .arg("--dir")
-            .arg(self.dir.path())
-            .args(&self.args)
-            .stdout(log)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+            .arg(self.dir.path());
+        if let (Some((cert, key, ca)), Some(port)) = (&self.tls, self.tls_port) {
+            cmd.arg("--tls-port")
+                .arg(port.to_string())
+                .args(["--tls-cert-file", cert, "--tls-key-file", key])
+                .args(["--tls-ca-cert-file", ca, "--tls-auth-clients", "no"]);
+        }
+        if let Some(pw) = &self.password {
+            cmd.args(["--requirepass", pw]);
+        }
+        let mut child = cmd.stdout(log).stderr(Stdio::null()).spawn().unwrap();
+        let ports: Vec<u16> = [Some(self.port), self.tls_port]
+            .into_iter()
+            .flatten()
+            .collect();
+        let listening = wait_listening(&mut child, &ports, "redis-server", in_use, || self.log());
         self.child = Some(child);
-        let url = self.inspect_url.clone();
-        wait_until(20, "redis-server to answer PING", || {
-            redis::Client::open(url.as_str())
-                .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
-                .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
-                .is_ok()
-        });
+        if listening == Listening::Yes {
+            let url = self.inspect_url();
+            wait_until_or(
+                "redis-server to answer PING",
+                || {
+                    redis::Client::open(url.as_str())
+                        .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(200)))
+                        .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
+                        .is_ok()
+                },
+                || self.log(),
+            );
+        }
+        listening
     }
 
-    /// SIGKILL: gone at once, its state lost, its port closed.
+    /// SIGKILL: gone at once, its state lost, its ports closed.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+            kill(&mut child);
         }
     }
 
-    /// Starts it again on the same port (empty, as after a crash without persistence).
+    /// Starts it again on the same ports (empty, as after a crash without persistence).
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn();
+        self.spawn(None);
     }
 
     /// SIGSTOP: its connections stay open and it answers nothing.
@@ -116,7 +153,7 @@ impl RedisServer {
 
     /// A connection for looking at what the gateway stored.
     pub fn connection(&self) -> redis::Connection {
-        redis::Client::open(self.inspect_url.as_str())
+        redis::Client::open(self.inspect_url().as_str())
             .unwrap()
             .get_connection()
             .unwrap()
@@ -139,35 +176,18 @@ impl Drop for RedisServer {
     }
 }
 
-/// The full path of `name` on PATH; fails the test when it is missing.
-pub fn which(name: &str) -> PathBuf {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "`{name}` is not on PATH (Debian: redis-server for redis-server, kubectl 1.21 \
-                 or later for kubectl, prometheus for promtool; .ci/run installs the first and \
-                 the last)."
-            )
-        })
-}
+/// How long the gateway waits for Redis in tests: far past any answer of a live Redis on a
+/// busy machine, so only a Redis that is down or frozen makes `on_redis_error` apply.
+pub const REDIS_TIMEOUT_MS: u64 = 2000;
 
-/// `cfg` with its limits kept in the Redis at `url`, `on_redis_error` and `timeout_ms` as
-/// given, and keys under `prefix`.
-pub fn use_redis(
-    cfg: &mut FileConfig,
-    url: &str,
-    on_error: OnRedisError,
-    timeout_ms: u64,
-    prefix: &str,
-) {
+/// `cfg` with its limits kept in the Redis at `url`, `on_redis_error` as given, keys under
+/// `prefix`, and [`REDIS_TIMEOUT_MS`].
+pub fn use_redis(cfg: &mut FileConfig, url: &str, on_error: OnRedisError, prefix: &str) {
     cfg.rate_limit = RateLimitFile {
         backend: RateLimitBackend::Redis,
         redis_url: Some(url.into()),
         on_redis_error: on_error,
-        timeout_ms,
+        timeout_ms: REDIS_TIMEOUT_MS,
         key_prefix: prefix.into(),
         ..RateLimitFile::default()
     };

@@ -70,7 +70,7 @@ fn mix_draws_follow_the_weights() {
 }
 
 #[test]
-fn durations_and_rates() {
+fn durations_and_rates_parse_and_bad_ones_are_refused() {
     assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
     assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
     assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
@@ -86,7 +86,7 @@ fn durations_and_rates() {
 }
 
 #[test]
-fn targets() {
+fn targets_parse_into_address_authority_and_prefix() {
     let t: Target = "http://127.0.0.1:8083".parse().unwrap();
     assert_eq!(t.host_port, "127.0.0.1:8083");
     assert_eq!(t.authority, "127.0.0.1:8083");
@@ -214,7 +214,7 @@ fn ramps_move_the_rate_linearly_from_stage_to_stage() {
 }
 
 #[test]
-fn jumps_and_pauses() {
+fn stages_of_zero_length_jump_and_a_zero_rate_pauses() {
     // A jump to 100 req/s held 2 s, a pause of 1 s, then 50 req/s for 2 s.
     let s = Schedule::ramps(stages("0s:100,2s:100,0s:0,1s:0,0s:50,2s:50"));
     assert_eq!(s.total(), 300);
@@ -411,36 +411,65 @@ fn bodies_follow_the_spec() {
 }
 
 #[test]
-fn paths_per_version() {
-    let p = |api, op, tx| request_path("", api, "SVC", op, tx);
-    assert_eq!(
-        p(ApiVersion::V1, Operation::VerifyRequest, ""),
-        "/api/v1/verify/request"
-    );
-    assert_eq!(
-        p(ApiVersion::V2, Operation::VerifyRequest, ""),
-        "/api/v2/verify/SVC/request"
-    );
-    assert_eq!(
-        p(ApiVersion::V2, Operation::ConnectionInvitation, ""),
-        "/api/v2/connection/SVC/invitation"
-    );
-    assert_eq!(
-        p(ApiVersion::V1, Operation::CredentialOffer, ""),
-        "/api/v1/credential/offer"
-    );
-    assert_eq!(
-        p(ApiVersion::V2, Operation::VerifyResponse, ""),
-        "/api/v2/verify/response"
-    );
-    assert_eq!(
-        p(ApiVersion::V1, Operation::TransactionStatus, "a/b c"),
-        "/api/v1/transaction/a%2Fb%20c/status"
-    );
-    assert_eq!(
-        request_path("/gw", ApiVersion::V1, "", Operation::VerifyResponse, ""),
-        "/gw/api/v1/verify/response"
-    );
+fn request_paths_follow_the_api_version_and_the_service() {
+    let cases = [
+        (
+            "",
+            ApiVersion::V1,
+            Operation::VerifyRequest,
+            "",
+            "/api/v1/verify/request",
+        ),
+        (
+            "",
+            ApiVersion::V2,
+            Operation::VerifyRequest,
+            "",
+            "/api/v2/verify/SVC/request",
+        ),
+        (
+            "",
+            ApiVersion::V2,
+            Operation::ConnectionInvitation,
+            "",
+            "/api/v2/connection/SVC/invitation",
+        ),
+        (
+            "",
+            ApiVersion::V1,
+            Operation::CredentialOffer,
+            "",
+            "/api/v1/credential/offer",
+        ),
+        (
+            "",
+            ApiVersion::V2,
+            Operation::VerifyResponse,
+            "",
+            "/api/v2/verify/response",
+        ),
+        (
+            "",
+            ApiVersion::V1,
+            Operation::TransactionStatus,
+            "a/b c",
+            "/api/v1/transaction/a%2Fb%20c/status",
+        ),
+        (
+            "/gw",
+            ApiVersion::V1,
+            Operation::VerifyResponse,
+            "",
+            "/gw/api/v1/verify/response",
+        ),
+    ];
+    for (prefix, api, op, tx, want) in cases {
+        assert_eq!(
+            request_path(prefix, api, "SVC", op, tx),
+            want,
+            "{api:?} {op:?}"
+        );
+    }
 }
 
 fn script(m: &str) -> Script {
@@ -526,7 +555,7 @@ fn status_reads_use_returned_transaction_ids() {
 }
 
 #[test]
-fn credentials_files() {
+fn credentials_files_are_read_as_toml_or_json() {
     let toml = "agent_id = \"agent-1\"\ntoken = \"secret\"\n";
     let json = r#" {"agent_id": "agent-1", "token": "secret"} "#;
     for text in [toml, json] {
@@ -560,7 +589,7 @@ fn args(line: &str) -> Result<LoadArgs, clap::Error> {
 }
 
 #[test]
-fn command_line() {
+fn the_command_line_makes_the_plan_and_refuses_what_cannot_run() {
     let a = args("--target http://127.0.0.1:1 --agent-id a --token t").unwrap();
     assert_eq!(a.rate, Rate::PerSecond(1000.0));
     assert_eq!(a.duration, Duration::from_secs(10));
@@ -662,7 +691,8 @@ fn sample_plan(load: Load) -> Plan {
         addr: "127.0.0.1:8083".parse().unwrap(),
         load,
         connections: 4,
-        timeout: Duration::from_secs(1),
+        // Far past any answer of the local server, on a busy machine too.
+        timeout: Duration::from_secs(10),
         script: script(DEFAULT_MIX),
         progress: false,
     }
@@ -673,7 +703,7 @@ fn flat(rate: f64, ms: u64) -> Load {
 }
 
 #[test]
-fn report_text_and_json() {
+fn the_report_counts_errors_and_percentiles_in_text_and_json() {
     let mut stats = stats_with((1..=1000u64).map(|us| us * 10), 200);
     stats.record_response(401, 50);
     stats.record_error(ConnErrorKind::Io);
@@ -924,7 +954,7 @@ fn no_stop() -> tokio::sync::watch::Receiver<bool> {
 }
 
 #[tokio::test]
-async fn open_and_closed_runs_against_a_local_server() {
+async fn open_and_closed_runs_against_a_local_server_count_every_answer() {
     let (addr, server) = fixed_server().await;
     let mut plan = sample_plan(flat(400.0, 250));
     plan.addr = addr;
@@ -937,10 +967,15 @@ async fn open_and_closed_runs_against_a_local_server() {
     assert!(!r.interrupted);
     assert_eq!(r.timeline.iter().map(|s| s.responses).sum::<u64>(), 100);
 
+    // How many a closed run gets in its time is the machine's speed: only that it got some.
     plan.load = Load::Closed(Duration::from_millis(100));
     let r = execute(plan, no_stop()).await.unwrap();
-    assert!(r.responses > 10, "{r:?}");
+    assert!(r.responses > 0, "{r:?}");
     assert_eq!(r.errors.total, 0);
+    assert_eq!(
+        r.timeline.iter().map(|s| s.responses).sum::<u64>(),
+        r.responses
+    );
     server.abort();
 }
 
@@ -983,9 +1018,11 @@ async fn a_stop_ends_the_run_early_and_reports_what_was_measured() {
 
 #[tokio::test]
 async fn a_closed_port_is_a_connect_error() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    drop(listener);
+    // A socket holds the port without listening: connections are refused, and no other
+    // process can start listening there meanwhile.
+    let held = tokio::net::TcpSocket::new_v4().unwrap();
+    held.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = held.local_addr().unwrap();
     let mut plan = sample_plan(flat(100.0, 1000));
     plan.addr = addr;
     assert!(matches!(
