@@ -365,3 +365,51 @@ fn every_access_log_line_is_json_with_the_documented_fields() {
         problems.join("\n")
     );
 }
+
+/// A log sink that stops reading holds up no request: once the pipe and the log buffer are
+/// full, lines are dropped and counted, and what did reach the sink is whole lines.
+#[test]
+fn a_stalled_log_sink_drops_and_counts_lines_and_never_holds_up_a_request() {
+    let backend = Backend::start();
+    let mut gw = Gateway::builder(test_config(&[backend.addr]))
+        .stderr_unread()
+        .start();
+    let dropped = "agent_gateway_log_lines_dropped_total";
+    assert_eq!(gw.metric(dropped), 0.0);
+    // At the harness's RUST_LOG=debug a request logs several lines: the 64 KiB pipe and the
+    // 1 MiB buffer fill within a few thousand requests, each still answered.
+    let mut c = Connection::open(gw.proxy);
+    let request = format!(
+        "{}\r\n",
+        auth_head("GET", "/api/v1/transaction/tx-1/status")
+    );
+    let mut sent = 0;
+    while gw.metric(dropped) == 0.0 {
+        assert!(sent < 40_000, "{sent} requests and no line dropped");
+        for _ in 0..500 {
+            c.send(&request);
+            assert_eq!(c.response().status, 200, "request {sent}");
+            sent += 1;
+        }
+    }
+    // Read again, then stop: what is buffered is written out before the process exits, and
+    // whole lines come out of a sink that stalled mid-batch.
+    let mut stderr = gw.child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut written = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut written).map(|_| written)
+    });
+    gw.terminate();
+    assert!(gw.wait_exit().success());
+    let written = reader.join().unwrap().unwrap();
+    let lines: Vec<&str> = written.lines().collect();
+    assert!(
+        lines.len() > 100,
+        "only {} lines reached the pipe",
+        lines.len()
+    );
+    for line in lines {
+        serde_json::from_str::<serde_json::Value>(line)
+            .unwrap_or_else(|e| panic!("a torn line ({e}): {line}"));
+    }
+}

@@ -30,13 +30,14 @@ const PROMETHEUS_YML: &str = concat!(
 );
 
 /// The alert rules alerts.yml must define.
-const ALERT_NAMES: [&str; 10] = [
+const ALERT_NAMES: [&str; 11] = [
     "AgentGatewayDown",
     "AgentGatewayUpstreamErrorRatioHigh",
     "AgentGatewayP99LatencyHigh",
     "AgentGatewayAuthFailureSpike",
     "AgentGatewayConfigReloadFailed",
     "AgentGatewayRateLimitBackendFailing",
+    "AgentGatewayDroppingLogLines",
     "AgentGatewayRetiredAgentCallingV1",
     "AgentGatewayV1AgentQuiet",
     "AgentGatewayV1ShareNotFalling",
@@ -230,6 +231,25 @@ tests:
             exp_annotations:
               summary: "agent-gateway gw-a: the shared rate limit is not holding"
               description: "For 5 minutes Redis has left some of this replica's rate-limit decisions undecided (timeouts, errors, or skipped right after a failure), so rate_limit.on_redis_error applied: this replica's own buckets (\"local\"), no limit (\"allow\") or 429s (\"deny\"). See the \"Rate-limit backend errors/s by kind\" panel and the gateway log."
+
+  - interval: 1m
+    input_series:
+      # gw-a's log sink stalls from 2m on; gw-b dropped a burst once, long ago.
+      - series: 'agent_gateway_log_lines_dropped_total{job="agent-gateway", instance="gw-a"}'
+        values: '0 0 0+500x30'
+      - series: 'agent_gateway_log_lines_dropped_total{job="agent-gateway", instance="gw-b"}'
+        values: '0 100x31'
+    alert_rule_test:
+      - eval_time: 8m
+        alertname: AgentGatewayDroppingLogLines
+        exp_alerts: []
+      - eval_time: 20m
+        alertname: AgentGatewayDroppingLogLines
+        exp_alerts:
+          - exp_labels: {severity: warning, job: agent-gateway, instance: gw-a}
+            exp_annotations:
+              summary: "agent-gateway gw-a is dropping log lines"
+              description: "For 10 minutes this replica's log sink (stderr, and whatever collects it) has been slower than its log lines: the 1 MiB log buffer was full and lines, access log included, were dropped rather than hold up requests. Check the log collector, or raise the log level. See the \"Log lines dropped/s\" panel."
 
   - interval: 1m
     input_series:

@@ -6,7 +6,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus};
+use std::process::{Child, Command, ExitStatus, Stdio};
 
 use agent_gateway::config::FileConfig;
 
@@ -54,6 +54,8 @@ pub struct GatewayBuilder {
     args: Vec<String>,
     env: Vec<(String, String)>,
     config_path: Option<PathBuf>,
+    /// stderr is a pipe nobody reads (in `child.stderr`), rather than the log file.
+    stderr_unread: bool,
 }
 
 impl Gateway {
@@ -65,6 +67,7 @@ impl Gateway {
             args: Vec::new(),
             env: Vec::new(),
             config_path: None,
+            stderr_unread: false,
         }
     }
 
@@ -99,6 +102,13 @@ impl GatewayBuilder {
     /// directory.
     pub fn config_path(mut self, path: impl Into<PathBuf>) -> Self {
         self.config_path = Some(path.into());
+        self
+    }
+
+    /// Logs into a pipe (`child.stderr`) that nobody reads until the test does: a log sink
+    /// that stalls once the pipe is full. `log()` stays empty.
+    pub fn stderr_unread(mut self) -> Self {
+        self.stderr_unread = true;
         self
     }
 
@@ -190,6 +200,11 @@ impl GatewayBuilder {
         std::fs::write(&config_path, config.to_toml()).unwrap();
         let log_path = dir.path().join("gateway.log");
         let log = std::fs::File::create(&log_path).unwrap();
+        let stderr = if self.stderr_unread {
+            Stdio::piped()
+        } else {
+            log.into()
+        };
         let stdout = std::fs::File::create(dir.path().join(STDOUT_FILE)).unwrap();
         let child = Command::new(BIN)
             .arg(self.command)
@@ -199,7 +214,7 @@ impl GatewayBuilder {
             .env("RUST_LOG", "debug")
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(stdout)
-            .stderr(log)
+            .stderr(stderr)
             .spawn()
             .unwrap();
         (dir, config_path, child, log_path)
