@@ -129,7 +129,7 @@ fn a_close_delimited_backend_answer_is_relayed_then_the_client_connection_closes
 fn backend_connections_are_reused_until_idle_timeout() {
     let backend = Backend::start();
     let mut cfg = test_config(&[backend.addr]);
-    cfg.server.threads = 1;
+    cfg.server.threads = Some(1);
     cfg.upstream.idle_timeout_ms = 300;
     let gw = Gateway::builder(cfg).start();
     let on_connection = || {

@@ -70,8 +70,9 @@ pub struct ListenFile {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerFile {
-    /// Worker threads of the proxy service.
-    pub threads: usize,
+    /// Worker threads of the proxy service; absent, one per CPU the process may run on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threads: Option<usize>,
     /// Seconds that SIGTERM waits for in-flight requests before exiting.
     pub grace_period_seconds: u64,
     /// Tokio's work-stealing runtime (true) or one single-threaded runtime per thread.
@@ -87,7 +88,7 @@ pub struct ServerFile {
 impl Default for ServerFile {
     fn default() -> Self {
         Self {
-            threads: 2,
+            threads: None,
             grace_period_seconds: 5,
             // One single-threaded runtime per thread measured 1.09x the requests/s of tokio's
             // work-stealing runtime (benches/compare.sh).

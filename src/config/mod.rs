@@ -29,7 +29,7 @@ pub use limits::{LimitsConfig, ValidationMode};
 pub use problems::{ConfigError, Problem};
 pub use rate_limit::{OnRedisError, RateLimitBackend, RateLimitConfig, RedisLimitConfig, RedisUrl};
 pub use retirement::{Brownout, Recurrence, RetirementConfig, Terms};
-pub use startup::StartupConfig;
+pub use startup::{cpus_available, StartupConfig};
 pub use tracing::TracingConfig;
 pub use types::{
     unix_seconds, BasePath, Bases, BusinessCode, Dates, Repeat, TokenDigest, V1Policy, Weekday,
@@ -186,6 +186,10 @@ token_sha256 = "{}"
         assert_eq!(s.validation, ValidationMode::Enforce);
         assert!(s.auth.require_on_status);
         assert_eq!(s.startup.grace_period_seconds, 5);
+        assert_eq!(
+            s.startup.threads,
+            std::thread::available_parallelism().unwrap().get()
+        );
         assert_eq!(
             s.auth.agents[AGENT_ID].token,
             TokenDigest::of(testing::TOKEN.as_bytes())

@@ -23,6 +23,12 @@ pub struct StartupConfig {
     pub upgrade_sock: String,
 }
 
+/// The CPUs this process may run on (its affinity mask and cgroup CPU quota): `server.threads`'
+/// default, like nginx's `worker_processes auto`.
+pub fn cpus_available() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 fn parse_listen(s: &str) -> Result<SocketAddr, String> {
     s.parse()
         .map_err(|_| format!("{s:?} is not an ip:port address"))
@@ -65,7 +71,9 @@ pub(super) fn startup(
         Some(a) => p.check("listen.admin", parse_listen(a)).map(Some),
     };
     let proxy_tls = tls(listen, p);
-    p.positive("server.threads", server.threads as u64);
+    if let Some(threads) = server.threads {
+        p.positive("server.threads", threads as u64);
+    }
     p.positive(
         "server.upstream_keepalive_pool_size",
         server.upstream_keepalive_pool_size as u64,
@@ -75,7 +83,7 @@ pub(super) fn startup(
         proxy_tls,
         http2: listen.http2,
         admin_listen: admin_listen?,
-        threads: server.threads,
+        threads: server.threads.unwrap_or_else(cpus_available),
         grace_period_seconds: server.grace_period_seconds,
         work_stealing: server.work_stealing,
         upstream_keepalive_pool_size: server.upstream_keepalive_pool_size,

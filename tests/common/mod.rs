@@ -46,7 +46,7 @@ pub use traffic::*;
 pub fn test_config(upstreams: &[SocketAddr]) -> FileConfig {
     let mut cfg = FileConfig::for_test(ANY_PORT.parse().unwrap(), upstreams);
     cfg.listen.admin = Some(ANY_PORT.into());
-    cfg.server.threads = 2;
+    cfg.server.threads = Some(2);
     cfg.server.grace_period_seconds = 1;
     cfg.upstream.connect_timeout_ms = 500;
     cfg.upstream.read_timeout_ms = 2000;

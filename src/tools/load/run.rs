@@ -226,8 +226,7 @@ pub fn run(args: LoadArgs) -> Result<Outcome, LoadError> {
     let mode = Mode::from_args(&args)?;
     let threads = args
         .threads
-        .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
-        .unwrap_or(1)
+        .unwrap_or_else(crate::config::cpus_available)
         .max(1);
     let runtime = if threads == 1 {
         tokio::runtime::Builder::new_current_thread()
