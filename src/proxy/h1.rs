@@ -78,7 +78,6 @@ pub(super) struct H1Connection {
 }
 
 impl ProxyApp {
-    /// Serves one HTTP/1.1 connection until either side ends it.
     /// Serves one HTTP/1.1 connection until either side ends it. A plaintext connection that
     /// opens with the HTTP/2 preface is handed back, its bytes unread, to be served as h2c.
     pub(super) async fn serve_h1(
@@ -108,12 +107,14 @@ impl ProxyApp {
             match head {
                 Ok(Ok(HeadRead::Ready)) => {
                     c.start_request(!*shutdown.borrow() && !self.drain.started());
-                    self.serve(&mut c, &snap).await;
+                    // Boxed: inline, the pipeline's state would size every connection's
+                    // future, idle ones included (one allocation per request instead).
+                    Box::pin(self.serve(&mut c, &snap)).await;
                 }
                 Ok(Err(reply)) => {
                     c.keep_alive = false;
                     c.head_only = false;
-                    self.refuse_unreadable(&mut c, &snap, reply).await;
+                    Box::pin(self.refuse_unreadable(&mut c, &snap, reply)).await;
                 }
                 Ok(Ok(HeadRead::Closed | HeadRead::Http2Preface)) => return None,
                 Err(_) => {
@@ -197,6 +198,12 @@ impl H1Connection {
 
     /// Reads more bytes; `Ok(0)` at the end of the stream.
     async fn fill(&mut self) -> std::io::Result<usize> {
+        if self.buf.capacity() == 0 {
+            // An empty read waits until the client sends something (on TCP it returns at
+            // once when readable, without copying): a connection that sends nothing holds no
+            // read buffer.
+            let _always_zero = self.stream.read(&mut []).await?;
+        }
         if self.buf.capacity() - self.buf.len() < 1024 {
             self.buf.reserve(4096);
         }
