@@ -29,8 +29,11 @@
 #   GATEWAY_BIN (skip the build and run this binary) GATEWAY_SERVER (extra lines for the
 #   gateway's [server] table, e.g. "work_stealing = false") GATEWAY_LOG_LEVEL (warn: no access
 #   log, like the peers' access_log off; "info" logs every request to a file)
+#   Every gateway runs with `threads = 1` (it has one CPU) unless its [server] lines set threads.
 #   A second gateway variant for A/B runs, agent-gateway-b on :8084, starts when any of
-#   GATEWAY_B_BIN, GATEWAY_B_SERVER, GATEWAY_B_LOG_LEVEL is set, and joins the default TARGETS.
+#   GATEWAY_B_BIN, GATEWAY_B_SERVER, GATEWAY_B_LOG_LEVEL is set, and joins the default TARGETS;
+#   GATEWAY_B_CPUS (PROXY_CPU) is the CPU list it is pinned to: "0,1" with
+#   GATEWAY_B_SERVER="threads = 2" measures two threads sharing both cores with the load.
 #   Tracing: agent-gateway-trace-0.01 (:8088) and agent-gateway-trace-1 (:8089) are the same
 #   gateway with [tracing] on at sample_ratio 0.01 and 1.0 (wrk sends no traceparent, so the
 #   ratio decides), exporting over OTLP/HTTP to a sink (nginx answering 200 on :14318, on
@@ -68,6 +71,7 @@ if [ -n "${GATEWAY_B_BIN:-}${GATEWAY_B_SERVER:-}${GATEWAY_B_LOG_LEVEL:-}" ]; the
   B_ENABLED=1
 fi
 GATEWAY_B_SERVER=${GATEWAY_B_SERVER:-}
+GATEWAY_B_CPUS=${GATEWAY_B_CPUS:-$PROXY_CPU}
 GATEWAY_B_LOG_LEVEL=${GATEWAY_B_LOG_LEVEL:-$GATEWAY_LOG_LEVEL}
 if [ -z "${TARGETS+set}" ]; then
   TARGETS="direct agent-gateway rl-local rl-redis nginx haproxy"
@@ -166,7 +170,7 @@ gateway_config() { # port, extra [server] lines, [admin port, lines after the ag
 proxy = "127.0.0.1:$1"
 ${3:+admin = \"127.0.0.1:$3\"}
 [server]
-threads = 1
+$(case "$2" in *threads*) ;; *) echo "threads = 1" ;; esac)
 grace_period_seconds = 0
 $2
 [v1]
@@ -274,7 +278,7 @@ for t in $TARGETS $H2_TARGETS; do
       start "$t" "$PROXY_CPU" env -u RUST_LOG "$GATEWAY_BIN" run --config "$WORK/gateway.toml" \
         --log-format json --log-level "$GATEWAY_LOG_LEVEL" ;;
     agent-gateway-b)
-      start "$t" "$PROXY_CPU" env -u RUST_LOG "$GATEWAY_B_BIN" run --config "$WORK/gateway-b.toml" \
+      start "$t" "$GATEWAY_B_CPUS" env -u RUST_LOG "$GATEWAY_B_BIN" run --config "$WORK/gateway-b.toml" \
         --log-format json --log-level "$GATEWAY_B_LOG_LEVEL" ;;
     rl-local | rl-redis | agent-gateway-trace-*)
       start "$t" "$PROXY_CPU" env -u RUST_LOG "$GATEWAY_BIN" run --config "$WORK/$t.toml" \
