@@ -86,7 +86,12 @@ pub fn restart_only_changes(running: &StartupConfig, new: &StartupConfig) -> Vec
         }
     };
     check(running.proxy_listen != new.proxy_listen, "listen.proxy");
-    check(running.proxy_tls != new.proxy_tls, "listen.tls_cert");
+    let (tls, new_tls) = (running.proxy_tls.as_ref(), new.proxy_tls.as_ref());
+    check(
+        tls.map(|t| &t.0) != new_tls.map(|t| &t.0),
+        "listen.tls_cert",
+    );
+    check(tls.map(|t| &t.1) != new_tls.map(|t| &t.1), "listen.tls_key");
     check(running.http2 != new.http2, "listen.http2");
     check(running.admin_listen != new.admin_listen, "listen.admin");
     check(running.threads != new.threads, "server.threads");
@@ -368,6 +373,24 @@ mod tests {
     /// Writes `f` over the store's file.
     fn write(dir: &Path, f: &FileConfig) {
         std::fs::write(dir.join("gw.toml"), f.to_toml()).unwrap();
+    }
+
+    #[test]
+    fn restart_only_changes_name_the_key_that_changed() {
+        let running = base().snapshot().startup.clone();
+        let mut new = running.clone();
+        assert!(restart_only_changes(&running, &new).is_empty());
+        let tls = |cert: &str, key: &str| Some((cert.to_owned(), key.to_owned()));
+        let mut running_tls = running.clone();
+        running_tls.proxy_tls = tls("a.crt", "a.key");
+        new.proxy_tls = tls("a.crt", "b.key");
+        assert_eq!(restart_only_changes(&running_tls, &new), ["listen.tls_key"]);
+        new.proxy_tls = tls("b.crt", "a.key");
+        new.threads = running.threads + 1;
+        assert_eq!(
+            restart_only_changes(&running_tls, &new),
+            ["listen.tls_cert", "server.threads"]
+        );
     }
 
     #[test]
