@@ -147,13 +147,24 @@ impl ServerApp for ProxyApp {
         stream: Stream,
         shutdown: &ShutdownWatch,
     ) -> Option<Stream> {
+        // pingora's accept task holds its TLS handshake's and timeout's state for as long as
+        // it runs (8.8 KiB per connection, measured with heaptrack): the connection is served
+        // in a task of its own, sized by what serving it needs, and pingora's ends here.
+        let (app, shutdown) = (Arc::clone(self), shutdown.clone());
+        tokio::spawn(async move { app.serve_connection(stream, &shutdown).await });
+        None
+    }
+}
+
+impl ProxyApp {
+    /// Serves one client connection, HTTP/1.1 or HTTP/2, until either side ends it.
+    async fn serve_connection(self: &Arc<Self>, stream: Stream, shutdown: &ShutdownWatch) {
         // HTTP/2's loop is boxed: inline, its state would size every connection's task,
-        // HTTP/1.1 ones included (3.1 KiB rather than 2.2).
+        // HTTP/1.1 ones included.
         if self.http2 && stream.selected_alpn_proto() == Some(ALPN::H2) {
             Box::pin(self.serve_h2(stream, shutdown)).await;
         } else if let Some(h2c) = self.serve_h1(stream, shutdown).await {
             Box::pin(self.serve_h2(h2c, shutdown)).await;
         }
-        None
     }
 }
