@@ -153,7 +153,10 @@ done
 
 # Peer configs: copied, run in the foreground, pid and log files in $WORK.
 for f in backend-nginx.conf gateway-nginx.conf gateway-haproxy.cfg post-verify.lua; do
-  sed -e "s#/tmp/peer-#$WORK/peer-#g" -e 's/^daemon on;/daemon off;/' "$PEERS/$f" >"$WORK/$f"
+  # nginx's worker_connections (4096 in the peers) raised to hold IDLE_CONNS and their upstreams.
+  sed -e "s#/tmp/peer-#$WORK/peer-#g" -e 's/^daemon on;/daemon off;/' \
+    -e "s/worker_connections [0-9]*;/worker_connections $((2 * IDLE_CONNS + 4096));/" \
+    "$PEERS/$f" >"$WORK/$f"
 done
 # nginx doing the same job over h2c: the same config, listening for HTTP/2 with prior knowledge.
 sed -e 's/listen 127.0.0.1:8081 /listen 127.0.0.1:8087 http2 /' \

@@ -1,5 +1,5 @@
 //! Bad input, hostile clients and failing backends against real processes. Every row of the
-//! README's bad-input table is backed by a test here or in `tests/gateway.rs`.
+//! bad-input table in `docs/hardening.md` is backed by a test here or in `tests/gateway.rs`.
 
 mod common;
 

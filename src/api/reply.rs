@@ -2,8 +2,8 @@
 //!
 //! Every refusal or failure becomes a [`Reply`]; its body is the spec's ServiceAgentResponse
 //! shape `{"status_code":N,"message_code":M,"message":"..."}`, except 401, whose body the
-//! spec fixes as the JSON string `"not authorized"`. The README's message_code table is
-//! generated from [`Reply::ALL_CODES`] by a test, so the two cannot drift.
+//! spec fixes as the JSON string `"not authorized"`. A test checks that the README's
+//! message_code table has a row for each of [`Reply::ALL_CODES`], so the two cannot drift.
 
 use std::time::SystemTime;
 

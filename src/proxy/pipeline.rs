@@ -5,9 +5,9 @@
 //! upstream ([`super::upstream`]) → relay the answer ([`super::relay`]) → record what
 //! happened, and end the span from that record. Each refusal on the way is the gateway's own
 //! [`crate::api::reply::Answer`]. The span travels in the record ([`Exchange`]), which notes
-//! where each phase ended. The pipeline speaks to the client only through
-//! [`Downstream`]: a protocol (HTTP/1.1 in [`super::h1`]) supplies the request's head and
-//! body and renders answers, and keeps its own connection state.
+//! where each phase ended. The pipeline speaks to the client only through [`Downstream`]: a
+//! protocol (HTTP/1.1 in [`super::h1`], HTTP/2 in [`super::h2`]) supplies the request's head
+//! and body and renders answers, and keeps its own connection state.
 
 use super::downstream::{header_bytes, Downstream};
 use super::forwarding::UpstreamRequest;
