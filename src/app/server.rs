@@ -100,7 +100,8 @@ pub fn build(
 
     let mut telemetry = Telemetry::register(registry)?;
     if let Some(logs) = &options.logs {
-        telemetry = telemetry.logging_to(logs.sink.clone(), logs.format == LogFormat::Json);
+        telemetry =
+            telemetry.logging_to(logs.sink.clone(), logs.format == LogFormat::Json, registry)?;
     }
     let telemetry = Arc::new(telemetry);
     // State that lives beside the snapshot follows it on every reload: the rate limiter's

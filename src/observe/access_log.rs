@@ -12,7 +12,7 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::observe::exchange::Exchange;
+use crate::observe::exchange::{operation_name, version_name, Exchange};
 use crate::observe::log_sink::LineSink;
 
 /// The `tracing` target of access-log lines: what filters name to turn them on or off.
@@ -71,11 +71,8 @@ pub fn json_line(out: &mut Vec<u8>, ex: &Exchange, elapsed: Duration, now: Syste
         "upstream_path",
         ex.upstream.path.as_deref().map_or("", without_query),
     );
-    line.str("api_version", ex.version.map_or("none", |v| v.as_str()));
-    line.str(
-        "operation",
-        ex.operation.map_or("unmatched", |o| o.as_str()),
-    );
+    line.str("api_version", version_name(ex.version));
+    line.str("operation", operation_name(ex.operation));
     line.str("agent_id", ex.agent_id.as_deref().unwrap_or(""));
     line.int("status", ex.status.into());
     line.float("duration_ms", elapsed.as_secs_f64() * 1000.0);
@@ -133,8 +130,8 @@ pub fn event(ex: &Exchange, elapsed: Duration) {
         method = %ex.method,
         path = %ex.client_path,
         upstream_path = ex.upstream.path.as_deref().map_or("", without_query),
-        api_version = ex.version.map_or("none", |v| v.as_str()),
-        operation = ex.operation.map_or("unmatched", |o| o.as_str()),
+        api_version = version_name(ex.version),
+        operation = operation_name(ex.operation),
         agent_id = ex.agent_id.as_deref().unwrap_or(""),
         status = ex.status,
         duration_ms = elapsed.as_secs_f64() * 1000.0,

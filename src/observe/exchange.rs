@@ -150,6 +150,16 @@ pub struct Exchange {
     pub phase_ends: [Option<Instant>; Phase::COUNT],
 }
 
+/// A request's `api_version` in metrics and the access log: "none" when it named no operation.
+pub fn version_name(version: Option<ApiVersion>) -> &'static str {
+    version.map_or("none", ApiVersion::as_str)
+}
+
+/// A request's `operation` in metrics and the access log: "unmatched" when it named none.
+pub fn operation_name(operation: Option<Operation>) -> &'static str {
+    operation.map_or("unmatched", Operation::as_str)
+}
+
 impl Exchange {
     /// A record for a request over `protocol` that starts now.
     pub fn start(protocol: Protocol, method: &http::Method, client_path: &str) -> Self {

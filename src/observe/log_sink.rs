@@ -6,13 +6,13 @@
 //! once a period ([`FLUSH_EVERY`] in the binary) and as soon as [`WAKE_AT`] bytes or an urgent
 //! line (a warning or an error) are waiting. When the sink is slower than the lines (a full pipe, a stalled disk),
 //! the buffer fills to its capacity and further lines are dropped and counted, never waited
-//! for: [`LineSink::dropped`] feeds `agent_gateway_log_lines_dropped_total`.
+//! for, in the sink's own counter, `agent_gateway_log_lines_dropped_total` ([`LineSink::dropped_lines`]).
 
 use std::io::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use prometheus::IntCounter;
 use tracing_subscriber::fmt::MakeWriter;
 
 /// The longest a line waits in the buffer when nothing hurries it, in the binary.
@@ -33,7 +33,8 @@ pub struct LineSink {
     capacity: usize,
     /// The longest a line waits when nothing hurries it.
     period: Duration,
-    dropped: AtomicU64,
+    /// Lines dropped: `agent_gateway_log_lines_dropped_total` once registered.
+    dropped: IntCounter,
 }
 
 #[derive(Default)]
@@ -55,7 +56,12 @@ impl LineSink {
             written: Condvar::new(),
             capacity,
             period,
-            dropped: AtomicU64::new(0),
+            dropped: IntCounter::new(
+                "agent_gateway_log_lines_dropped_total",
+                "Log lines (access log and events) dropped because their sink was slower than \
+                 the lines and the log buffer was full, or because writing them failed.",
+            )
+            .expect("a valid metric definition"),
         });
         let writer = sink.clone();
         std::thread::Builder::new()
@@ -71,7 +77,7 @@ impl LineSink {
         let mut p = self.lock();
         if p.lines.len() + line.len() > self.capacity {
             drop(p);
-            self.dropped.fetch_add(1, Ordering::Relaxed);
+            self.dropped.inc();
             return false;
         }
         p.lines.extend_from_slice(line);
@@ -86,7 +92,12 @@ impl LineSink {
 
     /// Lines dropped so far: the buffer was full, or writing them failed.
     pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
+        self.dropped.get()
+    }
+
+    /// The count of dropped lines as a metric, for a registry to export.
+    pub fn dropped_lines(&self) -> &IntCounter {
+        &self.dropped
     }
 
     /// Waits, at most `limit`, until every line queued so far is written: before the process
@@ -133,7 +144,7 @@ impl LineSink {
             if !batch.is_empty() {
                 if out.write_all(&batch).and_then(|()| out.flush()).is_err() {
                     let lost = batch.iter().filter(|&&b| b == b'\n').count();
-                    self.dropped.fetch_add(lost as u64, Ordering::Relaxed);
+                    self.dropped.inc_by(lost as u64);
                 }
                 batch.clear();
                 self.lock().writing = false;

@@ -17,7 +17,9 @@ use crate::api::operation::{ApiVersion, Operation};
 use crate::api::reply::V1Refusal;
 use crate::config::Snapshot;
 use crate::observe::access_log::AccessLog;
-use crate::observe::exchange::{Exchange, Protocol, UpstreamErrorKind};
+use crate::observe::exchange::{
+    operation_name, version_name, Exchange, Protocol, UpstreamErrorKind,
+};
 use crate::observe::log_sink::LineSink;
 use crate::observe::retirement::RetirementMetrics;
 use crate::observe::usage::UsageTracker;
@@ -43,13 +45,11 @@ fn operation_index(op: Option<Operation>) -> usize {
 }
 
 fn version_label(index: usize) -> &'static str {
-    ApiVersion::ALL.get(index).map_or("none", |v| v.as_str())
+    version_name(ApiVersion::ALL.get(index).copied())
 }
 
 fn operation_label(index: usize) -> &'static str {
-    Operation::ALL
-        .get(index)
-        .map_or("unmatched", |o| o.as_str())
+    operation_name(Operation::ALL.get(index).copied())
 }
 
 /// The handles every request touches, resolved once per (version, operation) so the hot path
@@ -84,9 +84,6 @@ pub struct Telemetry {
     /// Per-agent counts behind `/v1-usage`.
     pub usage: UsageTracker,
     access_log: AccessLog,
-    /// Where the logs go, for its count of dropped lines (brought up to date at each scrape).
-    log_sink: Option<Arc<LineSink>>,
-    log_lines_dropped: IntCounter,
 }
 
 /// Decrements the in-flight gauge when the request ends, however it ends.
@@ -258,12 +255,6 @@ impl Telemetry {
         registry.register(Box::new(rate_limited.clone()))?;
         registry.register(Box::new(rate_limit_decisions.clone()))?;
         registry.register(Box::new(rate_limit_backend_errors.clone()))?;
-        let log_lines_dropped = IntCounter::new(
-            "agent_gateway_log_lines_dropped_total",
-            "Log lines (access log and events) dropped because their sink was slower than the \
-             lines and the log buffer was full, or because writing them failed.",
-        )?;
-        registry.register(Box::new(log_lines_dropped.clone()))?;
 
         let by_route = std::array::from_fn(|v| {
             std::array::from_fn(|o| RouteHandles {
@@ -317,17 +308,21 @@ impl Telemetry {
             rate_limit_backend_errors: BackendError::ALL
                 .map(|kind| rate_limit_backend_errors.with_label_values(&[kind.as_str()])),
             access_log: AccessLog::new(None),
-            log_sink: None,
-            log_lines_dropped,
         })
     }
 
-    /// Logs go to `sink`; access lines are written into it directly when the logs are `json`
-    /// (otherwise, and without a sink, they are `tracing` events).
-    pub fn logging_to(mut self, sink: Arc<LineSink>, json: bool) -> Self {
-        self.access_log = AccessLog::new(json.then(|| sink.clone()));
-        self.log_sink = Some(sink);
-        self
+    /// Logs go to `sink`, whose count of dropped lines joins `registry`; access lines are
+    /// written into it directly when the logs are `json` (otherwise, and without a sink, they
+    /// are `tracing` events).
+    pub fn logging_to(
+        mut self,
+        sink: Arc<LineSink>,
+        json: bool,
+        registry: &Registry,
+    ) -> Result<Self, prometheus::Error> {
+        registry.register(Box::new(sink.dropped_lines().clone()))?;
+        self.access_log = AccessLog::new(json.then_some(sink));
+        Ok(self)
     }
 
     /// Brings the metrics that follow the config up to `snapshot` as of `now`; the admin
@@ -350,11 +345,6 @@ impl Telemetry {
             }
         }
         self.retirement.publish(snapshot, now);
-        if let Some(sink) = &self.log_sink {
-            let dropped = sink.dropped();
-            self.log_lines_dropped
-                .inc_by(dropped.saturating_sub(self.log_lines_dropped.get()));
-        }
     }
 
     /// Counts a request as in flight until the returned guard drops.
