@@ -14,7 +14,7 @@
 //! - [`app`]: process assembly: the pingora server, live config reload, signals, the admin listener, logging.
 //!
 //! The command line (`src/main.rs`, `src/cli/`) is the binary's own; errors become `anyhow` there.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod api;
 pub mod app;

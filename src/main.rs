@@ -7,6 +7,7 @@ use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
@@ -20,11 +21,15 @@ use agent_gateway::config::{BasePath, ConfigError, Snapshot};
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+use agent_gateway::app::listeners::{self, ListenAddrs, Listeners};
 use agent_gateway::app::logging::{self, LogFormat};
 use agent_gateway::app::reload::ConfigStore;
+use agent_gateway::app::serve::serve_app;
 use agent_gateway::app::server::{self, BuildOptions};
 use agent_gateway::observe::fleet;
 use agent_gateway::observe::usage::UsageReport;
+use agent_gateway::tools::mock_backend::MockBackend;
+use pingora::apps::http_app::HttpServer;
 
 #[derive(Parser)]
 #[command(
@@ -160,16 +165,6 @@ fn print_out(text: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn pingora_opt(upgrade: bool) -> pingora::server::configuration::Opt {
-    pingora::server::configuration::Opt {
-        upgrade,
-        daemon: false,
-        nocapture: false,
-        test: false,
-        conf: None,
-    }
-}
-
 fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(code) => code,
@@ -191,35 +186,37 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => {
             let logs = logging::init(log.log_format, &log.log_level);
             let store = load_store(&config)?;
+            let startup = store.current().load().startup.clone();
+            let addrs = ListenAddrs::configured(&startup, None);
+            let listeners = if upgrade {
+                Listeners::inherit(&addrs, &startup.upgrade_sock)?
+            } else {
+                Listeners::bind(&addrs)?
+            };
             let options = BuildOptions {
-                pingora_opt: Some(pingora_opt(upgrade)),
                 logs: Some(logs),
                 ..Default::default()
             };
-            server::build(store, prometheus::default_registry(), options)?.run_forever()
+            let gateway = server::build(store, prometheus::default_registry(), options)?;
+            server::run(gateway, listeners)
         }
         Command::Demo { config, log } => {
             let logs = logging::init(log.log_format, &log.log_level);
             let store = load_store(&config)?;
             let snapshot = store.current().load_full();
-            let (proxy, backend) = (
-                snapshot.startup.proxy_listen,
-                snapshot.upstream.addresses[0],
-            );
-            tracing::info!(%proxy, %backend, "demo: gateway with the mock v2 backend");
+            let backend = snapshot.upstream.addresses[0];
+            let addrs = ListenAddrs::configured(&snapshot.startup, Some(backend));
+            let listeners = Listeners::bind(&addrs)?;
+            let at = listeners.local_addrs()?;
+            tracing::info!(proxy = %addrs.proxy, %backend, "demo: gateway with the mock v2 backend");
             let options = BuildOptions {
-                pingora_opt: Some(pingora_opt(false)),
-                mock_backend: Some(backend),
+                mock_backend: true,
                 logs: Some(logs),
             };
             let gateway = server::build(store, prometheus::default_registry(), options)?;
             let exe = std::env::current_exe().context("cannot tell this program's path")?;
-            let listeners = [Some(proxy), snapshot.startup.admin_listen, Some(backend)];
-            cli::demo::announce_when_listening(
-                listeners.into_iter().flatten().collect(),
-                cli::demo::try_these(&snapshot, &exe),
-            );
-            gateway.run_forever()
+            print_out(&cli::demo::try_these(&snapshot, &at, &exe))?;
+            server::run(gateway, listeners)
         }
         Command::CheckConfig { file, no_resolve } => match check_config(&file, no_resolve) {
             Ok(()) => {
@@ -306,7 +303,24 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => {
             logging::init(log.log_format, &log.log_level);
             let base = BasePath::parse(&base_path).map_err(anyhow::Error::msg)?;
-            server::build_mock_backend(listen, base, threads).run_forever()
+            let listener = listeners::bind(listen)?;
+            let app = Arc::new(HttpServer::new_app(MockBackend::new(base)));
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(threads)
+                .enable_all()
+                .build()?;
+            runtime.block_on(serve_app(listener, app, terminated()));
+            Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn terminated() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
     }
 }

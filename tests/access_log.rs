@@ -18,7 +18,7 @@ fn the_token_never_appears_in_the_log_even_at_trace_level() {
     let backend = Backend::start();
     let mut cfg = test_config(&[backend.addr]);
     cfg.auth.agents.push(AgentFile::new("tracer", TOKEN));
-    let gw = Gateway::builder(cfg).env("RUST_LOG", "trace").start();
+    let gw = Gateway::builder(cfg).log_level("trace").start();
     let p = gw.proxy;
     let good = [
         ("X-Service-Agent-Id", "tracer"),
@@ -394,7 +394,7 @@ fn a_stalled_log_sink_drops_and_counts_lines_and_never_holds_up_a_request() {
     }
     // Read again, then stop: what is buffered is written out before the process exits, and
     // whole lines come out of a sink that stalled mid-batch.
-    let mut stderr = gw.child.stderr.take().unwrap();
+    let mut stderr = gw.take_stderr();
     let reader = std::thread::spawn(move || {
         let mut written = String::new();
         std::io::Read::read_to_string(&mut stderr, &mut written).map(|_| written)

@@ -6,7 +6,7 @@ mod common;
 use std::process::Command;
 
 use agent_gateway::config::FileConfig;
-use common::{metric_value, Gateway, ANY_PORT};
+use common::{free_port, loopback, metric_value, Gateway, ANY_PORT};
 
 const SHIPPED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/gateway.toml");
 
@@ -33,7 +33,8 @@ fn the_demo_prints_once_it_listens_commands_that_work_as_printed() {
     let mut cfg: FileConfig = toml::from_str(&std::fs::read_to_string(SHIPPED).unwrap()).unwrap();
     cfg.listen.proxy = ANY_PORT.into();
     cfg.listen.admin = Some(ANY_PORT.into());
-    cfg.upstream.addresses = vec![ANY_PORT.into()];
+    // The demo's gateway forwards to the address configured: its mock backend's needs a port.
+    cfg.upstream.addresses = vec![loopback(free_port()).to_string()];
     let gw = Gateway::builder(cfg).demo().start();
     gw.wait_until("the demo's commands", || gw.stdout().contains(" v1-usage "));
     let text = gw.stdout();

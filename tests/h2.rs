@@ -305,7 +305,7 @@ fn a_continuation_flood_ends_its_connection() {
 }
 
 fn rss_kib(gw: &Gateway) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", gw.child.id())).unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{}/status", gw.pid())).unwrap();
     status
         .lines()
         .find_map(|l| l.strip_prefix("VmRSS:"))
@@ -315,7 +315,11 @@ fn rss_kib(gw: &Gateway) -> u64 {
 
 #[test]
 fn settings_and_ping_floods_are_bounded_and_their_connections_closed() {
-    let (_backend, gw) = under_attack(|cfg| cfg.limits.client_header_timeout_ms = 1500);
+    let backend = Backend::start();
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.limits.client_header_timeout_ms = 1500;
+    // A process of its own: its RSS is the gateway's alone.
+    let gw = Gateway::builder(cfg).process().start();
     let before = rss_kib(&gw);
     for flood in ["settings-flood", "ping-flood"] {
         let result = h2client(flood, gw.proxy, &["200000"]);
@@ -389,7 +393,8 @@ fn draining_gateway(gate: &Gate, edit: impl FnOnce(&mut FileConfig)) -> (Backend
     let mut cfg = test_config(&[backend.addr]);
     cfg.server.grace_period_seconds = 10 * PATIENCE.as_secs();
     edit(&mut cfg);
-    (backend, Gateway::builder(cfg).start())
+    // Signals: a process.
+    (backend, Gateway::builder(cfg).process().start())
 }
 
 /// A slow stream on `gw` once its request is at the backend.

@@ -3,15 +3,13 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::net::SocketAddr;
 use std::sync::Arc;
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use agent_gateway::config::testing::AGENT_ID;
 use agent_gateway::config::ValidationMode;
+use common::paused::{self, PausedBackend, PausedGateway};
 use common::*;
 
 #[test]
@@ -245,77 +243,72 @@ fn control_bytes_and_broken_requests_get_400_and_never_reach_the_backend() {
     assert_eq!(backend.count(), 0);
 }
 
-/// A client that sends `start` and then one byte of `dribble` at a time, reading whatever
-/// comes back, until the gateway closes the connection (or `stop`). Connected and started
-/// when this returns; the thread ends with what it read and whether the gateway closed it.
-fn slow_client(
+/// A client on the paused clock that sends `start` and then one byte of `dribble` every
+/// 100 ms, reading whatever comes back, until the gateway closes the connection. Connected
+/// and started when this returns; the task ends with what it read.
+async fn slow_client(
     addr: SocketAddr,
     start: &[u8],
     dribble: &'static [u8],
-    stop: Arc<AtomicBool>,
-) -> thread::JoinHandle<(Vec<u8>, bool)> {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.write_all(start).unwrap();
-    s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
-    thread::spawn(move || {
+) -> tokio::task::JoinHandle<Vec<u8>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(start).await.unwrap();
+    tokio::spawn(async move {
         let mut answer = Vec::new();
-        while !stop.load(Ordering::Relaxed) {
-            if s.write_all(dribble).is_err() {
-                return (answer, true);
+        loop {
+            if s.write_all(dribble).await.is_err() {
+                return answer;
             }
             let mut buf = [0u8; 512];
-            match s.read(&mut buf) {
-                Ok(0) => return (answer, true),
-                Ok(n) => answer.extend_from_slice(&buf[..n]),
-                Err(_) => {}
+            tokio::select! {
+                read = s.read(&mut buf) => match read {
+                    Ok(n) if n > 0 => answer.extend_from_slice(&buf[..n]),
+                    _ => return answer,
+                },
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
             }
-            thread::sleep(Duration::from_millis(100));
         }
-        (answer, false)
     })
 }
 
-#[test]
-fn a_slowloris_client_is_cut_off_while_others_are_served() {
-    let backend = Backend::start();
+#[tokio::test(start_paused = true)]
+async fn a_slowloris_client_is_cut_off_while_others_are_served() {
+    let backend = PausedBackend::start().await;
     let mut cfg = test_config(&[backend.addr]);
-    // Long enough for a normal request to be answered while the slow ones hang on, on a
-    // busy machine too.
     cfg.limits.client_header_timeout_ms = 3000;
     cfg.limits.client_body_timeout_ms = 3000;
-    let gw = Gateway::builder(cfg).start();
-    let stop = Arc::new(AtomicBool::new(false));
+    let gw = PausedGateway::start(&cfg).await;
     // A slow header: a few bytes of it, then a byte now and then.
     let slow_header = slow_client(
         gw.proxy,
         b"GET /api/v1/transaction/t/status HTTP/1.1\r\nHost: x\r\n",
         b"X",
-        stop.clone(),
-    );
+    )
+    .await;
     // A slow body: the whole header, then a byte of the body now and then.
     let body_head = verify_with("Content-Length: 1000\r\n", b"{");
-    let slow_body = slow_client(gw.proxy, &body_head, b" ", stop.clone());
+    let slow_body = slow_client(gw.proxy, &body_head, b" ").await;
     // Meanwhile normal clients are served, the first while both slow ones are connected.
-    assert_eq!(post(gw.proxy, VERIFY_V1, BODY).status, 200);
+    assert_eq!(paused::post(gw.proxy, VERIFY_V1, BODY).await, 200);
     assert!(
         !slow_header.is_finished() && !slow_body.is_finished(),
         "a slow client was cut off before a normal one was served"
     );
     let mut served = 1;
-    let deadline = Instant::now() + PATIENCE;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
     while !slow_header.is_finished() || !slow_body.is_finished() {
         assert!(
-            Instant::now() < deadline,
+            tokio::time::Instant::now() < deadline,
             "the slow clients were never cut off"
         );
-        assert_eq!(post(gw.proxy, VERIFY_V1, BODY).status, 200);
+        assert_eq!(paused::post(gw.proxy, VERIFY_V1, BODY).await, 200);
         served += 1;
-        thread::sleep(Duration::from_millis(20));
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    stop.store(true, Ordering::Relaxed);
-    let (_, header_closed) = slow_header.join().unwrap();
-    assert!(header_closed, "the slow header was not cut off");
-    let (body_answer, _) = slow_body.join().unwrap();
+    // Both were cut off (a slow client's task ends only when the gateway closes on it), the
+    // slow body with 408.
+    let body_answer = slow_body.await.unwrap();
     let body_answer = String::from_utf8_lossy(&body_answer);
     assert!(body_answer.starts_with("HTTP/1.1 408"), "{body_answer}");
     assert_eq!(backend.count(), served);
@@ -411,18 +404,23 @@ fn failing_backends_never_get_a_post_twice_and_the_gateway_keeps_serving() {
         let gw = Gateway::start(&[backend.addr]);
         let mut c = Connection::open(gw.proxy);
         c.send(verify_post(BODY));
-        let got = c.rest();
-        let text = String::from_utf8_lossy(&got);
         match status {
-            Some(code) => assert!(
-                text.starts_with(&format!("HTTP/1.1 {code}")),
-                "{name}: {text}"
-            ),
+            Some(code) => {
+                let head = c.head();
+                assert!(
+                    head.starts_with(&format!("HTTP/1.1 {code}")),
+                    "{name}: {head}"
+                );
+            }
             // The header was already sent: the connection is closed, the body left short.
-            None => assert!(
-                text.starts_with("HTTP/1.1 200") && text.ends_with("{\"partial\":"),
-                "{name}: {text}"
-            ),
+            None => {
+                let got = c.rest();
+                let text = String::from_utf8_lossy(&got);
+                assert!(
+                    text.starts_with("HTTP/1.1 200") && text.ends_with("{\"partial\":"),
+                    "{name}: {text}"
+                );
+            }
         }
         // Once the exchange is recorded, any (wrong) resend has been made.
         gw.wait_for_access_log(1);

@@ -4,9 +4,9 @@
 mod common;
 
 use std::io::Read;
-use std::thread;
 use std::time::Duration;
 
+use common::paused::{self, PausedBackend, PausedGateway};
 use common::*;
 
 #[test]
@@ -125,26 +125,28 @@ fn a_close_delimited_backend_answer_is_relayed_then_the_client_connection_closes
     assert_eq!(backend.count(), 2);
 }
 
-#[test]
-fn backend_connections_are_reused_until_idle_timeout() {
-    let backend = Backend::start();
+#[tokio::test(start_paused = true)]
+async fn backend_connections_are_reused_until_idle_timeout() {
+    let backend = PausedBackend::start().await;
     let mut cfg = test_config(&[backend.addr]);
-    cfg.server.threads = Some(1);
     cfg.upstream.idle_timeout_ms = 300;
-    let gw = Gateway::builder(cfg).start();
-    let on_connection = || {
-        assert_eq!(post(gw.proxy, "/api/v1/verify/request", BODY).status, 200);
+    let gw = PausedGateway::start(&cfg).await;
+    let on_connection = || async {
+        assert_eq!(
+            paused::post(gw.proxy, "/api/v1/verify/request", BODY).await,
+            200
+        );
         backend.last().on_connection
     };
-    assert_eq!(on_connection(), 0);
+    assert_eq!(on_connection().await, 0);
     assert_eq!(
-        on_connection(),
+        on_connection().await,
         1,
         "a kept-alive backend connection is reused"
     );
-    // Time for the idle connection to expire (no state to wait for: it is the clock).
-    thread::sleep(Duration::from_millis(1500));
-    assert_eq!(on_connection(), 0, "an expired one is not");
+    // The clock is the test's: the idle connection expires in no time.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(on_connection().await, 0, "an expired one is not");
 }
 
 #[test]

@@ -279,7 +279,7 @@ fn rediss_with_a_password_and_a_private_ca_and_the_password_never_logged() {
         let mut cfg = limited_config(backend.addr, 2);
         use_redis(&mut cfg, &url, OnRedisError::Deny, "tls:");
         cfg.rate_limit.redis_ca_file = Some(pki.ca.clone());
-        Gateway::builder(cfg).env("RUST_LOG", "trace").start()
+        Gateway::builder(cfg).log_level("trace").start()
     };
     // The password percent-encoded in the URL, as URLs require.
     let url = format!("rediss://:pa55%3Aw%2Frd%40x@127.0.0.1:{tls_port}/0");

@@ -101,7 +101,7 @@ fn sighup_reloads() {
     let backend = Backend::start();
     let mut cfg = config_with_code(backend.addr, "BEFORE_HUP");
     cfg.server.watch_config = false;
-    let gw = Gateway::builder(cfg).start();
+    let gw = Gateway::builder(cfg).process().start();
     gw.write_config(&with_code(gw.config.clone(), "AFTER_HUP"));
     // Without the watcher nothing changes until the signal: a window in which nothing may.
     thread::sleep(Duration::from_millis(400));
@@ -212,7 +212,7 @@ fn under_load_with_50_reloads_every_request_sees_one_whole_snapshot() {
         cfg.upstream.base_path = format!("/gen{n}/api");
         cfg
     };
-    let gw = Gateway::builder(generation(0)).start();
+    let gw = Gateway::builder(generation(0)).process().start();
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicUsize::new(0));
     let workers: Vec<_> = (0..4)
@@ -286,7 +286,7 @@ fn sigterm_lets_a_slow_response_finish_then_exits() {
     let mut cfg = config_with_code(backend.addr, "C");
     // A grace period no test outlasts: only the drain can end the process in time.
     cfg.server.grace_period_seconds = 10 * PATIENCE.as_secs();
-    let mut gw = Gateway::builder(cfg).start();
+    let mut gw = Gateway::builder(cfg).process().start();
     let proxy = gw.proxy;
     let pending = thread::spawn(move || post(proxy, VERIFY_V1, BODY));
     gw.wait_until("the request to reach the backend", || backend.count() == 1);
@@ -310,7 +310,7 @@ fn sigquit_hands_the_listeners_to_a_process_started_with_upgrade() {
     let sock_dir = tempfile::tempdir().unwrap();
     let mut cfg = config_with_code(backend.addr, "C");
     cfg.server.upgrade_sock = sock_dir.path().join("upgrade.sock").display().to_string();
-    let mut old = Gateway::builder(cfg).start();
+    let mut old = Gateway::builder(cfg).process().start();
     assert_eq!(post(old.proxy, VERIFY_V1, BODY).status, 200);
 
     // The new process takes the old one's listeners, on the same ports; the old one keeps
@@ -318,7 +318,7 @@ fn sigquit_hands_the_listeners_to_a_process_started_with_upgrade() {
     let mut new = old.hand_over();
     let mut served = 0;
     let deadline = Instant::now() + PATIENCE;
-    while old.child.try_wait().unwrap().is_none() {
+    while old.child().try_wait().unwrap().is_none() {
         assert!(Instant::now() < deadline, "the old process never exited");
         assert_eq!(post(old.proxy, VERIFY_V1, BODY).status, 200);
         served += 1;
@@ -330,7 +330,7 @@ fn sigquit_hands_the_listeners_to_a_process_started_with_upgrade() {
         assert_eq!(post(old.proxy, VERIFY_V1, BODY).status, 200);
     }
     assert!(
-        new.child.try_wait().unwrap().is_none(),
+        new.child().try_wait().unwrap().is_none(),
         "the new process must still be serving"
     );
 }

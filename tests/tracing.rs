@@ -449,7 +449,7 @@ fn spans_still_queued_are_sent_when_the_gateway_stops() {
     let mut cfg = traced(backend.addr, &collector, 1.0);
     // Nothing would be sent for an hour but for the stop.
     cfg.tracing.scheduled_delay_ms = 3_600_000;
-    let mut gw = Gateway::builder(cfg).start();
+    let mut gw = Gateway::builder(cfg).process().start();
     assert_eq!(verify(&gw, &[]).status, 200);
     let (trace, _, _) = ids(backend.last().header("traceparent").unwrap());
     assert!(collector.spans().is_empty());

@@ -27,9 +27,22 @@ pub struct Logs {
 /// Installs the global subscriber, writing to stderr through a [`LineSink`]. `RUST_LOG` wins
 /// over `default_level` when set.
 pub fn init(format: LogFormat, default_level: &str) -> Logs {
-    let _ = tracing_log::LogTracer::init();
-    let mut filter =
+    let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    let (dispatch, logs) = subscriber(format, filter, std::io::stderr());
+    let _ = tracing::dispatcher::set_global_default(dispatch);
+    logs
+}
+
+/// A subscriber writing to `out` through a [`LineSink`] of its own, and pingora's `log`
+/// records bridged into whichever subscriber is current. An in-process gateway (a test's)
+/// runs its threads under one of its own instead of the global one.
+pub fn subscriber(
+    format: LogFormat,
+    mut filter: EnvFilter,
+    out: impl std::io::Write + Send + 'static,
+) -> (tracing::Dispatch, Logs) {
+    let _ = tracing_log::LogTracer::init();
     // pingora traces whole request headers (credentials included) at trace level: whenever
     // trace is on anywhere, cap pingora's HTTP protocol targets at debug. (Only then: the
     // directive would otherwise raise those targets to debug.)
@@ -40,17 +53,17 @@ pub fn init(format: LogFormat, default_level: &str) -> Logs {
                 .expect("static directive"),
         );
     }
-    let sink = LineSink::spawn(std::io::stderr(), DEFAULT_CAPACITY, FLUSH_EVERY);
+    let sink = LineSink::spawn(out, DEFAULT_CAPACITY, FLUSH_EVERY);
     let builder = fmt()
         .with_env_filter(filter)
         .with_writer(SinkWriter(sink.clone()));
-    let _ = match format {
+    let dispatch = match format {
         LogFormat::Json => builder
             .json()
             .flatten_event(true)
             .with_current_span(false)
-            .try_init(),
-        LogFormat::Pretty => builder.try_init(),
+            .into(),
+        LogFormat::Pretty => builder.into(),
     };
-    Logs { sink, format }
+    (dispatch, Logs { sink, format })
 }

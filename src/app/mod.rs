@@ -2,7 +2,9 @@
 //! listener and the log subscriber.
 
 pub mod admin;
+pub mod listeners;
 pub mod logging;
 pub mod reload;
+pub mod serve;
 pub mod server;
 pub mod signals;

@@ -1,26 +1,27 @@
-//! Assembles the pingora [`Server`]: the proxy listener, the admin listener, background tasks.
-//!
-//! [`build`] returns a [`Gateway`]; the binary calls [`Gateway::run_forever`], which runs the
-//! server with the gateway's own signal handling ([`crate::app::signals`]).
+//! Assembles the gateway: [`build`] makes every part of it from a config store into a
+//! [`Gateway`], which [`crate::app::serve::serve`] runs on its listeners. The binary runs that
+//! inside pingora's [`Server`] ([`run`]), which gives it its runtimes, its signal handling
+//! ([`crate::app::signals`]) and the SIGQUIT handover of the listening sockets.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use pingora::apps::http_app::HttpServer;
 use pingora::connectors::{ConnectorOptions, TransportConnector};
-use pingora::listeners::tls::TlsSettings;
-use pingora::listeners::{L4BufferSettings, ListenerConfig};
+use pingora::listeners::tls::{Acceptor, TlsSettings};
 use pingora::server::configuration::{Opt, ServerConf};
-use pingora::server::{RunArgs, Server};
-use pingora::services::background::background_service;
-use pingora::services::listening::Service;
+use pingora::server::{ListenFds, RunArgs, Server, ShutdownWatch};
+use pingora::services::background::BackgroundService;
+use pingora::services::Service;
 
 use crate::app::admin::AdminApp;
+use crate::app::listeners::Listeners;
 use crate::app::logging::{LogFormat, Logs};
 use crate::app::reload::{ConfigStore, ConfigWatcher};
-use crate::app::signals::{BeforeExit, Signals};
-use crate::config::{BasePath, Snapshot};
+use crate::app::serve::{serve, BeforeExit};
+use crate::app::signals::Signals;
+use crate::config::Snapshot;
 use crate::observe::telemetry::Telemetry;
 use crate::observe::trace::{ExportError, Tracer};
 use crate::policy::rate_limit::RateLimits;
@@ -31,7 +32,7 @@ use crate::proxy::upstream::Upstream;
 use crate::proxy::{Drain, InFlight, ProxyApp};
 use crate::tools::mock_backend::MockBackend;
 
-/// Why the server could not be assembled.
+/// Why the gateway could not be assembled.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     #[error("cannot register metrics: {0}")]
@@ -45,13 +46,29 @@ pub enum ServerError {
 /// What `build` needs besides the config.
 #[derive(Default)]
 pub struct BuildOptions {
-    /// pingora's own command-line options (`--upgrade`, `--daemon`); `None` in tests.
-    pub pingora_opt: Option<Opt>,
-    /// Also serve the mock v2 backend on this address, in the same process (the demo).
-    pub mock_backend: Option<SocketAddr>,
-    /// The process's logs ([`logging::init`]): the access log writes into them, and they are
-    /// flushed at exit. `None` in tests.
+    /// Also serve the mock v2 backend (the demo), on the listener given for it.
+    pub mock_backend: bool,
+    /// The process's logs ([`crate::app::logging`]): the access log writes into them, and they
+    /// are flushed when the gateway stops. `None`: no access log.
     pub logs: Option<Logs>,
+}
+
+/// The assembled gateway, ready to [`serve`]: the services for each listener, the tasks
+/// that run beside them, and what a stopping gateway waits for and sends out.
+pub struct Gateway {
+    pub(crate) proxy: Arc<ProxyApp>,
+    /// The proxy listener's TLS, when `listen.tls_cert` is set.
+    pub(crate) tls: Option<Arc<Acceptor>>,
+    pub(crate) admin: Option<Arc<HttpServer<AdminApp>>>,
+    pub(crate) mock_backend: Option<Arc<HttpServer<MockBackend>>>,
+    /// The pool sweeper, the health checks and the config watcher.
+    pub(crate) background: Vec<Arc<dyn BackgroundService + Send + Sync>>,
+    pub(crate) in_flight: Arc<InFlight>,
+    pub(crate) drain: Drain,
+    /// `server.grace_period_seconds`: the longest a stopping gateway waits for its requests.
+    pub(crate) grace: Duration,
+    pub(crate) before_exit: Arc<BeforeExit>,
+    pub(crate) store: Arc<ConfigStore>,
 }
 
 /// The pingora server configuration derived from a snapshot's start-up settings.
@@ -68,35 +85,14 @@ fn server_conf(snap: &Snapshot) -> ServerConf {
     }
 }
 
-/// The assembled gateway: a pingora server, the signal handling it runs with, and the tracer
-/// whose queued spans go out before it exits.
-pub struct Gateway {
-    pub server: Server,
-    pub signals: Signals,
-    pub before_exit: Arc<BeforeExit>,
-}
-
-impl Gateway {
-    /// Runs until a signal ends the process.
-    pub fn run_forever(self) -> ! {
-        self.server.run(RunArgs {
-            shutdown_signal: Box::new(self.signals),
-        });
-        self.before_exit.flush();
-        std::process::exit(0)
-    }
-}
-
-/// Builds a ready-to-run gateway serving `store`'s config, exporting metrics into `registry`.
+/// Builds a gateway serving `store`'s config, exporting metrics into `registry`.
 pub fn build(
     mut store: ConfigStore,
     registry: &prometheus::Registry,
     options: BuildOptions,
 ) -> Result<Gateway, ServerError> {
     let snapshot = store.current().load_full();
-    let startup = snapshot.startup.clone();
-    let mut server = Server::new_with_opt_and_conf(options.pingora_opt, server_conf(&snapshot));
-    server.bootstrap();
+    let startup = &snapshot.startup;
 
     let mut telemetry = Telemetry::register(registry)?;
     if let Some(logs) = &options.logs {
@@ -129,7 +125,7 @@ pub fn build(
     let upstream = Upstream::new(connector.clone(), pool.clone(), health.clone());
     let in_flight = Arc::new(InFlight::default());
     let drain = Drain::default();
-    let proxy_app = ProxyApp::new(
+    let proxy = Arc::new(ProxyApp::new(
         config.clone(),
         telemetry.clone(),
         tracer.clone(),
@@ -137,99 +133,128 @@ pub fn build(
         rate_limits,
         in_flight.clone(),
         drain.clone(),
-    );
-    let mut proxy = Service::new("agent-gateway proxy".into(), proxy_app);
-    // The proxy buffers what it reads itself (src/proxy/h1.rs): pingora's 64 KiB read buffer per
-    // connection would only add a copy and 64 MiB of memory per 1000 clients.
-    let mut listener = ListenerConfig::tcp(startup.proxy_listen.to_string())
-        .l4_buffer(L4BufferSettings::unbuffered());
-    if let Some((cert, key)) = &startup.proxy_tls {
-        let mut tls = TlsSettings::intermediate(cert, key)?;
-        if startup.http2 {
-            // Offers h2 then http/1.1: a client that speaks both gets HTTP/2.
-            tls.enable_h2();
+    ));
+    let tls = match &startup.proxy_tls {
+        Some((cert, key)) => {
+            let mut tls = TlsSettings::intermediate(cert, key)?;
+            if startup.http2 {
+                // Offers h2 then http/1.1: a client that speaks both gets HTTP/2.
+                tls.enable_h2();
+            }
+            Some(Arc::new(tls.build()))
         }
-        listener = listener.tls(tls);
-    }
-    proxy.add_listener(listener);
-    server.add_service(proxy);
+        None => None,
+    };
 
-    server.add_service(background_service(
-        "upstream pool sweeper",
-        PoolSweeper {
+    let mut background: Vec<Arc<dyn BackgroundService + Send + Sync>> = vec![
+        Arc::new(PoolSweeper {
             pool,
             config: config.clone(),
-        },
-    ));
-    server.add_service(background_service(
-        "upstream health checks",
-        HealthChecker {
+        }),
+        Arc::new(HealthChecker {
             config: config.clone(),
             health: health.clone(),
             connector,
-        },
-    ));
+        }),
+    ];
     if startup.watch_config {
-        server.add_service(background_service(
-            "config watcher",
-            ConfigWatcher {
-                store: store.clone(),
-            },
-        ));
-    }
-    if let Some(addr) = startup.admin_listen {
-        let app = HttpServer::new_app(AdminApp {
-            registry: registry.clone(),
-            health: health.clone(),
+        background.push(Arc::new(ConfigWatcher {
             store: store.clone(),
-            telemetry: telemetry.clone(),
-        });
-        let mut admin = Service::new("agent-gateway admin".into(), app);
-        admin.add_tcp(&addr.to_string());
-        server.add_service(admin);
+        }));
     }
-
-    if let Some(addr) = options.mock_backend {
-        server.add_service(mock_backend_service(addr, snapshot.bases.upstream.clone()));
-    }
-    let before_exit = Arc::new(BeforeExit {
-        tracer,
-        logs: options.logs.map(|logs| logs.sink),
+    let admin = startup.admin_listen.map(|_| {
+        Arc::new(HttpServer::new_app(AdminApp {
+            registry: registry.clone(),
+            health,
+            store: store.clone(),
+            telemetry,
+        }))
     });
-    let signals = Signals {
-        store,
-        in_flight,
-        drain,
-        before_exit: before_exit.clone(),
-        grace: Duration::from_secs(startup.grace_period_seconds),
-    };
+    let mock_backend = options.mock_backend.then(|| {
+        Arc::new(HttpServer::new_app(MockBackend::new(
+            snapshot.bases.upstream.clone(),
+        )))
+    });
     Ok(Gateway {
-        server,
-        signals,
-        before_exit,
+        proxy,
+        tls,
+        admin,
+        mock_backend,
+        background,
+        in_flight,
+        drain: drain.clone(),
+        grace: Duration::from_secs(startup.grace_period_seconds),
+        before_exit: Arc::new(BeforeExit {
+            tracer,
+            logs: options.logs.map(|logs| logs.sink),
+        }),
+        store,
     })
 }
 
-/// The mock v2 backend as a pingora service on `addr`.
-pub fn mock_backend_service(addr: SocketAddr, base: BasePath) -> Service<HttpServer<MockBackend>> {
-    let mut svc = Service::new(
-        "mock v2 backend".into(),
-        HttpServer::new_app(MockBackend::new(base)),
-    );
-    svc.add_tcp(&addr.to_string());
-    svc
+/// Runs `gateway` on `listeners` until a signal ends the process, inside pingora's server:
+/// its runtimes (`server.threads`, `server.work_stealing`), the gateway's signal handling,
+/// and on SIGQUIT the handover of the listeners to a process started with `--upgrade`.
+pub fn run(gateway: Gateway, listeners: Listeners) -> ! {
+    let snapshot = gateway.store.current().load_full();
+    // The listeners are already open (bound, or taken over by `Listeners::inherit`): pingora
+    // has no sockets of its own to receive.
+    let opt = Opt {
+        upgrade: false,
+        daemon: false,
+        nocapture: false,
+        test: false,
+        conf: None,
+    };
+    let mut server = Server::new_with_opt_and_conf(Some(opt), server_conf(&snapshot));
+    server.bootstrap();
+    let signals = Signals {
+        store: gateway.store.clone(),
+        drain: gateway.drain.clone(),
+    };
+    let before_exit = gateway.before_exit.clone();
+    server.add_service(GatewayService {
+        name: "agent-gateway".into(),
+        serving: Some((gateway, listeners)),
+    });
+    server.run(RunArgs {
+        shutdown_signal: Box::new(signals),
+    });
+    // A fast shutdown (SIGINT) ends the runtimes without a drain.
+    before_exit.flush();
+    std::process::exit(0)
 }
 
-/// A server that runs only the mock backend.
-pub fn build_mock_backend(addr: SocketAddr, base: BasePath, threads: usize) -> Server {
-    let conf = ServerConf {
-        threads,
-        grace_period_seconds: Some(0),
-        graceful_shutdown_timeout_seconds: Some(1),
-        ..Default::default()
-    };
-    let mut server = Server::new_with_opt_and_conf(None, conf);
-    server.bootstrap();
-    server.add_service(mock_backend_service(addr, base));
-    server
+/// The gateway as pingora's one service.
+struct GatewayService {
+    name: String,
+    serving: Option<(Gateway, Listeners)>,
+}
+
+#[async_trait]
+impl Service for GatewayService {
+    async fn start_service(
+        &mut self,
+        fds: Option<ListenFds>,
+        shutdown: ShutdownWatch,
+        _listeners_per_fd: usize,
+    ) {
+        let (gateway, listeners) = self.serving.take().expect("the service starts once");
+        if let Some(fds) = fds {
+            if let Err(e) = listeners.register_for_upgrade(&mut fds.lock()) {
+                tracing::error!(error = %e, "the listeners cannot be handed over on SIGQUIT");
+            }
+        }
+        let mut shutdown = shutdown;
+        serve(listeners, gateway, async move {
+            let _ = shutdown.wait_for(|stop| *stop).await;
+        })
+        .await;
+        // Drained (or out of grace), and what was queued is sent: nothing is left to wait for.
+        std::process::exit(0);
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
 }

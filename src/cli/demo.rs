@@ -3,12 +3,12 @@
 //! demo can know it, a token that works. The text is a shell script: comments and commands.
 
 use std::fmt::Write as _;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
-use std::time::Duration;
 
 use agent_gateway::api::operation::{ApiVersion, Operation};
 use agent_gateway::api::route::build_path;
+use agent_gateway::app::listeners::ListenAddrs;
 use agent_gateway::config::{Agent, Snapshot, TokenDigest};
 use agent_gateway::policy::auth::{AGENT_ID_HEADER, AUTH_TOKEN_HEADER};
 
@@ -54,15 +54,15 @@ fn credentials(snapshot: &Snapshot) -> Option<(&Agent, String)> {
     })
 }
 
-/// The commands to try, as a shell script; `exe` is this binary, for `v1-usage`.
-pub fn try_these(snapshot: &Snapshot, exe: &Path) -> String {
-    let startup = &snapshot.startup;
+/// The commands to try, as a shell script, for the listeners bound `at`; `exe` is this binary,
+/// for `v1-usage`.
+pub fn try_these(snapshot: &Snapshot, at: &ListenAddrs, exe: &Path) -> String {
     let bases = &snapshot.bases;
-    let (scheme, insecure) = match startup.proxy_tls {
+    let (scheme, insecure) = match snapshot.startup.proxy_tls {
         Some(_) => ("https", " -k"),
         None => ("http", ""),
     };
-    let proxy = format!("{scheme}://{}", reachable(startup.proxy_listen));
+    let proxy = format!("{scheme}://{}", reachable(at.proxy));
     let default_code = snapshot.v1_default_service.as_str();
     let (headers, v1_code, v2_code) = match credentials(snapshot) {
         Some((agent, token)) => {
@@ -102,7 +102,8 @@ pub fn try_these(snapshot: &Snapshot, exe: &Path) -> String {
     let _ = writeln!(
         out,
         "# agent-gateway demo: the proxy listens on {proxy}, the mock v2 backend on {}.",
-        snapshot.upstream.addresses[0]
+        at.mock_backend
+            .map_or_else(|| "(none)".to_owned(), |a| a.to_string())
     );
     out.push_str("# Try, in another terminal:\n\n");
     let _ = writeln!(
@@ -120,7 +121,7 @@ pub fn try_these(snapshot: &Snapshot, exe: &Path) -> String {
         "curl -s{insecure} -X POST {proxy}{v2_path}{json}{headers} -d {}\n",
         sh_quote(V2_BODY)
     );
-    match startup.admin_listen {
+    match at.admin {
         Some(admin) => {
             let admin = format!("http://{}", reachable(admin));
             out.push_str("# what the proxy answered, by version, operation and status\n");
@@ -140,22 +141,6 @@ pub fn try_these(snapshot: &Snapshot, exe: &Path) -> String {
     out
 }
 
-/// How often the announcement checks whether the listeners accept connections.
-const POLL: Duration = Duration::from_millis(20);
-
-/// Prints `text` on stdout once every address in `addrs` accepts connections, from a thread
-/// of its own (the server's run loop never returns).
-pub fn announce_when_listening(addrs: Vec<SocketAddr>, text: String) {
-    std::thread::spawn(move || {
-        for addr in addrs.into_iter().map(reachable) {
-            while TcpStream::connect_timeout(&addr, POLL).is_err() {
-                std::thread::sleep(POLL);
-            }
-        }
-        print!("{text}");
-    });
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,6 +153,13 @@ mod tests {
 
     fn shipped() -> FileConfig {
         toml::from_str(SHIPPED).unwrap()
+    }
+
+    /// The commands for `snapshot`'s listeners as configured.
+    fn as_configured(snapshot: &Snapshot) -> String {
+        let backend = snapshot.upstream.addresses[0];
+        let at = ListenAddrs::configured(&snapshot.startup, Some(backend));
+        try_these(snapshot, &at, Path::new(EXE))
     }
 
     fn commands(text: &str) -> Vec<&str> {
@@ -187,7 +179,7 @@ mod tests {
 
     #[test]
     fn on_the_shipped_config_the_four_commands_use_its_ports_and_the_demo_token() {
-        let text = try_these(&shipped().snapshot(), Path::new(EXE));
+        let text = as_configured(&shipped().snapshot());
         assert_eq!(
             commands(&text),
             [
@@ -223,7 +215,7 @@ mod tests {
         let mut snapshot = cfg.snapshot();
         // Set here rather than in the file, which would have to name a real certificate.
         snapshot.startup.proxy_tls = Some(("cert.pem".into(), "key.pem".into()));
-        let text = try_these(&snapshot, Path::new(EXE));
+        let text = as_configured(&snapshot);
         let commands = commands(&text);
         assert!(
             commands[0].starts_with(
@@ -255,7 +247,7 @@ mod tests {
     fn an_agent_limited_to_other_services_gets_its_own_codes() {
         let mut cfg = shipped();
         cfg.auth.agents.retain(|a| a.id == "partner-agent");
-        let text = try_these(&cfg.clone().snapshot(), Path::new(EXE));
+        let text = as_configured(&cfg.clone().snapshot());
         let lines = commands(&text);
         assert!(
             lines[0].contains("-H 'x-auth-token: partner-token'"),
@@ -273,7 +265,7 @@ mod tests {
         let mut limited = AgentFile::new("limited", "its-token");
         limited.services = Some(vec!["OTHER".into()]);
         cfg.auth.agents = vec![limited];
-        let text = try_these(&cfg.snapshot(), Path::new(EXE));
+        let text = as_configured(&cfg.snapshot());
         assert!(
             commands(&text)[1].contains("/api/v2/connection/OTHER/invitation "),
             "{text}"
@@ -285,7 +277,7 @@ mod tests {
         let proxy = "127.0.0.1:8080".parse().unwrap();
         let upstream = "127.0.0.1:9000".parse().unwrap();
         let cfg = FileConfig::for_test(proxy, &[upstream]);
-        let text = try_these(&cfg.snapshot(), Path::new(EXE));
+        let text = as_configured(&cfg.snapshot());
         let commands = commands(&text);
         let expected = format!(
             "-H 'x-service-agent-id: {AGENT_ID}' -H 'x-auth-token: <the token of {AGENT_ID}>'"

@@ -1,7 +1,7 @@
 //! The data plane: client connections, the request pipeline, backends and their pool.
 //!
-//! pingora accepts each connection (TCP or TLS) and hands it to [`ProxyApp`], which serves
-//! it with the client's protocol ([`h1`] or [`h2`], each a [`downstream::Downstream`],
+//! [`crate::app::serve`] accepts each connection (TCP or TLS) and hands it to [`ProxyApp`],
+//! which serves it with the client's protocol ([`h1`] or [`h2`], each a [`downstream::Downstream`],
 //! HTTP/2 chosen by ALPN on TLS or by its preface on plaintext); every request then
 //! goes through the same [`pipeline`]: admission ([`crate::policy::admit`]), the body, the
 //! backend ([`upstream`] over [`connect`] and [`pool`], steered by [`health`]) and the answer
@@ -28,8 +28,6 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use arc_swap::ArcSwap;
-use async_trait::async_trait;
-use pingora::apps::ServerApp;
 use pingora::protocols::{Stream, ALPN};
 use pingora::server::ShutdownWatch;
 
@@ -140,25 +138,9 @@ impl Drop for InFlightGuard<'_> {
     }
 }
 
-#[async_trait]
-impl ServerApp for ProxyApp {
-    async fn process_new(
-        self: &Arc<Self>,
-        stream: Stream,
-        shutdown: &ShutdownWatch,
-    ) -> Option<Stream> {
-        // pingora's accept task holds its TLS handshake's and timeout's state for as long as
-        // it runs (8.8 KiB per connection, measured with heaptrack): the connection is served
-        // in a task of its own, sized by what serving it needs, and pingora's ends here.
-        let (app, shutdown) = (Arc::clone(self), shutdown.clone());
-        tokio::spawn(async move { app.serve_connection(stream, &shutdown).await });
-        None
-    }
-}
-
 impl ProxyApp {
     /// Serves one client connection, HTTP/1.1 or HTTP/2, until either side ends it.
-    async fn serve_connection(self: &Arc<Self>, stream: Stream, shutdown: &ShutdownWatch) {
+    pub async fn serve_connection(self: &Arc<Self>, stream: Stream, shutdown: &ShutdownWatch) {
         // HTTP/2's loop is boxed: inline, its state would size every connection's task,
         // HTTP/1.1 ones included.
         if self.http2 && stream.selected_alpn_proto() == Some(ALPN::H2) {

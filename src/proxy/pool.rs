@@ -11,7 +11,10 @@ use std::future::Future;
 use std::pin::pin;
 use std::sync::Mutex;
 use std::task::{Context, Waker};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// The runtime's clock: idle connections age with it, a paused test clock included.
+use tokio::time::Instant;
 
 use std::sync::Arc;
 

@@ -12,9 +12,9 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use super::client::{header, owned_headers, read_body, read_head};
-use super::gateway::{BIN, PORT_IN_USE};
+use super::gateway::BIN;
 use super::ports::{free_port, loopback, ClosedPort};
-use super::process::{kill, wait_listening, Listening};
+use super::process::{kill, poll_until};
 
 /// One request as the backend received it.
 #[derive(Debug, Clone)]
@@ -307,7 +307,7 @@ pub fn backend_with_reset() -> Backend {
     })
 }
 
-/// `agent-gateway mock-backend`, the v2 backend the demo runs, on a free loopback port.
+/// `agent-gateway mock-backend`, the v2 backend the demo runs, on a port of its own.
 /// Killed on drop.
 pub struct MockBackend {
     pub addr: SocketAddr,
@@ -316,35 +316,34 @@ pub struct MockBackend {
 }
 
 impl MockBackend {
-    /// Spawns it and waits until it listens (on other ports if one was taken meanwhile).
+    /// Spawns it on port 0 and waits until its log says where it listens.
     pub fn start() -> MockBackend {
         let dir = tempfile::tempdir().unwrap();
         let log_path = dir.path().join("mock-backend.log");
-        loop {
-            let addr = loopback(free_port());
-            let mut child = Command::new(BIN)
-                .args(["mock-backend", "--listen", &addr.to_string()])
-                .stderr(std::fs::File::create(&log_path).unwrap())
-                .spawn()
-                .unwrap();
-            let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
-            let port = [addr.port()];
-            match wait_listening(
-                &mut child,
-                &port,
-                "the mock backend",
-                Some(PORT_IN_USE),
-                log,
-            ) {
-                Listening::Yes => {
-                    return MockBackend {
-                        addr,
-                        child,
-                        _dir: dir,
-                    }
+        let mut child = Command::new(BIN)
+            .args(["mock-backend", "--listen", "127.0.0.1:0"])
+            .stderr(std::fs::File::create(&log_path).unwrap())
+            .spawn()
+            .unwrap();
+        let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+        let addr = poll_until(
+            "the mock backend to listen",
+            || {
+                if let Some(status) = child.try_wait().unwrap() {
+                    panic!("the mock backend exited ({status}); log:\n{}", log());
                 }
-                Listening::PortTaken => kill(&mut child),
-            }
+                log().lines().find_map(|line| {
+                    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+                    (v["message"] == "listening").then(|| v["address"].as_str()?.parse().ok())?
+                })
+            },
+            Option::is_some,
+            |_| log(),
+        );
+        MockBackend {
+            addr: addr.unwrap(),
+            child,
+            _dir: dir,
         }
     }
 }

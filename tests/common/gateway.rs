@@ -1,61 +1,91 @@
-//! The real `agent-gateway` binary as tests run it: spawned on a typed config by
-//! [`Gateway::builder`], its listeners on ports the harness chooses, and what a test reads back
-//! from it (log, metrics, access log), each read waiting for the state it asserts: the
-//! gateway answers first and records the exchange (metrics, access log, usage, span) just
-//! after, so a read right after an answer can come too early.
+//! The gateway as tests run it, on a typed config by [`Gateway::builder`]: in this test
+//! process by default ([`agent_gateway::app::serve::serve`] on port-0 listeners, with a
+//! registry and a log of its own), or as the real `agent-gateway` binary where a process is
+//! the point ([`GatewayBuilder::process`]: signals, upgrades, its stdout and stderr, its exit).
+//! What a test reads back from it (log, metrics, access log) waits for the state it asserts:
+//! the gateway answers first and records the exchange just after, so a read right after an
+//! answer can come too early.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread::JoinHandle;
 
-use agent_gateway::config::FileConfig;
+use agent_gateway::app::listeners::{ListenAddrs, Listeners};
+use agent_gateway::app::logging::{self, LogFormat};
+use agent_gateway::app::reload::ConfigStore;
+use agent_gateway::app::serve::serve;
+use agent_gateway::app::server::{self, BuildOptions};
+use agent_gateway::config::{FileConfig, Snapshot};
+use tokio::sync::oneshot;
 
 use super::client::{request, Response};
-use super::ports::{free_port, loopback};
-use super::process::{kill, poll_until, signal, wait_listening, wait_until_or, Listening};
+use super::process::{kill, poll_until, signal, wait_until_or};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_agent-gateway");
 
-/// A listener address that asks the harness for a port: [`GatewayBuilder::start`] puts a free
-/// one in its place, and another if a process takes it before the gateway binds it. Any other
-/// address is used as given.
+/// A listener address that takes any free port: the gateway binds port 0, and the harness
+/// reads back where it is.
 pub const ANY_PORT: &str = "127.0.0.1:0";
 
-/// What pingora logs while another process holds a port it is to listen on.
-pub(super) const PORT_IN_USE: &str = "is in use, will try again";
-
-/// How many times a gateway whose port was taken is started again on other ports.
-const START_ATTEMPTS: usize = 5;
+/// The log filter of every test gateway, unless the test sets its own.
+const LOG_LEVEL: &str = "debug";
 
 /// The file in a gateway's directory that takes its stdout.
 const STDOUT_FILE: &str = "stdout.txt";
 
-/// A running gateway process. Killed on drop.
+/// A running gateway: stopped on drop.
 pub struct Gateway {
     pub proxy: SocketAddr,
     pub admin: SocketAddr,
-    /// The config it runs on, with the ports the harness chose.
+    /// The config it runs on, as written to its file.
     pub config: FileConfig,
-    pub child: Child,
     /// Holds the log (and the config file, unless the test chose its path) until drop.
     pub dir: tempfile::TempDir,
     pub config_path: PathBuf,
     pub log_path: PathBuf,
-    /// What it printed on stdout (logs go to stderr, `log_path`).
-    pub stdout_path: PathBuf,
+    running: Running,
 }
 
-/// How a test gateway is run: the config, the process's arguments and environment, and where
-/// its config file is. [`GatewayBuilder::start`] is the one place a gateway is spawned.
+/// Where the gateway runs.
+enum Running {
+    /// On a runtime of its own, on a thread of this process; told to stop by the sender.
+    InProcess {
+        stop: Option<oneshot::Sender<()>>,
+        thread: Option<JoinHandle<()>>,
+    },
+    Process(Child),
+}
+
+/// How a test gateway is run: the config, where its config file is, the log filter, and for
+/// a process its command, arguments and environment. [`GatewayBuilder::start`] is the one
+/// place a gateway is started.
 pub struct GatewayBuilder {
     config: FileConfig,
+    config_path: Option<PathBuf>,
+    log_level: String,
+    process: Option<ProcessOptions>,
+}
+
+/// What only a process has.
+struct ProcessOptions {
     /// `run`, or `demo` (the gateway and the mock backend on `upstream.addresses[0]`).
     command: &'static str,
     args: Vec<String>,
     env: Vec<(String, String)>,
-    config_path: Option<PathBuf>,
-    /// stderr is a pipe nobody reads (in `child.stderr`), rather than the log file.
+    /// stderr is a pipe nobody reads (taken by [`Gateway::take_stderr`]), not the log file.
     stderr_unread: bool,
+}
+
+impl Default for ProcessOptions {
+    fn default() -> Self {
+        ProcessOptions {
+            command: "run",
+            args: Vec::new(),
+            env: Vec::new(),
+            stderr_unread: false,
+        }
+    }
 }
 
 impl Gateway {
@@ -63,11 +93,9 @@ impl Gateway {
     pub fn builder(config: FileConfig) -> GatewayBuilder {
         GatewayBuilder {
             config,
-            command: "run",
-            args: Vec::new(),
-            env: Vec::new(),
             config_path: None,
-            stderr_unread: false,
+            log_level: LOG_LEVEL.into(),
+            process: None,
         }
     }
 
@@ -78,22 +106,47 @@ impl Gateway {
 }
 
 impl GatewayBuilder {
-    /// Runs `agent-gateway demo` instead of `run`: the mock v2 backend in the same process, on
-    /// the config's first upstream address ([`ANY_PORT`] for any).
+    /// Runs the `agent-gateway run` binary rather than in this process: for tests of what only
+    /// a process has (signals, the upgrade, stdout, stderr, the exit status).
+    pub fn process(mut self) -> Self {
+        self.process_options();
+        self
+    }
+
+    fn process_options(&mut self) -> &mut ProcessOptions {
+        self.process.get_or_insert_with(ProcessOptions::default)
+    }
+
+    /// Runs `agent-gateway demo`, a process: the mock v2 backend in the same process, on the
+    /// config's first upstream address (which must be a port of its own: the demo's
+    /// gateway forwards to the address configured).
     pub fn demo(mut self) -> Self {
-        self.command = "demo";
+        self.process_options().command = "demo";
         self
     }
 
-    /// An extra argument after `run --config <path>`.
+    /// An extra argument after `run --config <path>` (a process).
     pub fn arg(mut self, arg: &str) -> Self {
-        self.args.push(arg.into());
+        self.process_options().args.push(arg.into());
         self
     }
 
-    /// An environment variable for the process; wins over the harness's `RUST_LOG=debug`.
+    /// An environment variable for the process.
     pub fn env(mut self, key: &str, value: &str) -> Self {
-        self.env.push((key.into(), value.into()));
+        self.process_options().env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Logs into a pipe that nobody reads until the test does (a process): a log sink that
+    /// stalls once the pipe is full. `log()` stays empty.
+    pub fn stderr_unread(mut self) -> Self {
+        self.process_options().stderr_unread = true;
+        self
+    }
+
+    /// The log filter (`RUST_LOG`'s grammar) instead of `debug`.
+    pub fn log_level(mut self, filter: &str) -> Self {
+        self.log_level = filter.into();
         self
     }
 
@@ -105,46 +158,37 @@ impl GatewayBuilder {
         self
     }
 
-    /// Logs into a pipe (`child.stderr`) that nobody reads until the test does: a log sink
-    /// that stalls once the pipe is full. `log()` stays empty.
-    pub fn stderr_unread(mut self) -> Self {
-        self.stderr_unread = true;
-        self
-    }
-
-    /// Spawns the gateway and waits until it listens on its ports itself; starts it again on
-    /// other ports if a port the harness chose was taken meanwhile.
+    /// Starts the gateway; returns once it listens.
     pub fn start(self) -> Gateway {
-        for _ in 0..START_ATTEMPTS {
-            let config = self.with_ports_chosen();
-            let (dir, config_path, mut child, log_path) = self.spawn(&config);
-            let ports = self.ports(&config);
-            let choosable = self.ports(&self.config).contains(&0);
-            let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
-            let in_use = choosable.then_some(PORT_IN_USE);
-            match wait_listening(&mut child, &ports, "the gateway", in_use, log) {
-                Listening::Yes => {
-                    let stdout_path = dir.path().join(STDOUT_FILE);
-                    return Gateway {
-                        proxy: address(&config.listen.proxy),
-                        admin: address(config.listen.admin.as_deref().unwrap()),
-                        config,
-                        child,
-                        dir,
-                        config_path,
-                        log_path,
-                        stdout_path,
-                    };
-                }
-                Listening::PortTaken => kill(&mut child),
+        let (dir, config_path) = self.write_config(&self.config);
+        let log_path = dir.path().join("gateway.log");
+        match &self.process {
+            None => self.start_in_process(dir, config_path, log_path),
+            Some(process) => {
+                let child = self.spawn(process, &config_path, &log_path, &dir);
+                let mut gw = Gateway {
+                    proxy: loopback_any(),
+                    admin: loopback_any(),
+                    config: self.config.clone(),
+                    dir,
+                    config_path,
+                    log_path,
+                    running: Running::Process(child),
+                };
+                let at = gw.wait_listening();
+                gw.proxy = at.proxy;
+                gw.admin = at.admin.expect("the harness needs an admin listener");
+                gw
             }
         }
-        panic!("{START_ATTEMPTS} sets of ports were all taken before the gateway bound them");
     }
 
-    /// Runs the gateway on a config it must refuse and returns how it exited.
-    pub fn exit_status(self) -> ExitStatus {
-        let (_dir, _, mut child, log_path) = self.spawn(&self.config);
+    /// Runs the gateway binary on a config it must refuse and returns how it exited.
+    pub fn exit_status(mut self) -> ExitStatus {
+        let (dir, config_path) = self.write_config(&self.config);
+        let log_path = dir.path().join("gateway.log");
+        let process = self.process.take().unwrap_or_default();
+        let mut child = self.spawn(&process, &config_path, &log_path, &dir);
         let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
         let status = poll_until(
             "the gateway to refuse its config and exit",
@@ -156,75 +200,118 @@ impl GatewayBuilder {
         status.unwrap()
     }
 
-    /// The config with a free port in place of each [`ANY_PORT`].
-    fn with_ports_chosen(&self) -> FileConfig {
-        let mut config = self.config.clone();
-        let choose = |addr: &mut String| {
-            if addr == ANY_PORT {
-                *addr = loopback(free_port()).to_string();
-            }
+    /// The gateway in this process: its listeners bound here (port 0 for [`ANY_PORT`]), the
+    /// config store loaded from its file (so reloads read it), and [`serve`] on a runtime of
+    /// its own whose threads log into `log_path` only.
+    fn start_in_process(
+        &self,
+        dir: tempfile::TempDir,
+        config_path: PathBuf,
+        log_path: PathBuf,
+    ) -> Gateway {
+        let text = std::fs::read_to_string(&config_path).unwrap();
+        let snapshot = Snapshot::parse(&text).unwrap_or_else(|e| panic!("test config: {e}"));
+        let addrs = ListenAddrs::configured(&snapshot.startup, None);
+        let listeners = Listeners::bind(&addrs).unwrap();
+        let at = listeners.local_addrs().unwrap();
+
+        let filter = tracing_subscriber::EnvFilter::new(&self.log_level);
+        let log = std::fs::File::create(&log_path).unwrap();
+        let (dispatch, logs) = logging::subscriber(LogFormat::Json, filter, log);
+        let registry = prometheus::Registry::new();
+        let store = ConfigStore::new(snapshot, Some(config_path.clone()), text, &registry)
+            .expect("a store for the test config");
+        let options = BuildOptions {
+            logs: Some(logs),
+            ..BuildOptions::default()
         };
-        choose(&mut config.listen.proxy);
-        if let Some(admin) = &mut config.listen.admin {
-            choose(admin);
+        let gateway = tracing::dispatcher::with_default(&dispatch, || {
+            server::build(store, &registry, options)
+        })
+        .unwrap_or_else(|e| panic!("the test gateway does not build: {e}"));
+
+        let (stop, stopped) = oneshot::channel::<()>();
+        let threads = self.config.server.threads.unwrap_or(2);
+        let thread = std::thread::spawn(move || {
+            let _log = tracing::dispatcher::set_default(&dispatch);
+            let for_threads = dispatch.clone();
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(threads)
+                .enable_all()
+                .on_thread_start(move || {
+                    // The guard is kept for the thread's life: every event on it goes to this
+                    // gateway's log.
+                    std::mem::forget(tracing::dispatcher::set_default(&for_threads));
+                })
+                .build()
+                .unwrap();
+            // Stopped at once, as a killed process is: no drain (the process tests have one),
+            // and connections still open end with the runtime.
+            runtime.block_on(async {
+                tokio::select! {
+                    () = serve(listeners, gateway, std::future::pending()) => {}
+                    _ = stopped => {}
+                }
+            });
+            runtime.shutdown_background();
+        });
+        Gateway {
+            proxy: at.proxy,
+            admin: at.admin.expect("the harness needs an admin listener"),
+            config: self.config.clone(),
+            dir,
+            config_path,
+            log_path,
+            running: Running::InProcess {
+                stop: Some(stop),
+                thread: Some(thread),
+            },
         }
-        if self.command == "demo" {
-            choose(&mut config.upstream.addresses[0]);
-        }
-        config
     }
 
-    /// The ports the process must listen on: the proxy and admin listeners, and the demo's
-    /// mock backend.
-    fn ports(&self, config: &FileConfig) -> Vec<u16> {
-        let admin = config
-            .listen
-            .admin
-            .as_deref()
-            .expect("the harness needs an admin listener (test_config sets one)");
-        let mut ports = vec![address(&config.listen.proxy).port(), address(admin).port()];
-        if self.command == "demo" {
-            ports.push(address(&config.upstream.addresses[0]).port());
-        }
-        ports
-    }
-
-    /// `agent-gateway <command> --config <path> <args>` on `config`, stderr to a log file and
-    /// stdout to another in a fresh directory.
-    fn spawn(&self, config: &FileConfig) -> (tempfile::TempDir, PathBuf, Child, PathBuf) {
+    /// Writes `config` into a fresh directory, or at the path the test chose.
+    fn write_config(&self, config: &FileConfig) -> (tempfile::TempDir, PathBuf) {
         let dir = tempfile::tempdir().unwrap();
         let config_path = self
             .config_path
             .clone()
             .unwrap_or_else(|| dir.path().join("gateway.toml"));
         std::fs::write(&config_path, config.to_toml()).unwrap();
-        let log_path = dir.path().join("gateway.log");
-        let log = std::fs::File::create(&log_path).unwrap();
-        let stderr = if self.stderr_unread {
+        (dir, config_path)
+    }
+
+    /// `agent-gateway <command> --config <path> <args>`, stderr to `log_path` and stdout to a
+    /// file in `dir`.
+    fn spawn(
+        &self,
+        process: &ProcessOptions,
+        config_path: &Path,
+        log_path: &Path,
+        dir: &tempfile::TempDir,
+    ) -> Child {
+        let log = std::fs::File::create(log_path).unwrap();
+        let stderr = if process.stderr_unread {
             Stdio::piped()
         } else {
             log.into()
         };
         let stdout = std::fs::File::create(dir.path().join(STDOUT_FILE)).unwrap();
-        let child = Command::new(BIN)
-            .arg(self.command)
+        Command::new(BIN)
+            .arg(process.command)
             .arg("--config")
-            .arg(&config_path)
-            .args(&self.args)
-            .env("RUST_LOG", "debug")
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .arg(config_path)
+            .args(&process.args)
+            .env("RUST_LOG", &self.log_level)
+            .envs(process.env.iter().map(|(k, v)| (k, v)))
             .stdout(stdout)
             .stderr(stderr)
             .spawn()
-            .unwrap();
-        (dir, config_path, child, log_path)
+            .unwrap()
     }
 }
 
-/// A listener address of a config, as the harness connects to it.
-fn address(addr: &str) -> SocketAddr {
-    addr.parse()
-        .unwrap_or_else(|e| panic!("{addr:?} is not an address to connect to: {e}"))
+fn loopback_any() -> SocketAddr {
+    ANY_PORT.parse().unwrap()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -236,18 +323,38 @@ impl Gateway {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }
 
-    /// What it has printed on stdout so far.
-    pub fn stdout(&self) -> String {
-        std::fs::read_to_string(&self.stdout_path).unwrap_or_default()
+    /// The process, for a gateway started with [`GatewayBuilder::process`].
+    pub fn child(&mut self) -> &mut Child {
+        match &mut self.running {
+            Running::Process(child) => child,
+            Running::InProcess { .. } => {
+                panic!("an in-process gateway has no process: start it with .process()")
+            }
+        }
     }
 
-    /// Sends SIGTERM.
+    /// The process's id.
+    pub fn pid(&self) -> u32 {
+        match &self.running {
+            Running::Process(child) => child.id(),
+            Running::InProcess { .. } => {
+                panic!("an in-process gateway has no process: start it with .process()")
+            }
+        }
+    }
+
+    /// What the process has printed on stdout so far.
+    pub fn stdout(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join(STDOUT_FILE)).unwrap_or_default()
+    }
+
+    /// Sends SIGTERM to the process.
     pub fn terminate(&self) {
         self.signal("TERM");
     }
 
     pub fn signal(&self, sig: &str) {
-        signal(self.child.id(), sig);
+        signal(self.pid(), sig);
     }
 
     /// Polls `cond` until it holds; fails the test after [`super::PATIENCE`] with `what` and the
@@ -259,20 +366,68 @@ impl Gateway {
     /// Waits for the process to exit; its status.
     pub fn wait_exit(&mut self) -> ExitStatus {
         let log_path = self.log_path.clone();
+        let child = self.child();
         let status = poll_until(
             "the gateway to exit",
-            || self.child.try_wait().unwrap(),
+            || child.try_wait().unwrap(),
             Option::is_some,
             |_| std::fs::read_to_string(log_path).unwrap_or_default(),
         );
         status.unwrap()
     }
 
+    /// Where the process's listeners are, from its `listening` log line; fails the test, with
+    /// the log, if it exits first.
+    fn wait_listening(&mut self) -> ListenAddrs {
+        let log_path = self.log_path.clone();
+        let child = self.child();
+        let mut stderr = child.stderr.take();
+        let mut piped = Vec::new();
+        let listening = poll_until(
+            "the gateway to listen",
+            || {
+                if let Some(status) = child.try_wait().unwrap() {
+                    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+                    let piped = String::from_utf8_lossy(&piped);
+                    panic!("the gateway exited ({status}) before listening; log:\n{log}{piped}");
+                }
+                match &mut stderr {
+                    // A pipe: read a line at a time up to its `listening` line, no further.
+                    Some(pipe) => read_line(pipe, &mut piped),
+                    None => piped = std::fs::read(&log_path).unwrap_or_default(),
+                }
+                listening_line(&String::from_utf8_lossy(&piped))
+            },
+            Option::is_some,
+            |_| String::new(),
+        );
+        self.child().stderr = stderr;
+        listening.unwrap()
+    }
+
+    /// The stderr pipe of a process started with [`GatewayBuilder::stderr_unread`].
+    pub fn take_stderr(&mut self) -> std::process::ChildStderr {
+        self.child()
+            .stderr
+            .take()
+            .expect("started with .stderr_unread()")
+    }
+
     /// Stops it and starts it again on the same config and ports: its counters start again
     /// from zero.
     pub fn restart(mut self) -> Gateway {
-        kill(&mut self.child);
-        Gateway::builder(self.config.clone()).start()
+        let mut config = self.config.clone();
+        config.listen.proxy = self.proxy.to_string();
+        config.listen.admin = Some(self.admin.to_string());
+        self.stop();
+        let mut builder = Gateway::builder(config);
+        if matches!(self.running, Running::Process(_)) {
+            builder = builder.process();
+        }
+        let mut gw = builder.start();
+        // It runs on the ports it had; later configs of the test keep asking for any port.
+        gw.config = self.config.clone();
+        gw
     }
 
     /// A new process started with `--upgrade` on this one's config file, handed this one's
@@ -280,34 +435,88 @@ impl Gateway {
     /// them and exits after its drain. Returned once the new process holds the listeners.
     pub fn hand_over(&self) -> Gateway {
         let sock = PathBuf::from(&self.config.server.upgrade_sock);
-        let mut builder = Gateway::builder(self.config.clone()).arg("--upgrade");
-        builder.config_path = Some(self.config_path.clone());
-        let (dir, config_path, mut child, log_path) = builder.spawn(&self.config);
-        let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
-        wait_until_or(
-            "the new process to wait on the upgrade socket",
-            || sock.exists(),
-            || format!("new process log:\n{}", log()),
+        // The listeners are handed over under the ports they are bound to.
+        let mut config = self.config.clone();
+        config.listen.proxy = self.proxy.to_string();
+        config.listen.admin = Some(self.admin.to_string());
+        let builder = Gateway::builder(config.clone())
+            .process()
+            .arg("--upgrade")
+            .config_path(self.config_path.clone());
+        let (dir, config_path) = builder.write_config(&config);
+        let log_path = dir.path().join("gateway.log");
+        let child = builder.spawn(
+            builder.process.as_ref().unwrap(),
+            &config_path,
+            &log_path,
+            &dir,
         );
-        self.signal("QUIT");
-        let ports = builder.ports(&self.config);
-        wait_listening(&mut child, &ports, "the upgraded gateway", None, log);
-        Gateway {
+        let mut new = Gateway {
             proxy: self.proxy,
             admin: self.admin,
-            config: self.config.clone(),
-            child,
-            stdout_path: dir.path().join(STDOUT_FILE),
+            config,
             dir,
             config_path,
             log_path,
+            running: Running::Process(child),
+        };
+        wait_until_or(
+            "the new process to wait on the upgrade socket",
+            || sock.exists(),
+            || format!("new process log:\n{}", new.log()),
+        );
+        self.signal("QUIT");
+        new.wait_listening();
+        new
+    }
+
+    /// Stops the gateway at once: a process is killed; in-process, its runtime ends.
+    fn stop(&mut self) {
+        match &mut self.running {
+            Running::Process(child) => kill(child),
+            Running::InProcess { stop, thread } => {
+                if let Some(stop) = stop.take() {
+                    let _ = stop.send(());
+                }
+                if let Some(thread) = thread.take() {
+                    let _ = thread.join();
+                }
+            }
         }
     }
 }
 
+/// Reads from `pipe` into `into` up to a newline (or its end).
+fn read_line(pipe: &mut std::process::ChildStderr, into: &mut Vec<u8>) {
+    use std::io::Read;
+    let mut byte = [0u8; 1];
+    while let Ok(1) = pipe.read(&mut byte) {
+        into.push(byte[0]);
+        if byte[0] == b'\n' {
+            return;
+        }
+    }
+}
+
+/// The addresses of the gateway's `listening` log line (JSON), if it has one.
+fn listening_line(log: &str) -> Option<ListenAddrs> {
+    log.lines().find_map(|line| {
+        let v: serde_json::Value = serde_json::from_str(line).ok()?;
+        if v["message"] != "listening" {
+            return None;
+        }
+        let addr = |field: &str| v[field].as_str().map(|a| a.parse().unwrap());
+        Some(ListenAddrs {
+            proxy: addr("proxy")?,
+            admin: addr("admin"),
+            mock_backend: addr("mock_backend"),
+        })
+    })
+}
+
 impl Drop for Gateway {
     fn drop(&mut self) {
-        kill(&mut self.child);
+        self.stop();
     }
 }
 
@@ -316,29 +525,16 @@ impl Drop for Gateway {
 // ---------------------------------------------------------------------------------------------
 
 impl Gateway {
-    /// `cfg` on this gateway's listeners where it asks for [`ANY_PORT`]: a changed copy of a
-    /// test's config stays on the ports the running gateway got.
-    pub fn on_my_ports(&self, cfg: &FileConfig) -> FileConfig {
-        let mut cfg = cfg.clone();
-        if cfg.listen.proxy == ANY_PORT {
-            cfg.listen.proxy = self.config.listen.proxy.clone();
-        }
-        if cfg.listen.admin.as_deref() == Some(ANY_PORT) {
-            cfg.listen.admin = self.config.listen.admin.clone();
-        }
-        cfg
-    }
-
     /// Writes `cfg` over the config file in place (truncated, then written), as an editor
     /// does. The watcher may see the file in between: tests that count reloads use
     /// [`Self::replace_config`].
     pub fn write_config(&self, cfg: &FileConfig) {
-        std::fs::write(&self.config_path, self.on_my_ports(cfg).to_toml()).unwrap();
+        std::fs::write(&self.config_path, cfg.to_toml()).unwrap();
     }
 
     /// Puts `cfg` in place of the config file in one step: written beside it, renamed over it.
     pub fn replace_config(&self, cfg: &FileConfig) {
-        replace_file(&self.config_path, &self.on_my_ports(cfg).to_toml());
+        replace_file(&self.config_path, &cfg.to_toml());
     }
 
     /// Writes `cfg` over the config file and asks for a reload (`POST /-/reload`), which must

@@ -1,12 +1,15 @@
-//! The shared test harness. Tests start real processes and talk to them over the wire:
+//! The shared test harness. Tests talk to real servers over the wire:
 //!
-//! - [`gateway`]: the `agent-gateway` binary on a typed config ([`test_config`], changed field
-//!   by field, spawned by [`Gateway::builder`]) on ports the harness chooses, and what a test
-//!   reads back from it, each read waiting for the state it asserts.
+//! - [`gateway`]: the gateway on a typed config ([`test_config`], changed field by field,
+//!   started by [`Gateway::builder`]) on port-0 listeners, in this process or, where a process
+//!   is the point, as the `agent-gateway` binary; and what a test reads back from it, each
+//!   read waiting for the state it asserts.
 //! - [`backend`]: a recording backend answering as the test's handler says, and the mock v2
 //!   backend.
 //! - [`client`]: a raw HTTP/1.1 client that sends bytes exactly as written; [`curl`] for
 //!   HTTP/2.
+//! - [`paused`]: the gateway, a backend and clients on a test's paused clock, for tests of
+//!   timeouts that take no wall time.
 //! - [`ports`]: ports no other process takes meanwhile, an address that refuses connections.
 //! - [`process`]: other programs, signals, and [`wait_until`] with one bounded deadline.
 //! - [`redis`], [`otlp`], [`python`], [`pki`]: a real Redis, a recording OTLP collector, the
@@ -20,6 +23,7 @@ pub mod curl;
 pub mod dashboard;
 pub mod gateway;
 pub mod otlp;
+pub mod paused;
 pub mod pki;
 pub mod ports;
 pub mod process;
@@ -40,8 +44,7 @@ pub use process::{signal, wait_until, which, PATIENCE};
 pub use traffic::*;
 
 /// The harness's config: [`FileConfig::for_test`] (agent `agent-1`, token `secret`) in front
-/// of `upstreams`, with proxy and admin listeners on ports the harness chooses at start
-/// ([`ANY_PORT`]). Two threads and a one-second grace period keep start and stop quick; the
+/// of `upstreams`, with proxy and admin listeners on any free port ([`ANY_PORT`]). Two threads and a one-second grace period keep start and stop quick; the
 /// upstream timeouts are short so tests of a dead or slow backend finish in a few seconds.
 pub fn test_config(upstreams: &[SocketAddr]) -> FileConfig {
     let mut cfg = FileConfig::for_test(ANY_PORT.parse().unwrap(), upstreams);

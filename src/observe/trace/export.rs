@@ -191,9 +191,12 @@ impl BoundedProcessor {
         };
         let queue_full = metrics.queue_full.clone();
         let (wake, metrics) = (batch_ready.clone(), metrics.clone());
+        // A thread logs nowhere until told: it logs where the thread that starts it does.
+        let logs = tracing::dispatcher::get_default(Clone::clone);
         let worker = std::thread::Builder::new()
             .name("otlp-export".into())
             .spawn(move || {
+                let _logs = tracing::dispatcher::set_default(&logs);
                 // The OTLP client is hyper's: it needs a runtime, and this one is its own, so
                 // a slow collector never occupies a proxy worker.
                 let runtime = tokio::runtime::Builder::new_current_thread()

@@ -1,0 +1,254 @@
+//! The gateway as one future: [`serve`] accepts on the [`Listeners`] it is given, runs the
+//! background tasks, and on shutdown stops accepting and drains. The binary runs it inside
+//! pingora's server ([`crate::app::server`]); tests run it in-process on port-0 listeners.
+
+use std::future::Future;
+use std::net::TcpListener as StdListener;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pingora::apps::ServerApp;
+use pingora::listeners::tls::Acceptor;
+use pingora::protocols::l4::listener::Listener;
+use pingora::protocols::l4::stream::Stream as L4Stream;
+use pingora::protocols::{GetSocketDigest, Stream};
+use pingora::server::ShutdownWatch;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::app::listeners::Listeners;
+use crate::app::server::Gateway;
+use crate::observe::log_sink::LineSink;
+use crate::observe::trace::Tracer;
+use crate::proxy::ProxyApp;
+
+/// How long a stopping gateway waits for its queued spans to be sent.
+pub const SPAN_FLUSH: Duration = Duration::from_secs(2);
+/// How long a stopping gateway waits for its queued log lines to be written.
+pub const LOG_FLUSH: Duration = Duration::from_secs(2);
+
+/// What a stopping gateway sends out before it goes, whichever way it stops.
+pub struct BeforeExit {
+    pub tracer: Arc<Tracer>,
+    /// `None` in tests, which install no logs of their own.
+    pub logs: Option<Arc<LineSink>>,
+}
+
+impl BeforeExit {
+    /// Sends the queued spans, then writes the queued log lines (the last ones included).
+    pub fn flush(&self) {
+        self.tracer.shutdown(SPAN_FLUSH);
+        if let Some(logs) = &self.logs {
+            logs.flush(LOG_FLUSH);
+        }
+    }
+}
+
+/// The longest a TLS handshake may take: pingora's own bound for its listeners.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How often a draining gateway looks whether its last request has ended.
+const DRAIN_POLL: Duration = Duration::from_millis(20);
+
+/// Serves `gateway` on `listeners` until `shutdown` resolves, then drains: stops accepting,
+/// tells client connections to wind down (HTTP/2 GOAWAY, HTTP/1.1 `Connection: close`),
+/// waits for the requests in flight (at most `server.grace_period_seconds`) and sends out
+/// the spans and log lines still queued. Must run inside a tokio runtime.
+pub async fn serve(listeners: Listeners, gateway: Gateway, shutdown: impl Future<Output = ()>) {
+    match listeners.local_addrs() {
+        Ok(at) => tracing::info!(
+            proxy = %at.proxy,
+            admin = at.admin.map(tracing::field::display),
+            mock_backend = at.mock_backend.map(tracing::field::display),
+            "listening"
+        ),
+        Err(e) => tracing::warn!(error = %e, "cannot tell where the listeners are"),
+    }
+    let (stop, stopped) = watch::channel(false);
+    let mut tasks = JoinSet::new();
+    let Gateway {
+        proxy,
+        tls,
+        admin,
+        mock_backend,
+        background,
+        in_flight,
+        drain,
+        grace,
+        before_exit,
+        store: _,
+    } = gateway;
+
+    tasks.spawn(accept_proxy(
+        listener_of(listeners.proxy),
+        proxy,
+        tls,
+        stopped.clone(),
+    ));
+    if let Some((l, app)) = paired("admin", listeners.admin, admin) {
+        tasks.spawn(accept_app(listener_of(l), app, stopped.clone()));
+    }
+    if let Some((l, app)) = paired("mock backend", listeners.mock_backend, mock_backend) {
+        tasks.spawn(accept_app(listener_of(l), app, stopped.clone()));
+    }
+    for task in background {
+        let stopped = stopped.clone();
+        tasks.spawn(async move { task.start(stopped).await });
+    }
+
+    shutdown.await;
+    tracing::info!(
+        grace_seconds = grace.as_secs(),
+        "stopping: no new connections, draining the requests in flight"
+    );
+    drain.start();
+    stop.send_replace(true);
+    let deadline = Instant::now() + grace;
+    while in_flight.count() > 0 && Instant::now() < deadline {
+        tokio::time::sleep(DRAIN_POLL).await;
+    }
+    tracing::info!(in_flight = in_flight.count(), "drained");
+    // The accept loops and background tasks have seen the stop; idle connections end with
+    // the runtime (or the process).
+    drop(tasks);
+    let flushed = tokio::task::spawn_blocking(move || before_exit.flush()).await;
+    if let Err(e) = flushed {
+        tracing::error!(error = %e, "flushing spans and logs failed");
+    }
+}
+
+/// A listener and the service to serve on it; a listener without its service, or a service
+/// without its listener, is a mistake of the caller's, logged and not served.
+fn paired<A>(
+    name: &str,
+    listener: Option<StdListener>,
+    app: Option<A>,
+) -> Option<(StdListener, A)> {
+    match (listener, app) {
+        (Some(l), Some(app)) => Some((l, app)),
+        (None, None) => None,
+        (l, _) => {
+            tracing::error!(
+                name,
+                listener = l.is_some(),
+                "a listener and its service must go together: not served"
+            );
+            None
+        }
+    }
+}
+
+/// A listener of the runtime this runs on, accepting with pingora's socket digest (the peer's
+/// address) on each stream.
+fn listener_of(l: StdListener) -> Listener {
+    let l = tokio::net::TcpListener::from_std(l).expect("a listener registers with the runtime");
+    Listener::from(l)
+}
+
+/// Accepts client connections until the gateway stops, each served in a task of its own.
+async fn accept_proxy(
+    listener: Listener,
+    app: Arc<ProxyApp>,
+    tls: Option<Arc<Acceptor>>,
+    stopped: ShutdownWatch,
+) {
+    accept_until_stopped(&listener, stopped.clone(), |stream| {
+        let (app, tls, stopped) = (app.clone(), tls.clone(), stopped.clone());
+        async move {
+            let stream = match tls {
+                Some(tls) => match handshake(&tls, stream).await {
+                    Some(stream) => stream,
+                    None => return,
+                },
+                None => Box::new(stream) as Stream,
+            };
+            app.serve_connection(stream, &stopped).await;
+        }
+    })
+    .await;
+}
+
+/// The TLS handshake of a client connection; `None` (logged) when it fails or stalls.
+async fn handshake(tls: &Acceptor, stream: L4Stream) -> Option<Stream> {
+    let peer = stream
+        .get_socket_digest()
+        .and_then(|d| d.peer_addr().cloned());
+    // Boxed: the handshake's state would otherwise size the connection's task for its whole
+    // life, long after the handshake is over.
+    match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, Box::pin(tls.tls_handshake(stream))).await {
+        Ok(Ok(tls)) => Some(Box::new(tls)),
+        Ok(Err(e)) => {
+            tracing::debug!(peer = ?peer, error = %e, "TLS handshake failed");
+            None
+        }
+        Err(_) => {
+            tracing::debug!(peer = ?peer, "TLS handshake timed out");
+            None
+        }
+    }
+}
+
+/// Serves a pingora app alone on `listener` until `shutdown` resolves: the mock backend's
+/// command, and tests' backends.
+pub async fn serve_app<A>(listener: StdListener, app: Arc<A>, shutdown: impl Future<Output = ()>)
+where
+    A: ServerApp + Send + Sync + 'static,
+{
+    match listener.local_addr() {
+        Ok(at) => tracing::info!(address = %at, "listening"),
+        Err(e) => tracing::warn!(error = %e, "cannot tell where the listener is"),
+    }
+    let (stop, stopped) = watch::channel(false);
+    let accepting = tokio::spawn(accept_app(listener_of(listener), app, stopped));
+    shutdown.await;
+    stop.send_replace(true);
+    let _ = accepting.await;
+}
+
+/// Accepts connections for a pingora app (the admin listener, the mock backend), serving each
+/// kept-alive connection's requests one after another.
+async fn accept_app<A>(listener: Listener, app: Arc<A>, stopped: ShutdownWatch)
+where
+    A: ServerApp + Send + Sync + 'static,
+{
+    accept_until_stopped(&listener, stopped.clone(), |stream| {
+        let (app, stopped) = (app.clone(), stopped.clone());
+        async move {
+            let mut next = app.process_new(Box::new(stream), &stopped).await;
+            while let Some(stream) = next {
+                next = app.process_new(stream, &stopped).await;
+            }
+        }
+    })
+    .await;
+}
+
+/// The accept loop: each connection's future `serve` makes runs in a task of its own, on one
+/// of the runtime's threads (pingora's runtimes spread them over their threads).
+async fn accept_until_stopped<F, Fut>(listener: &Listener, mut stopped: ShutdownWatch, serve: F)
+where
+    F: Fn(L4Stream) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = stopped.wait_for(|stop| *stop) => return,
+        };
+        match accepted {
+            Ok(mut stream) => {
+                if let Err(e) = stream.set_nodelay() {
+                    tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+                }
+                pingora_runtime::current_handle().spawn(serve(stream));
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "accept failed");
+                // Out of file descriptors: accept fails at once until some are released.
+                if e.raw_os_error() == Some(nix::libc::EMFILE) {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    }
+}
