@@ -204,7 +204,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let snapshot = store.current().load_full();
             let (proxy, backend) = (
                 snapshot.startup.proxy_listen,
-                snapshot.upstream.addresses[0],
+                snapshot.upstream.backends[0].addr,
             );
             tracing::info!(%proxy, %backend, "demo: gateway with the mock v2 backend");
             let options = BuildOptions {

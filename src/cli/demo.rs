@@ -102,7 +102,7 @@ pub fn try_these(snapshot: &Snapshot, exe: &Path) -> String {
     let _ = writeln!(
         out,
         "# agent-gateway demo: the proxy listens on {proxy}, the mock v2 backend on {}.",
-        snapshot.upstream.addresses[0]
+        snapshot.upstream.backends[0].addr
     );
     out.push_str("# Try, in another terminal:\n\n");
     let _ = writeln!(

@@ -111,16 +111,17 @@ impl Upstream {
     ) -> Result<Answered, Reply> {
         let request_id = request.request_id;
         let upstream = &snap.upstream;
-        let count = upstream.peers.len();
+        let count = upstream.backends.len();
         let first = self.next_peer.fetch_add(1, Ordering::Relaxed);
         // Addresses that failed their health check leave the rotation, unless all have.
-        let any_up = upstream.addresses.iter().any(|a| self.health.is_up(a));
+        let any_up = upstream.backends.iter().any(|b| self.health.is_up(&b.addr));
         let mut last_failure = Reply::UpstreamConnect;
         let mut resent = false;
         let mut rotation = (0..count).map(|i| (first + i) % count).peekable();
         while let Some(&index) = rotation.peek() {
-            let (peer, key) = (&upstream.peers[index], upstream.pool_keys[index]);
-            if any_up && !self.health.is_up(&upstream.addresses[index]) {
+            let backend = &upstream.backends[index];
+            let (peer, key) = (&backend.peer, backend.pool_key);
+            if any_up && !self.health.is_up(&backend.addr) {
                 rotation.next();
                 continue;
             }
@@ -132,7 +133,7 @@ impl Upstream {
                 self.pool.take(key, upstream.idle_timeout)
             };
             let reused = pooled.is_some();
-            record.attempt(upstream.addresses[index], started, reused);
+            record.attempt(backend.addr, started, reused);
             let mut conn = match pooled {
                 Some(conn) => conn,
                 None => match self.connector.connect(peer).await {
