@@ -19,7 +19,9 @@ use crate::config::{Snapshot, ValidationMode};
 use crate::observe::exchange::{Exchange, Phase};
 use crate::observe::spans;
 use crate::observe::trace::RequestSpan;
-use crate::policy::admit::{self, admit, Forward, Refusal, RequestFacts, RequestView, Signals};
+use crate::policy::admit::{
+    self, admit, Forward, Refusal, RequestFacts, RequestView, RetirementHeaders,
+};
 use crate::policy::request_id;
 
 impl ProxyApp {
@@ -53,7 +55,7 @@ impl ProxyApp {
         ex.request_id = self.ids.next_id();
         ex.span = self.tracer.start_unreadable(ex.started_at);
         ex.refused = Some(reply);
-        self.answer(d, &mut ex, reply, None, &Signals::default())
+        self.answer(d, &mut ex, reply, None, &RetirementHeaders::default())
             .await;
         self.telemetry.record(&ex);
         spans::finish(&mut ex, &snap.bases);
@@ -82,14 +84,14 @@ impl ProxyApp {
             }
         }
         ex.reached(Phase::Admitted);
-        let signals = &forward.signals;
+        let retirement = &forward.retirement_headers;
         let body = forward.body;
         if let Err(reply) = d
             .read_body(body.max_bytes, snap.limits.client_body_timeout)
             .await
         {
             ex.refused = Some(reply);
-            return self.answer(d, ex, reply, None, signals).await;
+            return self.answer(d, ex, reply, None, retirement).await;
         }
         ex.bytes_in = d.body().len();
         ex.reached(Phase::BodyReceived);
@@ -101,7 +103,7 @@ impl ProxyApp {
                 if body.mode == ValidationMode::Enforce {
                     ex.refused = Some(Reply::InvalidBody);
                     return self
-                        .answer(d, ex, Reply::InvalidBody, Some(&message), signals)
+                        .answer(d, ex, Reply::InvalidBody, Some(&message), retirement)
                         .await;
                 }
             }
@@ -123,7 +125,7 @@ impl ProxyApp {
             ex.client_aborted = true;
             return;
         }
-        let signals = &forward.signals;
+        let retirement = &forward.retirement_headers;
         let exchanged = {
             let req = d.request();
             let request = UpstreamRequest {
@@ -140,10 +142,10 @@ impl ProxyApp {
         };
         ex.upstream.path = Some(forward.upstream_path.clone());
         match exchanged {
-            Ok(up) => relay::relay(self.upstream.pool(), d, up, snap, ex, signals).await,
+            Ok(up) => relay::relay(self.upstream.pool(), d, up, snap, ex, retirement).await,
             Err(reply) => {
                 ex.refused = Some(reply);
-                self.answer(d, ex, reply, None, signals).await;
+                self.answer(d, ex, reply, None, retirement).await;
             }
         }
     }
@@ -152,18 +154,18 @@ impl ProxyApp {
     async fn refuse<D: Downstream>(&self, d: &mut D, ex: &mut Exchange, refusal: &Refusal<'_>) {
         ex.refused(refusal);
         let hint = refusal.hint.as_deref();
-        self.answer(d, ex, refusal.reply, hint, &refusal.signals)
+        self.answer(d, ex, refusal.reply, hint, &refusal.retirement_headers)
             .await;
     }
 
-    /// Sends one of the gateway's own answers, with the request id and `signals`.
+    /// Sends one of the gateway's own answers, with the request id and the `retirement` headers.
     async fn answer<D: Downstream>(
         &self,
         d: &mut D,
         ex: &mut Exchange,
         reply: Reply,
         hint: Option<&str>,
-        signals: &Signals<'_>,
+        retirement: &RetirementHeaders<'_>,
     ) {
         let answer = reply.answer(hint);
         ex.status = answer.status;
@@ -173,7 +175,7 @@ impl ProxyApp {
             .iter()
             .map(header_bytes)
             .chain([(request_id::HEADER.as_bytes(), ex.request_id.as_bytes())])
-            .chain(signals.headers())
+            .chain(retirement.headers())
             .collect();
         let sent = d.send_answer(answer.status, &headers, &answer.body).await;
         ex.client_aborted |= sent.is_err();

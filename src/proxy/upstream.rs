@@ -37,8 +37,9 @@ pub struct Upstream {
     next_peer: AtomicUsize,
 }
 
-/// A backend connection whose answer's head has been read.
-pub struct Answered {
+/// The backend's answer to an [`UpstreamRequest`]: its head read into the connection's
+/// buffer, its body still to come, for [`super::relay`] to pass on.
+pub struct UpstreamResponse {
     pub conn: UpstreamConn,
     /// The connection's pool key, to return it when the answer is done.
     pub key: u64,
@@ -108,7 +109,7 @@ impl Upstream {
         request: &UpstreamRequest<'_, R>,
         idempotent: bool,
         record: &mut UpstreamRecord,
-    ) -> Result<Answered, Reply> {
+    ) -> Result<UpstreamResponse, Reply> {
         let request_id = request.request_id;
         let upstream = &snap.upstream;
         let count = upstream.backends.len();
@@ -154,7 +155,7 @@ impl Upstream {
             match send_and_read_head(&mut conn, request, upstream.read_timeout).await {
                 Ok(()) => {
                     record.header_time = Some(started.elapsed());
-                    return Ok(Answered { conn, key, started });
+                    return Ok(UpstreamResponse { conn, key, started });
                 }
                 Err(failure) => {
                     record.errors.push(failure.kind);
