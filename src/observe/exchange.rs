@@ -125,7 +125,8 @@ pub struct Exchange {
     pub started_at: SystemTime,
     pub request_id: String,
     pub protocol: Protocol,
-    pub method: http::Method,
+    /// `None` when the request's head could not be read.
+    pub method: Option<http::Method>,
     /// The client's path without the query string (queries may carry data we should not log).
     pub client_path: String,
     pub version: Option<ApiVersion>,
@@ -155,20 +156,27 @@ pub fn version_name(version: Option<ApiVersion>) -> &'static str {
     version.map_or("none", ApiVersion::as_str)
 }
 
+/// A request's `method` in the access log and its span's name: empty when its head could not
+/// be read.
+pub fn method_name(method: Option<&http::Method>) -> &str {
+    method.map_or("", http::Method::as_str)
+}
+
 /// A request's `operation` in metrics and the access log: "unmatched" when it named none.
 pub fn operation_name(operation: Option<Operation>) -> &'static str {
     operation.map_or("unmatched", Operation::as_str)
 }
 
 impl Exchange {
-    /// A record for a request over `protocol` that starts now.
-    pub fn start(protocol: Protocol, method: &http::Method, client_path: &str) -> Self {
+    /// A record for a request over `protocol` that starts now; `method` is `None` when the
+    /// request's head could not be read.
+    pub fn start(protocol: Protocol, method: Option<&http::Method>, client_path: &str) -> Self {
         Self {
             started: Instant::now(),
             started_at: SystemTime::now(),
             request_id: String::new(),
             protocol,
-            method: method.clone(),
+            method: method.cloned(),
             client_path: client_path.to_owned(),
             version: None,
             operation: None,

@@ -30,9 +30,8 @@ impl ProxyApp {
         let _in_flight = (self.in_flight.enter(), self.telemetry.in_flight());
         let mut ex = {
             let req = d.request();
-            let method =
-                http::Method::from_bytes(req.method().as_bytes()).unwrap_or(http::Method::GET);
-            let mut ex = Exchange::start(d.protocol(), &method, req.path());
+            let method = http::Method::from_bytes(req.method().as_bytes()).ok();
+            let mut ex = Exchange::start(d.protocol(), method.as_ref(), req.path());
             ex.request_id = request_id::client_value(&req).unwrap_or_else(|| self.ids.next_id());
             ex.span = self.tracer.start(snap, &req, d.client_ip(), ex.started_at);
             ex
@@ -42,7 +41,7 @@ impl ProxyApp {
         spans::finish(&mut ex, &snap.bases);
     }
 
-    /// Answers a request whose head could not be read at all.
+    /// Answers a request whose head could not be read at all: it has no method or path.
     pub(super) async fn refuse_unreadable<D: Downstream>(
         &self,
         d: &mut D,
@@ -51,7 +50,7 @@ impl ProxyApp {
     ) {
         let _in_flight = (self.in_flight.enter(), self.telemetry.in_flight());
         tracing::debug!(status = reply.status(), "unreadable request");
-        let mut ex = Exchange::start(d.protocol(), &http::Method::GET, "");
+        let mut ex = Exchange::start(d.protocol(), None, "");
         ex.request_id = self.ids.next_id();
         ex.span = self.tracer.start_unreadable(ex.started_at);
         ex.refused = Some(reply);
