@@ -5,13 +5,18 @@
 //! spec fixes as the JSON string `"not authorized"`. Each kind's status, message code and
 //! message are chosen together in [`Reply::spec`]. A test checks that the README's
 //! message_code table has a row for each of [`Reply::ALL_CODES`], so the two cannot drift.
+//!
+//! The errors of [`crate::api::failure`] become answers here, one `From` impl each, so what
+//! the client is told about a failure is decided in one place, beside the answers themselves.
 
 use std::time::SystemTime;
 
 use bytes::Bytes;
 use http::HeaderValue;
 
+use crate::api::failure::{BodyError, Failure, UnreadableHead, UpstreamError, UpstreamErrorKind};
 use crate::api::route::RouteError;
+use crate::http1::HeadError;
 
 /// Why a v1 call was refused with 410.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -99,6 +104,63 @@ impl From<RouteError> for Reply {
             RouteError::MethodNotAllowed { operation, .. } => Reply::MethodNotAllowed {
                 allow: operation.method(),
             },
+        }
+    }
+}
+
+impl From<&UnreadableHead> for Reply {
+    fn from(e: &UnreadableHead) -> Self {
+        match e {
+            UnreadableHead::Parse(HeadError::Malformed | HeadError::UnsupportedTransferCoding) => {
+                Reply::Malformed
+            }
+            UnreadableHead::Parse(HeadError::TooManyHeaders) | UnreadableHead::TooLarge => {
+                Reply::HeadersTooLarge
+            }
+            UnreadableHead::TargetTooLong => Reply::UriTooLong,
+        }
+    }
+}
+
+impl From<&BodyError> for Reply {
+    fn from(e: &BodyError) -> Self {
+        match e {
+            BodyError::TooLarge { .. } => Reply::PayloadTooLarge,
+            BodyError::Ambiguous(_) => Reply::Malformed,
+            BodyError::Timeout => Reply::BodyTimeout,
+            // A client gone mid-body gets the answer it got before its cause was kept; it
+            // seldom reads it, and the request's record says what happened.
+            BodyError::Unframed
+            | BodyError::Chunked(_)
+            | BodyError::Truncated
+            | BodyError::ClientGone(_)
+            | BodyError::Stream(_) => Reply::BadBody,
+        }
+    }
+}
+
+impl From<UpstreamErrorKind> for Reply {
+    fn from(kind: UpstreamErrorKind) -> Self {
+        match kind {
+            UpstreamErrorKind::Timeout => Reply::UpstreamTimeout,
+            UpstreamErrorKind::Connect => Reply::UpstreamConnect,
+            UpstreamErrorKind::Reset | UpstreamErrorKind::Other => Reply::UpstreamBroken,
+        }
+    }
+}
+
+impl From<&UpstreamError> for Reply {
+    fn from(e: &UpstreamError) -> Self {
+        e.kind.into()
+    }
+}
+
+impl From<&Failure> for Reply {
+    fn from(failure: &Failure) -> Self {
+        match failure {
+            Failure::Head(e) => e.into(),
+            Failure::Body(e) => e.into(),
+            Failure::Upstream(e) => e.into(),
         }
     }
 }
@@ -348,6 +410,54 @@ mod tests {
         };
         let places: Vec<usize> = Reply::ALL_CODES.iter().map(|r| place(*r)).collect();
         assert_eq!(places, (0..Reply::ALL_CODES.len()).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn each_failure_gets_the_answer_it_got_before_it_was_typed() {
+        use std::io;
+        let gone = || io::Error::from(io::ErrorKind::BrokenPipe);
+        let cases: Vec<(Failure, Reply)> = vec![
+            (
+                UnreadableHead::from(HeadError::Malformed).into(),
+                Reply::Malformed,
+            ),
+            (
+                UnreadableHead::from(HeadError::TooManyHeaders).into(),
+                Reply::HeadersTooLarge,
+            ),
+            (UnreadableHead::TargetTooLong.into(), Reply::UriTooLong),
+            (UnreadableHead::TooLarge.into(), Reply::HeadersTooLarge),
+            (
+                BodyError::TooLarge { max: 1 }.into(),
+                Reply::PayloadTooLarge,
+            ),
+            (
+                BodyError::Ambiguous(crate::http1::FramingError::BadContentLength).into(),
+                Reply::Malformed,
+            ),
+            (BodyError::Unframed.into(), Reply::BadBody),
+            (
+                BodyError::Chunked(crate::http1::ChunkError).into(),
+                Reply::BadBody,
+            ),
+            (BodyError::Truncated.into(), Reply::BadBody),
+            (BodyError::Timeout.into(), Reply::BodyTimeout),
+            (BodyError::ClientGone(gone()).into(), Reply::BadBody),
+            (BodyError::Stream(gone().into()).into(), Reply::BadBody),
+        ];
+        for (failure, reply) in &cases {
+            assert_eq!(Reply::from(failure), *reply, "{failure:?}");
+        }
+        for (kind, reply, status) in [
+            (UpstreamErrorKind::Connect, Reply::UpstreamConnect, 502),
+            (UpstreamErrorKind::Timeout, Reply::UpstreamTimeout, 504),
+            (UpstreamErrorKind::Reset, Reply::UpstreamBroken, 502),
+            (UpstreamErrorKind::Other, Reply::UpstreamBroken, 502),
+        ] {
+            let failure = Failure::from(UpstreamError::new(kind, "test"));
+            assert_eq!(Reply::from(&failure), reply, "{kind:?}");
+            assert_eq!(reply.status(), status);
+        }
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use opentelemetry::trace::TraceId;
 
+use crate::api::failure::UpstreamErrorKind;
 use crate::api::operation::{ApiVersion, Operation};
 use crate::api::reply::{Reply, V1Refusal};
 use crate::api::schema::Rule;
@@ -30,33 +31,6 @@ impl Protocol {
         match self {
             Protocol::Http1 => "http/1.1",
             Protocol::Http2 => "h2",
-        }
-    }
-}
-
-/// How talking to the backend went wrong.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum UpstreamErrorKind {
-    Connect,
-    Timeout,
-    Reset,
-    Other,
-}
-
-impl UpstreamErrorKind {
-    pub const ALL: [UpstreamErrorKind; 4] = [
-        UpstreamErrorKind::Connect,
-        UpstreamErrorKind::Timeout,
-        UpstreamErrorKind::Reset,
-        UpstreamErrorKind::Other,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            UpstreamErrorKind::Connect => "connect",
-            UpstreamErrorKind::Timeout => "timeout",
-            UpstreamErrorKind::Reset => "reset",
-            UpstreamErrorKind::Other => "other",
         }
     }
 }

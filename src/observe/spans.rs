@@ -175,10 +175,10 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::api::failure::UpstreamErrorKind;
     use crate::api::operation::{ApiVersion, Operation};
     use crate::api::reply::Reply;
     use crate::config::testing;
-    use crate::observe::exchange::UpstreamErrorKind;
 
     fn routed(status: u16) -> Exchange {
         let mut ex = Exchange::start(

@@ -4,15 +4,17 @@
 //! header-stage policy) → the rate limiter's verdict → read and check the body → send it
 //! upstream ([`super::upstream`]) → relay the answer ([`super::relay`]) → record what
 //! happened, and end the span from that record. Each refusal on the way is the gateway's own
-//! [`crate::api::reply::Answer`]. The span travels in the record ([`Exchange`]), which notes
-//! where each phase ended. The pipeline speaks to the client only through [`Downstream`]: a
-//! protocol (HTTP/1.1 in [`super::h1`], HTTP/2 in [`super::h2`]) supplies the request's head
-//! and body and renders answers, and keeps its own connection state.
+//! [`crate::api::reply::Answer`]; a failure (the head, the body, the backend) arrives as the
+//! error it was, which `api::reply` answers. The span travels in the record ([`Exchange`]),
+//! which notes where each phase ended. The pipeline speaks to the client only through
+//! [`Downstream`]: a protocol (HTTP/1.1 in [`super::h1`], HTTP/2 in [`super::h2`]) supplies
+//! the request's head and body and renders answers, and keeps its own connection state.
 
 use super::downstream::{header_bytes, Downstream};
 use super::forwarding::UpstreamRequest;
 use super::relay;
 use super::ProxyApp;
+use crate::api::failure::UnreadableHead;
 use crate::api::reply::Reply;
 use crate::api::schema;
 use crate::config::{Snapshot, ValidationMode};
@@ -46,13 +48,14 @@ impl ProxyApp {
         &self,
         d: &mut D,
         snap: &Snapshot,
-        reply: Reply,
+        unreadable: UnreadableHead,
     ) {
         let _in_flight = (self.in_flight.enter(), self.telemetry.in_flight());
-        tracing::debug!(status = reply.status(), "unreadable request");
         let mut ex = Exchange::start(d.protocol(), None, "");
         ex.request_id = self.ids.next_id();
         ex.span = self.tracer.start_unreadable(ex.started_at);
+        let reply = Reply::from(&unreadable);
+        tracing::debug!(status = reply.status(), "unreadable request");
         ex.refused = Some(reply);
         self.answer(d, &mut ex, reply, None, &RetirementHeaders::default())
             .await;
@@ -85,10 +88,11 @@ impl ProxyApp {
         ex.reached(Phase::Admitted);
         let retirement = &forward.retirement_headers;
         let body = forward.body;
-        if let Err(reply) = d
+        if let Err(e) = d
             .read_body(body.max_bytes, snap.limits.client_body_timeout)
             .await
         {
+            let reply = Reply::from(&e);
             ex.refused = Some(reply);
             return self.answer(d, ex, reply, None, retirement).await;
         }
@@ -142,7 +146,8 @@ impl ProxyApp {
         ex.upstream.path = Some(forward.upstream_path.clone());
         match exchanged {
             Ok(up) => relay::relay(self.upstream.pool(), d, up, snap, ex, retirement).await,
-            Err(reply) => {
+            Err(e) => {
+                let reply = Reply::from(&e);
                 ex.refused = Some(reply);
                 self.answer(d, ex, reply, None, retirement).await;
             }
