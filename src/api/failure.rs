@@ -4,8 +4,8 @@
 //! prints an error with its causes, for logs and spans.
 //!
 //! The data plane makes them, but they are defined here, in the api layer, so that
-//! [`super::reply`] turns each into the gateway's answer in one place without using a layer
-//! listed after its own.
+//! [`super::reply`] turns each into the gateway's answer in one place, and the request's
+//! record in `observe` keeps them, without either using a layer listed after its own.
 
 use std::error::Error;
 use std::fmt;
@@ -124,7 +124,7 @@ impl UpstreamError {
     }
 }
 
-/// The error that made the gateway answer a request itself.
+/// The error that made the gateway answer a request itself, as the request's record keeps it.
 #[derive(Debug, thiserror::Error)]
 pub enum Failure {
     #[error(transparent)]

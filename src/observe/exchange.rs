@@ -7,7 +7,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use opentelemetry::trace::TraceId;
 
-use crate::api::failure::UpstreamErrorKind;
+use crate::api::failure::{Failure, UpstreamErrorKind};
 use crate::api::operation::{ApiVersion, Operation};
 use crate::api::reply::{Reply, V1Refusal};
 use crate::api::schema::Rule;
@@ -110,6 +110,8 @@ pub struct Exchange {
     pub auth_failure: Option<AuthFailure>,
     /// The gateway's own answer, when it gave one instead of the backend's.
     pub refused: Option<Reply>,
+    /// The error that made that answer, when one did (not a refusal by policy).
+    pub failure: Option<Failure>,
     /// The schema rule the body broke (refused in enforce mode, forwarded in report mode).
     pub validation_failure: Option<Rule>,
     /// The rate limit's decision, when the agent has a limit and the request got that far.
@@ -157,6 +159,7 @@ impl Exchange {
             agent_id: None,
             auth_failure: None,
             refused: None,
+            failure: None,
             validation_failure: None,
             rate_limit: None,
             status: 0,
@@ -194,6 +197,15 @@ impl Exchange {
         self.identified(&refusal.who);
         self.auth_failure = refusal.auth_failure;
         self.refused = Some(refusal.reply);
+    }
+
+    /// Notes a failure that the gateway answers itself, and returns that answer.
+    pub fn failed(&mut self, failure: impl Into<Failure>) -> Reply {
+        let failure = failure.into();
+        let reply = Reply::from(&failure);
+        self.refused = Some(reply);
+        self.failure = Some(failure);
+        reply
     }
 
     /// The retirement policy's reason, when it refused a v1 call.

@@ -8,6 +8,7 @@ use std::time::{Instant, SystemTime};
 
 use opentelemetry::{Array, KeyValue, StringValue, Value};
 
+use crate::api::failure::Chain;
 use crate::api::openapi::public_path;
 use crate::config::Bases;
 use crate::observe::exchange::{method_name, Exchange, Phase, Protocol};
@@ -62,6 +63,12 @@ pub fn outline(ex: &Exchange, bases: &Bases) -> SpanOutline {
         attributes.push(KeyValue::new(
             "agent_gateway.message_code",
             i64::from(reply.message_code()),
+        ));
+    }
+    if let Some(failure) = &ex.failure {
+        attributes.push(KeyValue::new(
+            "agent_gateway.cause",
+            Chain(failure).to_string(),
         ));
     }
     if let Some(rule) = ex.validation_failure {

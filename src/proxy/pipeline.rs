@@ -5,16 +5,17 @@
 //! upstream ([`super::upstream`]) → relay the answer ([`super::relay`]) → record what
 //! happened, and end the span from that record. Each refusal on the way is the gateway's own
 //! [`crate::api::reply::Answer`]; a failure (the head, the body, the backend) arrives as the
-//! error it was, which `api::reply` answers. The span travels in the record ([`Exchange`]),
-//! which notes where each phase ended. The pipeline speaks to the client only through
-//! [`Downstream`]: a protocol (HTTP/1.1 in [`super::h1`], HTTP/2 in [`super::h2`]) supplies
-//! the request's head and body and renders answers, and keeps its own connection state.
+//! error it was, which the record keeps ([`Exchange::failed`]) and `api::reply` answers. The
+//! span travels in the record ([`Exchange`]), which notes where each phase ended. The
+//! pipeline speaks to the client only through [`Downstream`]: a protocol (HTTP/1.1 in
+//! [`super::h1`], HTTP/2 in [`super::h2`]) supplies the request's head and body and renders
+//! answers, and keeps its own connection state.
 
 use super::downstream::{header_bytes, Downstream};
 use super::forwarding::UpstreamRequest;
 use super::relay;
 use super::ProxyApp;
-use crate::api::failure::UnreadableHead;
+use crate::api::failure::{Chain, UnreadableHead};
 use crate::api::reply::Reply;
 use crate::api::schema;
 use crate::config::{Snapshot, ValidationMode};
@@ -54,9 +55,8 @@ impl ProxyApp {
         let mut ex = Exchange::start(d.protocol(), None, "");
         ex.request_id = self.ids.next_id();
         ex.span = self.tracer.start_unreadable(ex.started_at);
-        let reply = Reply::from(&unreadable);
-        tracing::debug!(status = reply.status(), "unreadable request");
-        ex.refused = Some(reply);
+        let reply = ex.failed(unreadable);
+        tracing::debug!(request_id = %ex.request_id, status = reply.status(), error = %Chain(&unreadable), "unreadable request");
         self.answer(d, &mut ex, reply, None, &RetirementHeaders::default())
             .await;
         self.telemetry.record(&ex);
@@ -92,8 +92,8 @@ impl ProxyApp {
             .read_body(body.max_bytes, snap.limits.client_body_timeout)
             .await
         {
-            let reply = Reply::from(&e);
-            ex.refused = Some(reply);
+            tracing::debug!(request_id = %ex.request_id, error = %Chain(&e), "request body not read");
+            let reply = ex.failed(e);
             return self.answer(d, ex, reply, None, retirement).await;
         }
         ex.bytes_in = d.body().len();
@@ -147,8 +147,7 @@ impl ProxyApp {
         match exchanged {
             Ok(up) => relay::relay(self.upstream.pool(), d, up, snap, ex, retirement).await,
             Err(e) => {
-                let reply = Reply::from(&e);
-                ex.refused = Some(reply);
+                let reply = ex.failed(e);
                 self.answer(d, ex, reply, None, retirement).await;
             }
         }
