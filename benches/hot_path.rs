@@ -98,7 +98,7 @@ impl Parsed {
 
 /// One served v1 request, computed as the pipeline does, without the I/O.
 fn serve_one(snap: &Snapshot, parsed: &Parsed, ids: &RequestIds, telemetry: &Telemetry) {
-    let mut ex = Exchange::start(Protocol::Http1, &http::Method::POST, V1);
+    let mut ex = Exchange::start(Protocol::Http1, Some(&http::Method::POST), V1);
     ex.request_id = ids.next_id();
     let forward = parsed.admit(snap, &ex.request_id).expect("admitted");
     ex.identified(&forward.who);
@@ -113,7 +113,7 @@ fn serve_one(snap: &Snapshot, parsed: &Parsed, ids: &RequestIds, telemetry: &Tel
 
 /// A served request's record, as `telemetry.record` receives it.
 fn served_exchange(snap: &Snapshot) -> Exchange {
-    let mut ex = Exchange::start(Protocol::Http1, &http::Method::POST, V1);
+    let mut ex = Exchange::start(Protocol::Http1, Some(&http::Method::POST), V1);
     ex.request_id = REQUEST_ID.into();
     let forward = Parsed::new(V1).admit(snap, REQUEST_ID).expect("admitted");
     ex.identified(&forward.who);
@@ -224,7 +224,7 @@ fn print_allocations() {
             allocations(n, || {
                 drop(black_box(Exchange::start(
                     Protocol::Http1,
-                    &http::Method::POST,
+                    Some(&http::Method::POST),
                     V1,
                 )));
             }),

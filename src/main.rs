@@ -204,7 +204,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let logs = logging::init(log.log_format, &log.log_level);
             let store = load_store(&config)?;
             let snapshot = store.current().load_full();
-            let backend = snapshot.upstream.addresses[0];
+            let backend = snapshot.upstream.backends[0].addr;
             let addrs = ListenAddrs::configured(&snapshot.startup, Some(backend));
             let listeners = Listeners::bind(&addrs)?;
             let at = listeners.local_addrs()?;

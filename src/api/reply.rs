@@ -2,15 +2,21 @@
 //!
 //! Every refusal or failure becomes a [`Reply`]; its body is the spec's ServiceAgentResponse
 //! shape `{"status_code":N,"message_code":M,"message":"..."}`, except 401, whose body the
-//! spec fixes as the JSON string `"not authorized"`. A test checks that the README's
+//! spec fixes as the JSON string `"not authorized"`. Each kind's status, message code and
+//! message are chosen together in [`Reply::spec`]. A test checks that the README's
 //! message_code table has a row for each of [`Reply::ALL_CODES`], so the two cannot drift.
+//!
+//! The errors of [`crate::api::failure`] become answers here, one `From` impl each, so what
+//! the client is told about a failure is decided in one place, beside the answers themselves.
 
 use std::time::SystemTime;
 
 use bytes::Bytes;
 use http::HeaderValue;
 
+use crate::api::failure::{BodyError, Failure, UnreadableHead, UpstreamError, UpstreamErrorKind};
 use crate::api::route::RouteError;
+use crate::http1::HeadError;
 
 /// Why a v1 call was refused with 410.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -102,8 +108,66 @@ impl From<RouteError> for Reply {
     }
 }
 
+impl From<&UnreadableHead> for Reply {
+    fn from(e: &UnreadableHead) -> Self {
+        match e {
+            UnreadableHead::Parse(HeadError::Malformed | HeadError::UnsupportedTransferCoding) => {
+                Reply::Malformed
+            }
+            UnreadableHead::Parse(HeadError::TooManyHeaders) | UnreadableHead::TooLarge => {
+                Reply::HeadersTooLarge
+            }
+            UnreadableHead::TargetTooLong => Reply::UriTooLong,
+        }
+    }
+}
+
+impl From<&BodyError> for Reply {
+    fn from(e: &BodyError) -> Self {
+        match e {
+            BodyError::TooLarge { .. } => Reply::PayloadTooLarge,
+            BodyError::Ambiguous(_) => Reply::Malformed,
+            BodyError::Timeout => Reply::BodyTimeout,
+            // A client gone mid-body gets the answer it got before its cause was kept; it
+            // seldom reads it, and the request's record says what happened.
+            BodyError::Unframed
+            | BodyError::Chunked(_)
+            | BodyError::Truncated
+            | BodyError::ClientGone(_)
+            | BodyError::Stream(_) => Reply::BadBody,
+        }
+    }
+}
+
+impl From<UpstreamErrorKind> for Reply {
+    fn from(kind: UpstreamErrorKind) -> Self {
+        match kind {
+            UpstreamErrorKind::Timeout => Reply::UpstreamTimeout,
+            UpstreamErrorKind::Connect => Reply::UpstreamConnect,
+            UpstreamErrorKind::Reset | UpstreamErrorKind::Other => Reply::UpstreamBroken,
+        }
+    }
+}
+
+impl From<&UpstreamError> for Reply {
+    fn from(e: &UpstreamError) -> Self {
+        e.kind.into()
+    }
+}
+
+impl From<&Failure> for Reply {
+    fn from(failure: &Failure) -> Self {
+        match failure {
+            Failure::Head(e) => e.into(),
+            Failure::Body(e) => e.into(),
+            Failure::Upstream(e) => e.into(),
+        }
+    }
+}
+
 impl Reply {
-    /// One of each kind, for documentation and tests.
+    /// One of each kind, for documentation and tests; `all_codes_has_each_kind_once` holds it
+    /// to the variants.
     pub const ALL_CODES: [Reply; 22] = [
         Reply::BadPath,
         Reply::BadBody,
@@ -135,82 +199,94 @@ impl Reply {
         Reply::UpstreamTimeout,
     ];
 
-    pub fn status(self) -> u16 {
+    /// What this kind of answer says. One exhaustive match, with no catch-all arm: a new
+    /// variant does not compile until its status, code and message are chosen together.
+    pub const fn spec(self) -> ReplySpec {
         match self {
-            Reply::BadPath
-            | Reply::BadBody
-            | Reply::InvalidBody
-            | Reply::Malformed
-            | Reply::AliasedHeader => 400,
-            Reply::Unauthorized => 401,
-            Reply::NotFound => 404,
-            Reply::MethodNotAllowed { .. } => 405,
-            Reply::BodyTimeout => 408,
-            Reply::V1Gone(_) => 410,
-            Reply::UriTooLong => 414,
-            Reply::UnsupportedMediaType => 415,
-            Reply::RateLimited { .. } | Reply::RateLimitUnverified { .. } => 429,
-            Reply::HeadersTooLarge => 431,
-            Reply::PayloadTooLarge => 413,
-            Reply::UpstreamConnect | Reply::UpstreamBroken => 502,
-            Reply::UpstreamTimeout => 504,
-        }
-    }
-
-    /// The gateway's `message_code`: the status times 100 plus a number for the cause.
-    pub fn message_code(self) -> u32 {
-        let cause = match self {
-            Reply::BadBody | Reply::UpstreamBroken | Reply::RateLimitUnverified { .. } => 1,
-            Reply::InvalidBody => 2,
-            Reply::Malformed => 3,
-            Reply::AliasedHeader => 4,
-            Reply::V1Gone(V1Refusal::Blocked) => 1,
-            Reply::V1Gone(V1Refusal::Brownout { .. }) => 2,
-            Reply::V1Gone(V1Refusal::Sunset) => 3,
-            Reply::V1Gone(V1Refusal::Rehearsal) => 4,
-            _ => 0,
-        };
-        u32::from(self.status()) * 100 + cause
-    }
-
-    pub fn message(self) -> &'static str {
-        match self {
-            Reply::BadPath => "invalid path: empty, '.' or '..' segment, or a control character",
-            Reply::BadBody => "the request body could not be read as framed",
-            Reply::Unauthorized => "not authorized",
-            Reply::NotFound => "no such operation",
-            Reply::MethodNotAllowed { .. } => "method not allowed for this operation",
-            Reply::BodyTimeout => "the request body was not received in time",
-            Reply::InvalidBody => "the request body does not match the operation's schema",
-            Reply::Malformed => "the request is not valid HTTP/1.1",
-            Reply::AliasedHeader => {
-                "a header name with an underscore stands for a header the gateway controls; send it with a hyphen"
+            Reply::BadPath => ReplySpec::new(
+                400,
+                0,
+                "invalid path: empty, '.' or '..' segment, or a control character",
+            ),
+            Reply::BadBody => ReplySpec::new(400, 1, "the request body could not be read as framed"),
+            Reply::InvalidBody => ReplySpec::new(
+                400,
+                2,
+                "the request body does not match the operation's schema",
+            ),
+            Reply::Malformed => ReplySpec::new(400, 3, "the request is not valid HTTP/1.1"),
+            Reply::AliasedHeader => ReplySpec::new(
+                400,
+                4,
+                "a header name with an underscore stands for a header the gateway controls; send it with a hyphen",
+            ),
+            Reply::Unauthorized => ReplySpec::new(401, 0, "not authorized"),
+            Reply::NotFound => ReplySpec::new(404, 0, "no such operation"),
+            Reply::MethodNotAllowed { .. } => {
+                ReplySpec::new(405, 0, "method not allowed for this operation")
             }
-            Reply::UriTooLong => "request target exceeds limits.max_uri_bytes",
-            Reply::UnsupportedMediaType => "the request body must be application/json",
-            Reply::RateLimited { .. } => "rate limit exceeded for this agent",
-            Reply::RateLimitUnverified { .. } => {
-                "this agent's rate limit cannot be checked now; retry later"
+            Reply::BodyTimeout => {
+                ReplySpec::new(408, 0, "the request body was not received in time")
             }
-            Reply::HeadersTooLarge => {
-                "request headers exceed limits.max_header_bytes or limits.max_headers"
+            Reply::V1Gone(V1Refusal::Blocked) => {
+                ReplySpec::new(410, 1, "API v1 is retired for this agent")
             }
-            Reply::V1Gone(V1Refusal::Blocked) => "API v1 is retired for this agent",
-            Reply::V1Gone(V1Refusal::Brownout { .. }) => {
-                "API v1 is in a scheduled brownout; retry after it ends"
+            Reply::V1Gone(V1Refusal::Brownout { .. }) => ReplySpec::new(
+                410,
+                2,
+                "API v1 is in a scheduled brownout; retry after it ends",
+            ),
+            Reply::V1Gone(V1Refusal::Sunset) => {
+                ReplySpec::new(410, 3, "API v1 has reached its sunset date")
             }
-            Reply::V1Gone(V1Refusal::Sunset) => "API v1 has reached its sunset date",
-            Reply::V1Gone(V1Refusal::Rehearsal) => {
+            Reply::V1Gone(V1Refusal::Rehearsal) => ReplySpec::new(
+                410,
+                4,
                 "sunset rehearsal (X-Sunset-Rehearsal: 1): after the sunset date every v1 call \
-                 gets this answer"
+                 gets this answer",
+            ),
+            Reply::PayloadTooLarge => {
+                ReplySpec::new(413, 0, "request body exceeds limits.max_body_bytes")
             }
-            Reply::PayloadTooLarge => "request body exceeds limits.max_body_bytes",
-            Reply::UpstreamConnect => "the backend could not be reached",
-            Reply::UpstreamBroken => {
-                "the backend closed the connection or sent an invalid response"
+            Reply::UriTooLong => {
+                ReplySpec::new(414, 0, "request target exceeds limits.max_uri_bytes")
             }
-            Reply::UpstreamTimeout => "the backend did not answer in time",
+            Reply::UnsupportedMediaType => {
+                ReplySpec::new(415, 0, "the request body must be application/json")
+            }
+            Reply::RateLimited { .. } => {
+                ReplySpec::new(429, 0, "rate limit exceeded for this agent")
+            }
+            Reply::RateLimitUnverified { .. } => ReplySpec::new(
+                429,
+                1,
+                "this agent's rate limit cannot be checked now; retry later",
+            ),
+            Reply::HeadersTooLarge => ReplySpec::new(
+                431,
+                0,
+                "request headers exceed limits.max_header_bytes or limits.max_headers",
+            ),
+            Reply::UpstreamConnect => ReplySpec::new(502, 0, "the backend could not be reached"),
+            Reply::UpstreamBroken => ReplySpec::new(
+                502,
+                1,
+                "the backend closed the connection or sent an invalid response",
+            ),
+            Reply::UpstreamTimeout => ReplySpec::new(504, 0, "the backend did not answer in time"),
         }
+    }
+
+    pub const fn status(self) -> u16 {
+        self.spec().status
+    }
+
+    pub const fn message_code(self) -> u32 {
+        self.spec().message_code
+    }
+
+    pub const fn message(self) -> &'static str {
+        self.spec().message
     }
 
     /// The JSON body of this answer; `hint` (what to do instead) is appended to the message.
@@ -257,6 +333,26 @@ impl Reply {
     }
 }
 
+/// What one kind of the gateway's answers says, whatever its details (the `Allow` method, the
+/// `Retry-After` time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplySpec {
+    pub status: u16,
+    /// The gateway's `message_code`: the status times 100 plus a number for the cause.
+    pub message_code: u32,
+    pub message: &'static str,
+}
+
+impl ReplySpec {
+    const fn new(status: u16, cause: u32, message: &'static str) -> Self {
+        ReplySpec {
+            status,
+            message_code: status as u32 * 100 + cause,
+            message,
+        }
+    }
+}
+
 /// One of the gateway's own answers, as data. Framing (`Content-Length`) is the client
 /// protocol's to add.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -281,6 +377,86 @@ mod tests {
             assert_eq!(v["status_code"], r.status());
             assert_eq!(v["message_code"], r.message_code());
             assert!(v["message"].as_str().is_some_and(|m| !m.is_empty()));
+        }
+    }
+
+    #[test]
+    fn all_codes_has_each_kind_once() {
+        // Exhaustive, with no catch-all arm: a new kind of answer does not compile here until
+        // it has a place, and the place is then asked of `ALL_CODES`.
+        let place = |r: Reply| match r {
+            Reply::BadPath => 0,
+            Reply::BadBody => 1,
+            Reply::InvalidBody => 2,
+            Reply::Malformed => 3,
+            Reply::AliasedHeader => 4,
+            Reply::Unauthorized => 5,
+            Reply::NotFound => 6,
+            Reply::MethodNotAllowed { .. } => 7,
+            Reply::BodyTimeout => 8,
+            Reply::V1Gone(V1Refusal::Blocked) => 9,
+            Reply::V1Gone(V1Refusal::Brownout { .. }) => 10,
+            Reply::V1Gone(V1Refusal::Sunset) => 11,
+            Reply::V1Gone(V1Refusal::Rehearsal) => 12,
+            Reply::PayloadTooLarge => 13,
+            Reply::UriTooLong => 14,
+            Reply::UnsupportedMediaType => 15,
+            Reply::RateLimited { .. } => 16,
+            Reply::RateLimitUnverified { .. } => 17,
+            Reply::HeadersTooLarge => 18,
+            Reply::UpstreamConnect => 19,
+            Reply::UpstreamBroken => 20,
+            Reply::UpstreamTimeout => 21,
+        };
+        let places: Vec<usize> = Reply::ALL_CODES.iter().map(|r| place(*r)).collect();
+        assert_eq!(places, (0..Reply::ALL_CODES.len()).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn each_failure_gets_the_answer_it_got_before_it_was_typed() {
+        use std::io;
+        let gone = || io::Error::from(io::ErrorKind::BrokenPipe);
+        let cases: Vec<(Failure, Reply)> = vec![
+            (
+                UnreadableHead::from(HeadError::Malformed).into(),
+                Reply::Malformed,
+            ),
+            (
+                UnreadableHead::from(HeadError::TooManyHeaders).into(),
+                Reply::HeadersTooLarge,
+            ),
+            (UnreadableHead::TargetTooLong.into(), Reply::UriTooLong),
+            (UnreadableHead::TooLarge.into(), Reply::HeadersTooLarge),
+            (
+                BodyError::TooLarge { max: 1 }.into(),
+                Reply::PayloadTooLarge,
+            ),
+            (
+                BodyError::Ambiguous(crate::http1::FramingError::BadContentLength).into(),
+                Reply::Malformed,
+            ),
+            (BodyError::Unframed.into(), Reply::BadBody),
+            (
+                BodyError::Chunked(crate::http1::ChunkError).into(),
+                Reply::BadBody,
+            ),
+            (BodyError::Truncated.into(), Reply::BadBody),
+            (BodyError::Timeout.into(), Reply::BodyTimeout),
+            (BodyError::ClientGone(gone()).into(), Reply::BadBody),
+            (BodyError::Stream(gone().into()).into(), Reply::BadBody),
+        ];
+        for (failure, reply) in &cases {
+            assert_eq!(Reply::from(failure), *reply, "{failure:?}");
+        }
+        for (kind, reply, status) in [
+            (UpstreamErrorKind::Connect, Reply::UpstreamConnect, 502),
+            (UpstreamErrorKind::Timeout, Reply::UpstreamTimeout, 504),
+            (UpstreamErrorKind::Reset, Reply::UpstreamBroken, 502),
+            (UpstreamErrorKind::Other, Reply::UpstreamBroken, 502),
+        ] {
+            let failure = Failure::from(UpstreamError::new(kind, "test"));
+            assert_eq!(Reply::from(&failure), reply, "{kind:?}");
+            assert_eq!(reply.status(), status);
         }
     }
 

@@ -157,7 +157,7 @@ mod tests {
 
     /// The commands for `snapshot`'s listeners as configured.
     fn as_configured(snapshot: &Snapshot) -> String {
-        let backend = snapshot.upstream.addresses[0];
+        let backend = snapshot.upstream.backends[0].addr;
         let at = ListenAddrs::configured(&snapshot.startup, Some(backend));
         try_these(snapshot, &at, Path::new(EXE))
     }

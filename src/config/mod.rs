@@ -34,7 +34,7 @@ pub use tracing::TracingConfig;
 pub use types::{
     unix_seconds, BasePath, Bases, BusinessCode, Dates, Repeat, TokenDigest, V1Policy, Weekday,
 };
-pub use upstream::UpstreamConfig;
+pub use upstream::{Backend, UpstreamConfig};
 
 use problems::Problems;
 use upstream::Lookup;

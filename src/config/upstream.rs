@@ -18,18 +18,27 @@ pub(super) enum Lookup {
     Skip,
 }
 
-/// The backend: pre-resolved addresses with peers built once.
+/// The backend: its addresses, each resolved with its peer built once.
 #[derive(Debug, Clone)]
 pub struct UpstreamConfig {
-    pub addresses: Vec<SocketAddr>,
-    pub peers: Vec<HttpPeer>,
-    /// Each peer's key in the connection pool: its address and TLS settings, hashed once.
-    pub pool_keys: Vec<u64>,
+    /// In the order of `upstream.addresses`: the order of the rotation.
+    pub backends: Vec<Backend>,
     pub connect_timeout: Duration,
     pub read_timeout: Duration,
     pub idle_timeout: Duration,
     pub health_check_interval: Duration,
     pub health_check_path: Option<String>,
+}
+
+/// One address of `upstream.addresses` and what reaching it takes, kept together so that no
+/// index can pair an address with another's peer.
+#[derive(Debug, Clone)]
+pub struct Backend {
+    pub addr: SocketAddr,
+    /// Its timeouts and TLS settings, as pingora connects.
+    pub peer: HttpPeer,
+    /// Its key in the connection pool: the address and TLS settings, hashed once.
+    pub pool_key: u64,
 }
 
 fn resolve(s: &str, lookup: Lookup) -> Result<SocketAddr, String> {
@@ -108,28 +117,29 @@ pub(super) fn upstream(f: &UpstreamFile, lookup: Lookup, p: &mut Problems) -> Up
         Some(path) => p.check("upstream.tls_ca_file", load_ca(path)),
     };
 
-    let peers: Vec<HttpPeer> = addresses
-        .iter()
+    let backends = addresses
+        .into_iter()
         .zip(&f.addresses)
         .map(|(addr, written)| {
             let sni = match &f.tls_sni {
                 Some(name) => name.clone(),
                 None => host_of(written).to_owned(),
             };
-            let mut peer = HttpPeer::new(*addr, f.tls, sni);
+            let mut peer = HttpPeer::new(addr, f.tls, sni);
             peer.options.connection_timeout = Some(connect_timeout);
             peer.options.idle_timeout = Some(idle_timeout);
             peer.options.verify_cert = f.tls_verify;
             peer.options.verify_hostname = f.tls_verify;
             peer.options.ca = ca.clone();
-            peer
+            Backend {
+                addr,
+                pool_key: peer.reuse_hash(),
+                peer,
+            }
         })
         .collect();
-    let pool_keys = peers.iter().map(Peer::reuse_hash).collect();
     UpstreamConfig {
-        addresses,
-        peers,
-        pool_keys,
+        backends,
         connect_timeout,
         read_timeout,
         idle_timeout,

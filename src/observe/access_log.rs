@@ -12,7 +12,7 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::observe::exchange::{operation_name, version_name, Exchange};
+use crate::observe::exchange::{method_name, operation_name, version_name, Exchange};
 use crate::observe::log_sink::LineSink;
 
 /// The `tracing` target of access-log lines: what filters name to turn them on or off.
@@ -65,7 +65,7 @@ pub fn json_line(out: &mut Vec<u8>, ex: &Exchange, elapsed: Duration, now: Syste
         .extend_from_slice(b"\",\"level\":\"INFO\",\"message\":\"request\"");
     line.str("request_id", &ex.request_id);
     line.str("protocol", ex.protocol.as_str());
-    line.str("method", ex.method.as_str());
+    line.str("method", method_name(ex.method.as_ref()));
     line.str("path", &ex.client_path);
     line.str(
         "upstream_path",
@@ -127,7 +127,7 @@ pub fn event(ex: &Exchange, elapsed: Duration) {
         target: TARGET,
         request_id = %ex.request_id,
         protocol = ex.protocol.as_str(),
-        method = %ex.method,
+        method = method_name(ex.method.as_ref()),
         path = %ex.client_path,
         upstream_path = ex.upstream.path.as_deref().map_or("", without_query),
         api_version = version_name(ex.version),
@@ -190,7 +190,7 @@ mod tests {
     fn forwarded() -> Exchange {
         let mut ex = Exchange::start(
             Protocol::Http1,
-            &http::Method::POST,
+            Some(&http::Method::POST),
             "/api/v1/verify/request",
         );
         ex.request_id = "req-\"quoted\"\\ \u{1}é".into();
@@ -219,15 +219,22 @@ mod tests {
     #[test]
     fn the_line_is_the_one_tracing_writes_for_the_event() {
         let refused = {
-            let mut ex = Exchange::start(Protocol::Http2, &http::Method::GET, "/nope");
+            let mut ex = Exchange::start(Protocol::Http2, Some(&http::Method::GET), "/nope");
             ex.request_id = "r-2".into();
             ex.status = 404;
             ex.client_aborted = true;
             ex
         };
+        let unreadable = {
+            let mut ex = Exchange::start(Protocol::Http1, None, "");
+            ex.request_id = "r-3".into();
+            ex.status = 400;
+            ex
+        };
         for (ex, elapsed) in [
             (forwarded(), Duration::from_nanos(520_694_999)),
             (refused, Duration::from_micros(29)),
+            (unreadable, Duration::from_micros(3)),
         ] {
             let (text, hand) = by_hand(&ex, elapsed);
             assert!(text.ends_with("}\n") && text.matches('\n').count() == 1);

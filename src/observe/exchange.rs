@@ -7,6 +7,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use opentelemetry::trace::TraceId;
 
+use crate::api::failure::{Failure, UpstreamErrorKind};
 use crate::api::operation::{ApiVersion, Operation};
 use crate::api::reply::{Reply, V1Refusal};
 use crate::api::schema::Rule;
@@ -30,33 +31,6 @@ impl Protocol {
         match self {
             Protocol::Http1 => "http/1.1",
             Protocol::Http2 => "h2",
-        }
-    }
-}
-
-/// How talking to the backend went wrong.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum UpstreamErrorKind {
-    Connect,
-    Timeout,
-    Reset,
-    Other,
-}
-
-impl UpstreamErrorKind {
-    pub const ALL: [UpstreamErrorKind; 4] = [
-        UpstreamErrorKind::Connect,
-        UpstreamErrorKind::Timeout,
-        UpstreamErrorKind::Reset,
-        UpstreamErrorKind::Other,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            UpstreamErrorKind::Connect => "connect",
-            UpstreamErrorKind::Timeout => "timeout",
-            UpstreamErrorKind::Reset => "reset",
-            UpstreamErrorKind::Other => "other",
         }
     }
 }
@@ -125,7 +99,8 @@ pub struct Exchange {
     pub started_at: SystemTime,
     pub request_id: String,
     pub protocol: Protocol,
-    pub method: http::Method,
+    /// `None` when the request's head could not be read.
+    pub method: Option<http::Method>,
     /// The client's path without the query string (queries may carry data we should not log).
     pub client_path: String,
     pub version: Option<ApiVersion>,
@@ -135,6 +110,8 @@ pub struct Exchange {
     pub auth_failure: Option<AuthFailure>,
     /// The gateway's own answer, when it gave one instead of the backend's.
     pub refused: Option<Reply>,
+    /// The error that made that answer, when one did (not a refusal by policy).
+    pub failure: Option<Failure>,
     /// The schema rule the body broke (refused in enforce mode, forwarded in report mode).
     pub validation_failure: Option<Rule>,
     /// The rate limit's decision, when the agent has a limit and the request got that far.
@@ -155,26 +132,34 @@ pub fn version_name(version: Option<ApiVersion>) -> &'static str {
     version.map_or("none", ApiVersion::as_str)
 }
 
+/// A request's `method` in the access log and its span's name: empty when its head could not
+/// be read.
+pub fn method_name(method: Option<&http::Method>) -> &str {
+    method.map_or("", http::Method::as_str)
+}
+
 /// A request's `operation` in metrics and the access log: "unmatched" when it named none.
 pub fn operation_name(operation: Option<Operation>) -> &'static str {
     operation.map_or("unmatched", Operation::as_str)
 }
 
 impl Exchange {
-    /// A record for a request over `protocol` that starts now.
-    pub fn start(protocol: Protocol, method: &http::Method, client_path: &str) -> Self {
+    /// A record for a request over `protocol` that starts now; `method` is `None` when the
+    /// request's head could not be read.
+    pub fn start(protocol: Protocol, method: Option<&http::Method>, client_path: &str) -> Self {
         Self {
             started: Instant::now(),
             started_at: SystemTime::now(),
             request_id: String::new(),
             protocol,
-            method: method.clone(),
+            method: method.cloned(),
             client_path: client_path.to_owned(),
             version: None,
             operation: None,
             agent_id: None,
             auth_failure: None,
             refused: None,
+            failure: None,
             validation_failure: None,
             rate_limit: None,
             status: 0,
@@ -212,6 +197,15 @@ impl Exchange {
         self.identified(&refusal.who);
         self.auth_failure = refusal.auth_failure;
         self.refused = Some(refusal.reply);
+    }
+
+    /// Notes a failure that the gateway answers itself, and returns that answer.
+    pub fn failed(&mut self, failure: impl Into<Failure>) -> Reply {
+        let failure = failure.into();
+        let reply = Reply::from(&failure);
+        self.refused = Some(reply);
+        self.failure = Some(failure);
+        reply
     }
 
     /// The retirement policy's reason, when it refused a v1 call.

@@ -8,9 +8,10 @@ use std::time::{Instant, SystemTime};
 
 use opentelemetry::{Array, KeyValue, StringValue, Value};
 
+use crate::api::failure::Chain;
 use crate::api::openapi::public_path;
 use crate::config::Bases;
-use crate::observe::exchange::{Exchange, Phase, Protocol};
+use crate::observe::exchange::{method_name, Exchange, Phase, Protocol};
 use crate::observe::trace::SpanOutline;
 
 /// Ends the request's span, if it has one, as its record says.
@@ -64,6 +65,12 @@ pub fn outline(ex: &Exchange, bases: &Bases) -> SpanOutline {
             i64::from(reply.message_code()),
         ));
     }
+    if let Some(failure) = &ex.failure {
+        attributes.push(KeyValue::new(
+            "agent_gateway.cause",
+            Chain(failure).to_string(),
+        ));
+    }
     if let Some(rule) = ex.validation_failure {
         attributes.push(KeyValue::new(
             "agent_gateway.validation_failure",
@@ -110,7 +117,7 @@ pub fn outline(ex: &Exchange, bases: &Bases) -> SpanOutline {
         attributes.push(KeyValue::new("error.type", error_type.clone()));
     }
     SpanOutline {
-        name: route.map(|r| format!("{} {r}", ex.method)),
+        name: route.map(|r| format!("{} {r}", method_name(ex.method.as_ref()))),
         attributes,
         events: events(ex),
         error: failure.map(|(_, description)| description),
@@ -175,15 +182,15 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::api::failure::UpstreamErrorKind;
     use crate::api::operation::{ApiVersion, Operation};
     use crate::api::reply::Reply;
     use crate::config::testing;
-    use crate::observe::exchange::UpstreamErrorKind;
 
     fn routed(status: u16) -> Exchange {
         let mut ex = Exchange::start(
             Protocol::Http1,
-            &http::Method::GET,
+            Some(&http::Method::GET),
             "/api/v2/transaction/tx-1/status",
         );
         ex.request_id = "rid".into();
@@ -215,7 +222,7 @@ mod tests {
             Some("/gw/v2/transaction/{transaction_id}/status".into())
         );
         assert_eq!(outline.error, None);
-        let unrouted = Exchange::start(Protocol::Http1, &http::Method::GET, "/nope");
+        let unrouted = Exchange::start(Protocol::Http1, Some(&http::Method::GET), "/nope");
         assert_eq!(outline_of(&unrouted).name, None);
     }
 

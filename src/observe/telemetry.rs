@@ -13,13 +13,12 @@ use prometheus::{
     IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
 
+use crate::api::failure::UpstreamErrorKind;
 use crate::api::operation::{ApiVersion, Operation};
 use crate::api::reply::V1Refusal;
 use crate::config::Snapshot;
 use crate::observe::access_log::AccessLog;
-use crate::observe::exchange::{
-    operation_name, version_name, Exchange, Protocol, UpstreamErrorKind,
-};
+use crate::observe::exchange::{operation_name, version_name, Exchange, Protocol};
 use crate::observe::log_sink::LineSink;
 use crate::observe::retirement::RetirementMetrics;
 use crate::observe::usage::UsageTracker;

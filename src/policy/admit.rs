@@ -6,8 +6,8 @@
 //! gateway's own, the route, the credentials, the service scope, the retirement policy, the
 //! content type and the declared body size. It returns either a [`Forward`] (with the
 //! rate-limit question and how to check the body) or a [`Refusal`] (with the answer to give);
-//! both say how far the request was understood, for metrics and logs, and which retirement
-//! [`Signals`] the answer carries. The data plane only carries the decision out, and
+//! both say how far the request was understood, for metrics and logs, and which
+//! [`RetirementHeaders`] the answer carries. The data plane only carries the decision out, and
 //! `benches/hot_path.rs` calls this same function.
 
 use std::time::{Duration, SystemTime};
@@ -120,7 +120,7 @@ pub struct Forward<'s> {
     pub rate_limit: Option<(&'s Agent, RateLimit)>,
     pub body: BodyCheck,
     /// What every answer to it carries, the backend's included.
-    pub signals: Signals<'s>,
+    pub retirement_headers: RetirementHeaders<'s>,
 }
 
 impl Forward<'_> {
@@ -140,7 +140,7 @@ pub struct Refusal<'s> {
     /// What the client should do instead, appended to the reply's message.
     pub hint: Option<String>,
     /// What the answer carries.
-    pub signals: Signals<'s>,
+    pub retirement_headers: RetirementHeaders<'s>,
 }
 
 impl<'s> Refusal<'s> {
@@ -150,7 +150,7 @@ impl<'s> Refusal<'s> {
             reply,
             auth_failure: None,
             hint: None,
-            signals: Signals::default(),
+            retirement_headers: RetirementHeaders::default(),
         }
     }
 
@@ -161,9 +161,12 @@ impl<'s> Refusal<'s> {
         }
     }
 
-    /// This refusal, carrying `signals`.
-    fn with(self, signals: Signals<'s>) -> Self {
-        Refusal { signals, ..self }
+    /// This refusal, carrying `retirement_headers`.
+    fn with(self, retirement_headers: RetirementHeaders<'s>) -> Self {
+        Refusal {
+            retirement_headers,
+            ..self
+        }
     }
 }
 
@@ -181,26 +184,26 @@ pub fn rate_limit_refusal<'s>(forward: &Forward<'s>, outcome: Outcome) -> Option
             retry_after_secs: secs(rate_limit::redis::COOLDOWN),
         },
     };
-    Some(Refusal::new(forward.who, reply).with(forward.signals.clone()))
+    Some(Refusal::new(forward.who, reply).with(forward.retirement_headers.clone()))
 }
 
-/// The retirement signals one answer carries. On every answer to a v1 call, refusals
+/// The retirement headers one answer carries. On every answer to a v1 call, refusals
 /// included: `Deprecation` and `Sunset` under the caller's dates, and a `Link` naming the
 /// deprecation and sunset documents and the exact v2 path this call maps to
 /// (`rel="successor-version"`, RFC 5829). On v2, or a request that named no version, none.
 #[derive(Debug, Clone, Default)]
-pub struct Signals<'s> {
+pub struct RetirementHeaders<'s> {
     dates: &'s [(&'static str, HeaderValue)],
     /// Visible ASCII only: the configured link is checked at load, the successor escaped.
     link: Option<String>,
 }
 
-impl<'s> Signals<'s> {
-    /// The signals of a call identified as `who`, whose v2 successor is `successor` when the
+impl<'s> RetirementHeaders<'s> {
+    /// The headers of a call identified as `who`, whose v2 successor is `successor` when the
     /// gateway can name it.
     fn of(snapshot: &'s Snapshot, who: &Identified<'s>, successor: Option<Successor<'_>>) -> Self {
         if who.version != Some(ApiVersion::V1) {
-            return Signals::default();
+            return RetirementHeaders::default();
         }
         let terms: &Terms = snapshot.retirement.terms_for(who.agent);
         let docs = terms.link.as_deref();
@@ -221,7 +224,7 @@ impl<'s> Signals<'s> {
                 Some(v)
             }
         };
-        Signals {
+        RetirementHeaders {
             dates: &terms.headers,
             link,
         }
@@ -294,8 +297,8 @@ pub fn admit<'s>(
             let successor = match_route(&snapshot.bases, operation.method(), req.path)
                 .ok()
                 .and_then(unscoped_successor);
-            let signals = Signals::of(snapshot, &who, successor);
-            return Err(Refusal::new(who, e.into()).with(signals));
+            let retirement = RetirementHeaders::of(snapshot, &who, successor);
+            return Err(Refusal::new(who, e.into()).with(retirement));
         }
     };
     who.version = Some(route.version);
@@ -305,7 +308,7 @@ pub fn admit<'s>(
         let agent = authenticate(&snapshot.auth, req.agent_id, req.token).map_err(|f| {
             // A stranger learns no agent's service code from the successor link.
             let successor = unscoped_successor(route);
-            Refusal::unauthorized(who, f).with(Signals::of(snapshot, &who, successor))
+            Refusal::unauthorized(who, f).with(RetirementHeaders::of(snapshot, &who, successor))
         })?;
         who.agent = Some(agent);
     }
@@ -321,13 +324,13 @@ pub fn admit<'s>(
     };
     // Every v1 call from here on maps to one v2 call, which every answer names.
     let successor = (route.version == ApiVersion::V1).then_some(Successor { route, service });
-    let signals = Signals::of(snapshot, &who, successor);
-    let refuse = |reply| Refusal::new(who, reply).with(signals.clone());
+    let retirement = RetirementHeaders::of(snapshot, &who, successor);
+    let refuse = |reply| Refusal::new(who, reply).with(retirement.clone());
     if route.operation.is_service_scoped() {
         if let Some(agent) = who.agent {
             if !agent.may_use(service) {
                 let refusal = Refusal::unauthorized(who, AuthFailure::ServiceNotAllowed);
-                return Err(refusal.with(signals.clone()));
+                return Err(refusal.with(retirement.clone()));
             }
         }
     }
@@ -373,7 +376,7 @@ pub fn admit<'s>(
                 .filter(|_| snapshot.validation != ValidationMode::Off),
             mode: snapshot.validation,
         },
-        signals,
+        retirement_headers: retirement,
     })
 }
 
@@ -385,8 +388,8 @@ mod tests {
     use crate::config::testing::{self, AGENT_ID};
     use crate::config::V1Policy;
 
-    fn header(signals: &Signals<'_>, name: &str) -> Option<String> {
-        signals
+    fn header(headers: &RetirementHeaders<'_>, name: &str) -> Option<String> {
+        headers
             .get(name)
             .map(|v| String::from_utf8(v.to_vec()).unwrap())
     }
@@ -516,11 +519,11 @@ mod tests {
     fn every_v1_answer_names_the_exact_v2_path_of_the_call_and_v2_answers_nothing() {
         let s = snapshot(|a| a.default_service = Some("OTHER".into()), true);
         let successor = |r: Result<Forward<'_>, Refusal<'_>>| {
-            let signals = match r {
-                Ok(f) => f.signals,
-                Err(r) => r.signals,
+            let headers = match r {
+                Ok(f) => f.retirement_headers,
+                Err(r) => r.retirement_headers,
             };
-            header(&signals, "link")
+            header(&headers, "link")
         };
         let link = |path: &str| Some(format!("<{path}>; rel=\"successor-version\""));
         let v1 = as_agent_1(&s, "POST", "/api/v1/verify/request");
@@ -566,9 +569,9 @@ mod tests {
         );
         // v2, and requests that named no version, carry no signal at all.
         let v2 = as_agent_1(&s, "POST", "/api/v2/verify/X/request").unwrap();
-        assert_eq!(v2.signals.headers().count(), 0);
+        assert_eq!(v2.retirement_headers.headers().count(), 0);
         let lost = admit(&s, &facts("GET", "/nope", None, None)).unwrap_err();
-        assert_eq!(lost.signals.headers().count(), 0);
+        assert_eq!(lost.retirement_headers.headers().count(), 0);
     }
 
     #[test]
@@ -593,20 +596,20 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            header(&early.signals, "sunset").as_deref(),
+            header(&early.retirement_headers, "sunset").as_deref(),
             Some("Tue, 01 Sep 2026 00:00:00 GMT")
         );
         assert_eq!(
-            header(&early.signals, "deprecation").as_deref(),
+            header(&early.retirement_headers, "deprecation").as_deref(),
             Some("@1780272000")
         );
         assert_eq!(
-            header(&early.signals, "link").as_deref(),
+            header(&early.retirement_headers, "link").as_deref(),
             Some("<https://example.org/v2>; rel=\"deprecation\", <https://example.org/v2>; rel=\"sunset\", </api/v2/transaction/t/status>; rel=\"successor-version\"")
         );
         let other = as_agent_1(&s, "GET", "/api/v1/transaction/t/status").unwrap();
         assert_eq!(
-            header(&other.signals, "sunset").as_deref(),
+            header(&other.retirement_headers, "sunset").as_deref(),
             Some("Tue, 01 Jun 2027 00:00:00 GMT")
         );
         // A refusal by the rate limiter keeps the request's signals.
@@ -618,8 +621,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            header(&limited.signals, "sunset"),
-            header(&early.signals, "sunset")
+            header(&limited.retirement_headers, "sunset"),
+            header(&early.retirement_headers, "sunset")
         );
     }
 

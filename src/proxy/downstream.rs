@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use http::HeaderValue;
 
-use crate::api::reply::Reply;
+use crate::api::failure::BodyError;
 use crate::http1::Framing;
 use crate::observe::exchange::Protocol;
 use crate::policy::admit::RequestView;
@@ -40,7 +40,7 @@ pub trait Downstream: Send {
         &mut self,
         max_bytes: usize,
         timeout: Duration,
-    ) -> impl Future<Output = Result<(), Reply>> + Send;
+    ) -> impl Future<Output = Result<(), BodyError>> + Send;
 
     /// The body read by [`Self::read_body`].
     fn body(&self) -> &[u8];

@@ -22,10 +22,10 @@ use tokio::time::timeout;
 use super::downstream::Downstream;
 use super::h2::PREFACE;
 use super::ProxyApp;
-use crate::api::reply::Reply;
+use crate::api::failure::{BodyError, UnreadableHead};
 use crate::config::{LimitsConfig, Snapshot};
 use crate::http1::{
-    is_bodiless_status, ChunkedDecoder, Framing, HeadError, Request, RequestHead, ResponseWriter,
+    is_bodiless_status, ChunkedDecoder, Framing, FramingError, Request, RequestHead, ResponseWriter,
 };
 use crate::observe::exchange::Protocol;
 use crate::policy::admit::{BodyLength, RequestView};
@@ -42,8 +42,8 @@ const KEPT_BUFFER: usize = 64 * 1024;
 /// Where the current request's body stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum BodyState {
-    /// The body is unread; `None` when its framing cannot be trusted.
-    Unread(Option<Framing>),
+    /// The body is unread: its framing, or why that cannot be trusted.
+    Unread(Result<Framing, FramingError>),
     /// The body is read: `raw` bytes after the head in `buf` are this request's, and the body
     /// is in `buf` (after the head) or, when it was chunked, in `decoded`.
     Read { raw: usize, chunked: bool },
@@ -111,10 +111,10 @@ impl ProxyApp {
                     // future, idle ones included (one allocation per request instead).
                     Box::pin(self.serve(&mut c, &snap)).await;
                 }
-                Ok(Err(reply)) => {
+                Ok(Err(unreadable)) => {
                     c.keep_alive = false;
                     c.head_only = false;
-                    Box::pin(self.refuse_unreadable(&mut c, &snap, reply)).await;
+                    Box::pin(self.refuse_unreadable(&mut c, &snap, unreadable)).await;
                 }
                 Ok(Ok(HeadRead::Closed | HeadRead::Http2Preface)) => return None,
                 Err(_) => {
@@ -190,7 +190,7 @@ impl H1Connection {
     /// Sets up the state of the request whose head was just read.
     fn start_request(&mut self, may_keep_alive: bool) {
         let req = self.view();
-        let (wants_keep_alive, framing) = (req.wants_keep_alive(), req.framing().ok());
+        let (wants_keep_alive, framing) = (req.wants_keep_alive(), req.framing());
         self.head_only = req.method() == "HEAD";
         self.keep_alive = may_keep_alive && wants_keep_alive;
         self.body = BodyState::Unread(framing);
@@ -215,7 +215,7 @@ impl H1Connection {
         &mut self,
         limits: &LimitsConfig,
         sniff_h2: bool,
-    ) -> Result<HeadRead, Reply> {
+    ) -> Result<HeadRead, UnreadableHead> {
         // Room for the largest head the limits admit, with each line's separators.
         let most = limits.max_uri_bytes + limits.max_header_bytes + 4 * limits.max_headers + 64;
         self.body = BodyState::Broken;
@@ -228,15 +228,14 @@ impl H1Connection {
                     None => match self.head.parse(&self.buf) {
                         Ok(true) => return Ok(HeadRead::Ready),
                         Ok(false) => {}
-                        Err(HeadError::TooManyHeaders) => return Err(Reply::HeadersTooLarge),
-                        Err(_) => return Err(Reply::Malformed),
+                        Err(e) => return Err(e.into()),
                     },
                 }
                 if self.buf.len() > most {
                     return Err(if self.buf.contains(&b'\n') {
-                        Reply::HeadersTooLarge
+                        UnreadableHead::TooLarge
                     } else {
-                        Reply::UriTooLong
+                        UnreadableHead::TargetTooLong
                     });
                 }
             }
@@ -263,20 +262,18 @@ impl H1Connection {
 
     /// Reads the whole body, refusing it as soon as it is known to exceed `max` (the excess
     /// is never buffered).
-    async fn read_body_framed(&mut self, framing: Framing, max: usize) -> Result<(), Reply> {
+    async fn read_body_framed(&mut self, framing: Framing, max: usize) -> Result<(), BodyError> {
         let start = self.head.len;
         match framing {
             Framing::Length(n) => {
                 let n = usize::try_from(n).unwrap_or(usize::MAX);
                 if n > max {
-                    return Err(Reply::PayloadTooLarge);
+                    return Err(BodyError::TooLarge { max });
                 }
                 self.send_continue(start + n).await?;
                 while self.buf.len() < start + n {
                     self.buf.reserve(start + n - self.buf.len());
-                    if !matches!(self.fill().await, Ok(got) if got > 0) {
-                        return Err(Reply::BadBody);
-                    }
+                    self.fill_body().await?;
                 }
                 self.body = BodyState::Read {
                     raw: n,
@@ -292,10 +289,10 @@ impl H1Connection {
                     let (decoded, input) = (&mut self.decoded, &self.buf[start + raw..]);
                     let (used, done) = decoder
                         .decode(input, |data| decoded.extend_from_slice(data))
-                        .map_err(|_| Reply::BadBody)?;
+                        .map_err(BodyError::Chunked)?;
                     raw += used;
                     if self.decoded.len() > max {
-                        return Err(Reply::PayloadTooLarge);
+                        return Err(BodyError::TooLarge { max });
                     }
                     if done {
                         break;
@@ -304,15 +301,22 @@ impl H1Connection {
                     // held twice.
                     self.buf.truncate(start);
                     raw = 0;
-                    if !matches!(self.fill().await, Ok(got) if got > 0) {
-                        return Err(Reply::BadBody);
-                    }
+                    self.fill_body().await?;
                 }
                 self.body = BodyState::Read { raw, chunked: true };
             }
-            Framing::UntilClose => return Err(Reply::BadBody),
+            Framing::UntilClose => return Err(BodyError::Unframed),
         }
         Ok(())
+    }
+
+    /// Reads more of a body whose end has not come yet.
+    async fn fill_body(&mut self) -> Result<(), BodyError> {
+        match self.fill().await {
+            Ok(0) => Err(BodyError::Truncated),
+            Ok(_) => Ok(()),
+            Err(e) => Err(BodyError::ClientGone(e)),
+        }
     }
 
     /// Whether the client waits for `100 Continue` before sending a body that ends at `end`
@@ -323,13 +327,13 @@ impl H1Connection {
     }
 
     /// Answers `Expect: 100-continue` when the body (ending at `end` in `buf`) is not all in.
-    async fn send_continue(&mut self, end: usize) -> Result<(), Reply> {
+    async fn send_continue(&mut self, end: usize) -> Result<(), BodyError> {
         if !self.awaits_continue(end) {
             return Ok(());
         }
         self.out.clear();
         self.out.put_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
-        self.send_out().await.map_err(|_| Reply::BadBody)
+        self.send_out().await.map_err(BodyError::ClientGone)
     }
 
     /// Reads and drops an unread body of `n` declared bytes, keeping what follows it.
@@ -363,7 +367,7 @@ impl H1Connection {
         // A body that broke its framing, its size or its deadline is not worth waiting for.
         // A client waiting for `100 Continue` gets the refusal now, and a close.
         let skippable = match framing {
-            Some(Framing::Length(n)) => usize::try_from(n)
+            Ok(Framing::Length(n)) => usize::try_from(n)
                 .ok()
                 .filter(|n| *n <= self.max_body_bytes && !self.awaits_continue(self.head.len + n)),
             _ => None,
@@ -527,12 +531,19 @@ impl Downstream for H1Connection {
         self.addr.as_deref()
     }
 
-    async fn read_body(&mut self, max_bytes: usize, body_timeout: Duration) -> Result<(), Reply> {
-        let BodyState::Unread(Some(framing)) = self.body else {
-            return Err(Reply::Malformed);
+    async fn read_body(
+        &mut self,
+        max_bytes: usize,
+        body_timeout: Duration,
+    ) -> Result<(), BodyError> {
+        let framing = match self.body {
+            BodyState::Unread(framing) => framing.map_err(BodyError::Ambiguous)?,
+            // A body is read once, after its head started the request: in any other state
+            // the connection has lost its place in the client's bytes.
+            BodyState::Read { .. } | BodyState::Broken => return Err(BodyError::Unframed),
         };
         let read = timeout(body_timeout, self.read_body_framed(framing, max_bytes)).await;
-        let result = read.unwrap_or(Err(Reply::BodyTimeout));
+        let result = read.unwrap_or(Err(BodyError::Timeout));
         if result.is_err() {
             // Part of the body may be gone from the buffer: the connection cannot be reused.
             self.body = BodyState::Broken;

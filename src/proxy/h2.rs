@@ -31,7 +31,7 @@ use tokio::time::timeout;
 
 use super::downstream::Downstream;
 use super::ProxyApp;
-use crate::api::reply::Reply;
+use crate::api::failure::BodyError;
 use crate::config::{LimitsConfig, Snapshot};
 use crate::http1::{is_bodiless_status, Framing};
 use crate::observe::exchange::Protocol;
@@ -354,16 +354,20 @@ impl Downstream for H2Stream {
         self.client_ip.as_deref()
     }
 
-    async fn read_body(&mut self, max_bytes: usize, body_timeout: Duration) -> Result<(), Reply> {
+    async fn read_body(
+        &mut self,
+        max_bytes: usize,
+        body_timeout: Duration,
+    ) -> Result<(), BodyError> {
         let read = async {
             while let Some(chunk) = self
                 .session
                 .read_body_bytes()
                 .await
-                .map_err(|_| Reply::BadBody)?
+                .map_err(|e| BodyError::Stream(e))?
             {
                 if self.body.len() + chunk.len() > max_bytes {
-                    return Err(Reply::PayloadTooLarge);
+                    return Err(BodyError::TooLarge { max: max_bytes });
                 }
                 self.body.extend_from_slice(&chunk);
             }
@@ -371,7 +375,7 @@ impl Downstream for H2Stream {
         };
         timeout(body_timeout, read)
             .await
-            .unwrap_or(Err(Reply::BodyTimeout))
+            .unwrap_or(Err(BodyError::Timeout))
     }
 
     fn body(&self) -> &[u8] {

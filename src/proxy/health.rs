@@ -95,10 +95,11 @@ impl HealthChecker {
         let up = &snap.upstream;
         let timeout = up.connect_timeout + up.read_timeout.min(Duration::from_secs(2));
         let mut down = Vec::new();
-        for (addr, peer) in up.addresses.iter().zip(&up.peers) {
+        for backend in &up.backends {
+            let addr = &backend.addr;
             let ok = check(
                 &*self.connector,
-                peer,
+                &backend.peer,
                 up.health_check_path.as_deref(),
                 timeout,
             )
@@ -114,7 +115,7 @@ impl HealthChecker {
                 down.push(*addr);
             }
         }
-        self.health.store(down, up.addresses.len());
+        self.health.store(down, up.backends.len());
         up.health_check_interval
     }
 }

@@ -4,22 +4,27 @@
 //! header-stage policy) → the rate limiter's verdict → read and check the body → send it
 //! upstream ([`super::upstream`]) → relay the answer ([`super::relay`]) → record what
 //! happened, and end the span from that record. Each refusal on the way is the gateway's own
-//! [`crate::api::reply::Answer`]. The span travels in the record ([`Exchange`]), which notes
-//! where each phase ended. The pipeline speaks to the client only through [`Downstream`]: a
-//! protocol (HTTP/1.1 in [`super::h1`], HTTP/2 in [`super::h2`]) supplies the request's head
-//! and body and renders answers, and keeps its own connection state.
+//! [`crate::api::reply::Answer`]; a failure (the head, the body, the backend) arrives as the
+//! error it was, which the record keeps ([`Exchange::failed`]) and `api::reply` answers. The
+//! span travels in the record ([`Exchange`]), which notes where each phase ended. The
+//! pipeline speaks to the client only through [`Downstream`]: a protocol (HTTP/1.1 in
+//! [`super::h1`], HTTP/2 in [`super::h2`]) supplies the request's head and body and renders
+//! answers, and keeps its own connection state.
 
 use super::downstream::{header_bytes, Downstream};
 use super::forwarding::UpstreamRequest;
 use super::relay;
 use super::ProxyApp;
+use crate::api::failure::{Chain, UnreadableHead};
 use crate::api::reply::Reply;
 use crate::api::schema;
 use crate::config::{Snapshot, ValidationMode};
 use crate::observe::exchange::{Exchange, Phase};
 use crate::observe::spans;
 use crate::observe::trace::RequestSpan;
-use crate::policy::admit::{self, admit, Forward, Refusal, RequestFacts, RequestView, Signals};
+use crate::policy::admit::{
+    self, admit, Forward, Refusal, RequestFacts, RequestView, RetirementHeaders,
+};
 use crate::policy::request_id;
 
 impl ProxyApp {
@@ -28,9 +33,8 @@ impl ProxyApp {
         let _in_flight = (self.in_flight.enter(), self.telemetry.in_flight());
         let mut ex = {
             let req = d.request();
-            let method =
-                http::Method::from_bytes(req.method().as_bytes()).unwrap_or(http::Method::GET);
-            let mut ex = Exchange::start(d.protocol(), &method, req.path());
+            let method = http::Method::from_bytes(req.method().as_bytes()).ok();
+            let mut ex = Exchange::start(d.protocol(), method.as_ref(), req.path());
             ex.request_id = request_id::client_value(&req).unwrap_or_else(|| self.ids.next_id());
             ex.span = self.tracer.start(snap, &req, d.client_ip(), ex.started_at);
             ex
@@ -40,20 +44,20 @@ impl ProxyApp {
         spans::finish(&mut ex, &snap.bases);
     }
 
-    /// Answers a request whose head could not be read at all.
+    /// Answers a request whose head could not be read at all: it has no method or path.
     pub(super) async fn refuse_unreadable<D: Downstream>(
         &self,
         d: &mut D,
         snap: &Snapshot,
-        reply: Reply,
+        unreadable: UnreadableHead,
     ) {
         let _in_flight = (self.in_flight.enter(), self.telemetry.in_flight());
-        tracing::debug!(status = reply.status(), "unreadable request");
-        let mut ex = Exchange::start(d.protocol(), &http::Method::GET, "");
+        let mut ex = Exchange::start(d.protocol(), None, "");
         ex.request_id = self.ids.next_id();
         ex.span = self.tracer.start_unreadable(ex.started_at);
-        ex.refused = Some(reply);
-        self.answer(d, &mut ex, reply, None, &Signals::default())
+        let reply = ex.failed(unreadable);
+        tracing::debug!(request_id = %ex.request_id, status = reply.status(), error = %Chain(&unreadable), "unreadable request");
+        self.answer(d, &mut ex, reply, None, &RetirementHeaders::default())
             .await;
         self.telemetry.record(&ex);
         spans::finish(&mut ex, &snap.bases);
@@ -82,14 +86,15 @@ impl ProxyApp {
             }
         }
         ex.reached(Phase::Admitted);
-        let signals = &forward.signals;
+        let retirement = &forward.retirement_headers;
         let body = forward.body;
-        if let Err(reply) = d
+        if let Err(e) = d
             .read_body(body.max_bytes, snap.limits.client_body_timeout)
             .await
         {
-            ex.refused = Some(reply);
-            return self.answer(d, ex, reply, None, signals).await;
+            tracing::debug!(request_id = %ex.request_id, error = %Chain(&e), "request body not read");
+            let reply = ex.failed(e);
+            return self.answer(d, ex, reply, None, retirement).await;
         }
         ex.bytes_in = d.body().len();
         ex.reached(Phase::BodyReceived);
@@ -101,7 +106,7 @@ impl ProxyApp {
                 if body.mode == ValidationMode::Enforce {
                     ex.refused = Some(Reply::InvalidBody);
                     return self
-                        .answer(d, ex, Reply::InvalidBody, Some(&message), signals)
+                        .answer(d, ex, Reply::InvalidBody, Some(&message), retirement)
                         .await;
                 }
             }
@@ -123,7 +128,7 @@ impl ProxyApp {
             ex.client_aborted = true;
             return;
         }
-        let signals = &forward.signals;
+        let retirement = &forward.retirement_headers;
         let exchanged = {
             let req = d.request();
             let request = UpstreamRequest {
@@ -140,10 +145,10 @@ impl ProxyApp {
         };
         ex.upstream.path = Some(forward.upstream_path.clone());
         match exchanged {
-            Ok(up) => relay::relay(self.upstream.pool(), d, up, snap, ex, signals).await,
-            Err(reply) => {
-                ex.refused = Some(reply);
-                self.answer(d, ex, reply, None, signals).await;
+            Ok(up) => relay::relay(self.upstream.pool(), d, up, snap, ex, retirement).await,
+            Err(e) => {
+                let reply = ex.failed(e);
+                self.answer(d, ex, reply, None, retirement).await;
             }
         }
     }
@@ -152,18 +157,18 @@ impl ProxyApp {
     async fn refuse<D: Downstream>(&self, d: &mut D, ex: &mut Exchange, refusal: &Refusal<'_>) {
         ex.refused(refusal);
         let hint = refusal.hint.as_deref();
-        self.answer(d, ex, refusal.reply, hint, &refusal.signals)
+        self.answer(d, ex, refusal.reply, hint, &refusal.retirement_headers)
             .await;
     }
 
-    /// Sends one of the gateway's own answers, with the request id and `signals`.
+    /// Sends one of the gateway's own answers, with the request id and the `retirement` headers.
     async fn answer<D: Downstream>(
         &self,
         d: &mut D,
         ex: &mut Exchange,
         reply: Reply,
         hint: Option<&str>,
-        signals: &Signals<'_>,
+        retirement: &RetirementHeaders<'_>,
     ) {
         let answer = reply.answer(hint);
         ex.status = answer.status;
@@ -173,7 +178,7 @@ impl ProxyApp {
             .iter()
             .map(header_bytes)
             .chain([(request_id::HEADER.as_bytes(), ex.request_id.as_bytes())])
-            .chain(signals.headers())
+            .chain(retirement.headers())
             .collect();
         let sent = d.send_answer(answer.status, &headers, &answer.body).await;
         ex.client_aborted |= sent.is_err();

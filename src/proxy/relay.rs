@@ -9,11 +9,12 @@ use tokio::time::timeout;
 
 use super::downstream::Downstream;
 use super::pool::{UpstreamConn, UpstreamPool};
-use super::upstream::Answered;
+use super::upstream::UpstreamResponse;
+use crate::api::failure::UpstreamErrorKind;
 use crate::config::Snapshot;
 use crate::http1::{ChunkError, ChunkedDecoder, Framing, ResponseHead};
-use crate::observe::exchange::{Exchange, UpstreamErrorKind};
-use crate::policy::admit::Signals;
+use crate::observe::exchange::Exchange;
+use crate::policy::admit::RetirementHeaders;
 use crate::policy::headers::{is_listed, NOT_RELAYED};
 use crate::policy::request_id;
 
@@ -87,20 +88,20 @@ impl BodyMover {
     }
 }
 
-/// Relays the answer whose head `answered` holds, with the request id and `signals` added.
+/// Relays the answer whose head `response` holds, with the request id and the `retirement` headers added.
 pub(super) async fn relay<D: Downstream>(
     pool: &UpstreamPool,
     d: &mut D,
-    answered: Answered,
+    response: UpstreamResponse,
     snap: &Snapshot,
     ex: &mut Exchange,
-    signals: &Signals<'_>,
+    retirement: &RetirementHeaders<'_>,
 ) {
-    let Answered {
+    let UpstreamResponse {
         mut conn,
         key,
         started,
-    } = answered;
+    } = response;
     let framing = conn.head.framing;
     let decode = framing == Framing::Chunked && d.wants_decoded();
     ex.status = conn.head.status;
@@ -108,7 +109,7 @@ pub(super) async fn relay<D: Downstream>(
         let up = &conn;
         let headers = relayed_headers(&up.head, &up.buf)
             .chain([(request_id::HEADER.as_bytes(), ex.request_id.as_bytes())])
-            .chain(signals.headers());
+            .chain(retirement.headers());
         // A decoded body has no framing left for the client: it ends when the connection does.
         let to_client = if decode { Framing::UntilClose } else { framing };
         d.start_response(up.head.status, up.head.reason(&up.buf), headers, to_client);

@@ -762,3 +762,158 @@ async fn refusals_and_backend_failures_are_spans_with_their_status() {
     );
     assert!(!format!("{spans:?}").contains(testing::TOKEN));
 }
+
+/// A POST of `/api/v1/verify/request` with `extra` header lines, that declares a `VERIFY` body
+/// and sends none of it.
+fn post_head(extra: &str) -> Vec<u8> {
+    let full = String::from_utf8(post("/api/v1/verify/request", VERIFY)).unwrap();
+    let head = full.strip_suffix(VERIFY).unwrap();
+    let at = head.len() - 2;
+    format!("{}{extra}{}", &head[..at], &head[at..]).into_bytes()
+}
+
+/// The span whose request was answered `status`.
+fn span_with_status(spans: &[SpanData], status: i64) -> &SpanData {
+    spans
+        .iter()
+        .find(|s| attribute(s, "http.response.status_code") == Some(status.into()))
+        .unwrap_or_else(|| panic!("no span with status {status}: {spans:?}"))
+}
+
+#[tokio::test]
+async fn a_client_gone_before_its_100_continue_is_recorded_as_gone_not_as_bad_framing() {
+    let h = Harness::traced(testing::config(), 1.0, |s| Act::Answer(ok(s)));
+    let Client { mut io, served, .. } = h.connect();
+    io.write_all(&post_head("Expect: 100-continue\r\n"))
+        .await
+        .unwrap();
+    // Gone: the gateway reads the head, and its `100 Continue` finds no one to write to.
+    drop(io);
+    served.await.unwrap();
+
+    // A body cut short is the framing's failure; the client stays to read the answer.
+    let mut c = h.connect();
+    let mut short = post_head("");
+    short.extend_from_slice(&VERIFY.as_bytes()[..5]);
+    c.send(&short).await;
+    c.io.shutdown().await.unwrap();
+    let a = c.answer().await.expect("an answer");
+    assert_eq!(a.status, 400);
+    assert!(a.body.contains("40001"), "{a:?}");
+
+    let spans = h.spans();
+    assert_eq!(spans.len(), 2, "{spans:?}");
+    let cause = |span: &SpanData| match attribute(span, "agent_gateway.cause") {
+        Some(Value::String(s)) => s.as_str().to_owned(),
+        other => panic!("no cause: {other:?}"),
+    };
+    let (gone, cut): (Vec<_>, Vec<_>) = spans
+        .iter()
+        .partition(|s| attribute(s, "agent_gateway.client_aborted") == Some(true.into()));
+    let (gone, cut) = (gone[0], cut[0]);
+    // The answer is the one it always was; the cause is what happened.
+    assert_eq!(
+        attribute(gone, "agent_gateway.message_code"),
+        Some(40001.into())
+    );
+    assert!(
+        cause(gone).starts_with("the client went away: "),
+        "{}",
+        cause(gone)
+    );
+    assert_eq!(gone.status, Status::Unset, "the client's failure");
+    assert_eq!(
+        cause(cut),
+        "the connection ended before the request body did"
+    );
+}
+
+/// `tracing`'s JSON lines, at debug and above, written while the guard lives on this thread
+/// (a `#[tokio::test]` runs the gateway's tasks on it too).
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    fn capture(&self) -> tracing::subscriber::DefaultGuard {
+        let writer = self.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .flatten_event(true)
+            .with_max_level(tracing::Level::DEBUG)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::set_default(subscriber)
+    }
+
+    /// The lines whose `message` is `message`.
+    fn with_message(&self, message: &str) -> Vec<serde_json::Value> {
+        let text = String::from_utf8(self.0.lock().unwrap().clone()).unwrap();
+        text.lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|v| v["message"] == message)
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn an_unreadable_request_is_recorded_with_no_method_and_its_cause() {
+    let logs = Logs::default();
+    let _logging = logs.capture();
+    let h = Harness::traced(testing::config(), 1.0, |s| Act::Answer(ok(s)));
+    let a = h.connect().exchange(b"NOT HTTP AT ALL\r\n\r\n").await;
+    assert_eq!(a.status, 400);
+    assert!(a.body.contains("40003"), "{a:?}");
+
+    let access = logs.with_message("request");
+    assert_eq!(access.len(), 1, "{access:?}");
+    assert_eq!(access[0]["method"], "", "not a GET: {}", access[0]);
+    assert_eq!(access[0]["status"], 400);
+    let noted = logs.with_message("unreadable request");
+    assert_eq!(
+        noted[0]["error"], "the request head does not parse: not a valid HTTP/1.x head",
+        "{noted:?}"
+    );
+    let spans = h.spans();
+    let span = span_with_status(&spans, 400);
+    assert_eq!(span.name, "HTTP");
+    assert_eq!(
+        attribute(span, "agent_gateway.cause"),
+        Some("the request head does not parse: not a valid HTTP/1.x head".into())
+    );
+}
+
+#[tokio::test]
+async fn a_failed_backend_is_logged_and_traced_with_its_cause() {
+    let logs = Logs::default();
+    let _logging = logs.capture();
+    let h = Harness::traced(testing::config(), 1.0, |_| Act::Close);
+    let a = h
+        .connect()
+        .exchange(&get("/api/v2/transaction/tx-1/status"))
+        .await;
+    assert_eq!(a.status, 502);
+    let cause = "the backend closed the connection before answering";
+    let warned = logs.with_message("upstream exchange failed");
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert_eq!(warned[0]["error"], cause);
+    let spans = h.spans();
+    let span = span_with_status(&spans, 502);
+    assert_eq!(attribute(span, "agent_gateway.cause"), Some(cause.into()));
+    // The attributes that were there before keep their values.
+    assert_eq!(attribute(span, "error.type"), Some("reset".into()));
+    assert_eq!(
+        span.status,
+        Status::error("the backend closed the connection or sent an invalid response")
+    );
+}

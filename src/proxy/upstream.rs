@@ -6,7 +6,6 @@
 //! connection the backend had already closed goes once more, to the next address in
 //! rotation, on a new connection.
 
-use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,10 +19,10 @@ use super::connect::Connect;
 use super::forwarding::UpstreamRequest;
 use super::health::UpstreamHealth;
 use super::pool::{UpstreamConn, UpstreamPool};
-use crate::api::reply::Reply;
+use crate::api::failure::{Chain, UpstreamError, UpstreamErrorKind};
 use crate::config::Snapshot;
 use crate::http1::HeadError;
-use crate::observe::exchange::{UpstreamErrorKind, UpstreamRecord};
+use crate::observe::exchange::UpstreamRecord;
 use crate::policy::admit::RequestView;
 
 /// Longest response head accepted from a backend.
@@ -37,49 +36,14 @@ pub struct Upstream {
     next_peer: AtomicUsize,
 }
 
-/// A backend connection whose answer's head has been read.
-pub struct Answered {
+/// The backend's answer to an [`UpstreamRequest`]: its head read into the connection's
+/// buffer, its body still to come, for [`super::relay`] to pass on.
+pub struct UpstreamResponse {
     pub conn: UpstreamConn,
     /// The connection's pool key, to return it when the answer is done.
     pub key: u64,
     /// When the request was sent.
     pub started: Instant,
-}
-
-/// What went wrong talking to a backend.
-#[derive(Debug)]
-struct Failure {
-    kind: UpstreamErrorKind,
-    what: &'static str,
-    cause: Option<String>,
-}
-
-impl Failure {
-    fn new(kind: UpstreamErrorKind, what: &'static str) -> Self {
-        Failure {
-            kind,
-            what,
-            cause: None,
-        }
-    }
-
-    fn io(what: &'static str, e: &std::io::Error) -> Self {
-        Failure {
-            kind: UpstreamErrorKind::Reset,
-            what,
-            cause: Some(e.to_string()),
-        }
-    }
-}
-
-impl fmt::Display for Failure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.what)?;
-        if let Some(c) = &self.cause {
-            write!(f, ": {c}")?;
-        }
-        Ok(())
-    }
 }
 
 impl Upstream {
@@ -101,26 +65,30 @@ impl Upstream {
     }
 
     /// Sends `request` to one backend and reads the head of its answer; the failures on the
-    /// way are noted in `record`. `Err` is the answer the client gets instead.
+    /// way are noted in `record` and logged. `Err` is the one that ended the exchange.
     pub async fn exchange<R: RequestView>(
         &self,
         snap: &Snapshot,
         request: &UpstreamRequest<'_, R>,
         idempotent: bool,
         record: &mut UpstreamRecord,
-    ) -> Result<Answered, Reply> {
+    ) -> Result<UpstreamResponse, UpstreamError> {
         let request_id = request.request_id;
         let upstream = &snap.upstream;
-        let count = upstream.peers.len();
+        let count = upstream.backends.len();
         let first = self.next_peer.fetch_add(1, Ordering::Relaxed);
         // Addresses that failed their health check leave the rotation, unless all have.
-        let any_up = upstream.addresses.iter().any(|a| self.health.is_up(a));
-        let mut last_failure = Reply::UpstreamConnect;
+        let any_up = upstream.backends.iter().any(|b| self.health.is_up(&b.addr));
+        let mut last_failure = UpstreamError::new(
+            UpstreamErrorKind::Connect,
+            "no backend address to connect to",
+        );
         let mut resent = false;
         let mut rotation = (0..count).map(|i| (first + i) % count).peekable();
         while let Some(&index) = rotation.peek() {
-            let (peer, key) = (&upstream.peers[index], upstream.pool_keys[index]);
-            if any_up && !self.health.is_up(&upstream.addresses[index]) {
+            let backend = &upstream.backends[index];
+            let (peer, key) = (&backend.peer, backend.pool_key);
+            if any_up && !self.health.is_up(&backend.addr) {
                 rotation.next();
                 continue;
             }
@@ -132,7 +100,7 @@ impl Upstream {
                 self.pool.take(key, upstream.idle_timeout)
             };
             let reused = pooled.is_some();
-            record.attempt(upstream.addresses[index], started, reused);
+            record.attempt(backend.addr, started, reused);
             let mut conn = match pooled {
                 Some(conn) => conn,
                 None => match self.connector.connect(peer).await {
@@ -141,10 +109,11 @@ impl Upstream {
                         UpstreamConn::new(stream)
                     }
                     Err(e) => {
-                        let kind = classify(&e);
-                        record.errors.push(kind);
-                        tracing::warn!(request_id = %request_id, peer = %peer, error = %e, "upstream connect failed");
-                        last_failure = reply_for(kind);
+                        let failure =
+                            UpstreamError::caused(classify(&e), "connecting to the backend", e);
+                        record.errors.push(failure.kind);
+                        tracing::warn!(request_id = %request_id, peer = %peer, error = %Chain(&failure), "upstream connect failed");
+                        last_failure = failure;
                         rotation.next();
                         continue;
                     }
@@ -153,11 +122,11 @@ impl Upstream {
             match send_and_read_head(&mut conn, request, upstream.read_timeout).await {
                 Ok(()) => {
                     record.header_time = Some(started.elapsed());
-                    return Ok(Answered { conn, key, started });
+                    return Ok(UpstreamResponse { conn, key, started });
                 }
                 Err(failure) => {
                     record.errors.push(failure.kind);
-                    tracing::warn!(request_id = %request_id, peer = %peer, reused, error = %failure, "upstream exchange failed");
+                    tracing::warn!(request_id = %request_id, peer = %peer, reused, error = %Chain(&failure), "upstream exchange failed");
                     // A kept-alive connection the backend had already closed: a read goes
                     // once more, to the next address (this one just failed) unless it is the
                     // only one, on a new connection. A POST never does.
@@ -169,7 +138,7 @@ impl Upstream {
                         continue;
                     }
                     record.header_time = Some(started.elapsed());
-                    return Err(reply_for(failure.kind));
+                    return Err(failure);
                 }
             }
         }
@@ -183,7 +152,7 @@ async fn send_and_read_head<R: RequestView>(
     up: &mut UpstreamConn,
     request: &UpstreamRequest<'_, R>,
     read_timeout: Duration,
-) -> Result<(), Failure> {
+) -> Result<(), UpstreamError> {
     request.write_head(&mut up.buf);
     let write = async {
         up.stream.write_all(&up.buf).await?;
@@ -194,9 +163,9 @@ async fn send_and_read_head<R: RequestView>(
     };
     match timeout(read_timeout, write).await {
         Ok(Ok(())) => {}
-        Ok(Err(e)) => return Err(Failure::io("writing the request upstream", &e)),
+        Ok(Err(e)) => return Err(UpstreamError::io("writing the request upstream", e)),
         Err(_) => {
-            return Err(Failure::new(
+            return Err(UpstreamError::new(
                 UpstreamErrorKind::Timeout,
                 "writing the request upstream",
             ))
@@ -207,7 +176,7 @@ async fn send_and_read_head<R: RequestView>(
         match up.head.parse(&up.buf) {
             // The gateway never asks for an upgrade: a 101 is no interim answer to skip.
             Ok(true) if up.head.status == 101 => {
-                return Err(Failure::new(
+                return Err(UpstreamError::new(
                     UpstreamErrorKind::Other,
                     "the backend switched protocols unasked (101)",
                 ))
@@ -219,13 +188,13 @@ async fn send_and_read_head<R: RequestView>(
             Ok(true) => return Ok(()),
             Ok(false) if up.buf.len() <= MAX_UPSTREAM_HEAD => {}
             Err(HeadError::UnsupportedTransferCoding) => {
-                return Err(Failure::new(
+                return Err(UpstreamError::new(
                     UpstreamErrorKind::Other,
                     "the backend's answer has a transfer coding other than chunked",
                 ))
             }
             _ => {
-                return Err(Failure::new(
+                return Err(UpstreamError::new(
                     UpstreamErrorKind::Other,
                     "the backend's response head is not HTTP/1.x",
                 ))
@@ -237,14 +206,14 @@ async fn send_and_read_head<R: RequestView>(
         match timeout(read_timeout, up.stream.read_buf(&mut up.buf)).await {
             Ok(Ok(n)) if n > 0 => {}
             Ok(Ok(_)) => {
-                return Err(Failure::new(
+                return Err(UpstreamError::new(
                     UpstreamErrorKind::Reset,
                     "the backend closed the connection before answering",
                 ))
             }
-            Ok(Err(e)) => return Err(Failure::io("reading the response head", &e)),
+            Ok(Err(e)) => return Err(UpstreamError::io("reading the response head", e)),
             Err(_) => {
-                return Err(Failure::new(
+                return Err(UpstreamError::new(
                     UpstreamErrorKind::Timeout,
                     "no response head in time",
                 ))
@@ -267,14 +236,5 @@ fn classify(e: &Error) -> UpstreamErrorKind {
             UpstreamErrorKind::Reset
         }
         _ => UpstreamErrorKind::Other,
-    }
-}
-
-/// The answer a client gets when the backend failed this way.
-fn reply_for(kind: UpstreamErrorKind) -> Reply {
-    match kind {
-        UpstreamErrorKind::Timeout => Reply::UpstreamTimeout,
-        UpstreamErrorKind::Connect => Reply::UpstreamConnect,
-        UpstreamErrorKind::Reset | UpstreamErrorKind::Other => Reply::UpstreamBroken,
     }
 }

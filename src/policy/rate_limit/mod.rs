@@ -33,14 +33,20 @@ pub enum Verdict {
     },
 }
 
-/// Why the shared backend gave no verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Why the shared backend gave no verdict: a kind only, the metric's label (the Redis client's
+/// own error, when there is one, is logged where it happens).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum BackendError {
     /// No answer within `rate_limit.timeout_ms`.
+    #[error("the shared rate-limit backend did not answer within rate_limit.timeout_ms")]
     Timeout,
     /// The connection or the call failed.
+    #[error("the connection to the shared rate-limit backend, or the call, failed")]
     Failed,
     /// Not asked: it failed moments ago, and is left alone until its cooldown ends.
+    #[error(
+        "the shared rate-limit backend failed moments ago and is not asked until its cooldown ends"
+    )]
     Unavailable,
 }
 
