@@ -16,6 +16,53 @@
 //! The command line (`src/main.rs`, `src/cli/`) is the binary's own; errors become `anyhow` there.
 #![forbid(unsafe_code)]
 
+/// A fieldless enum whose variants are written once, each with its label: the macro adds
+/// `ALL` (every variant in declaration order, so `v as usize` is its index), `COUNT`, and, when
+/// the variants are given labels (`Variant => "label"`), `as_str`. Arrays of metric handles
+/// are sized and indexed by these, so a new variant has its label and its place everywhere.
+macro_rules! listed_enum {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident {
+            $( $(#[$vmeta:meta])* $variant:ident => $label:literal, )+
+        }
+    ) => {
+        listed_enum! {
+            $(#[$meta])*
+            $vis enum $name {
+                $( $(#[$vmeta])* $variant, )+
+            }
+        }
+
+        impl $name {
+            /// Its label (metrics, logs, reports).
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $( $name::$variant => $label, )+
+                }
+            }
+        }
+    };
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident {
+            $( $(#[$vmeta:meta])* $variant:ident, )+
+        }
+    ) => {
+        $(#[$meta])*
+        $vis enum $name {
+            $( $(#[$vmeta])* $variant, )+
+        }
+
+        #[allow(dead_code, reason = "the macro's own items, like a derive's: not every enum uses both")]
+        impl $name {
+            /// Every variant, in declaration order: `v as usize` is its index.
+            pub const ALL: [$name; [$( stringify!($variant) ),+].len()] = [$( $name::$variant ),+];
+            pub const COUNT: usize = Self::ALL.len();
+        }
+    };
+}
+
 pub mod api;
 pub mod app;
 pub mod config;

@@ -5,40 +5,34 @@
 //! and what the mock backend requires of it. Routing, rewriting, validation, the OpenAPI
 //! document, metrics, `/v1-usage`, the load generator and the mock all read the table, and
 //! every per-operation array is sized [`Operation::COUNT`]: a new operation is a new enum
-//! variant, its place in [`Operation::ALL`], and its row.
+//! variant and its row (the table is sized [`Operation::COUNT`] too, so it does not compile
+//! without one).
 
 use super::schema::{
     ObjectSchema, CONNECTION_INVITATION_REQUEST, CREDENTIAL_OFFER_REQUEST, VERIFY_REQUEST,
     VERIFY_RESPONSE_REQUEST,
 };
 
-/// The public interface version a request used.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ApiVersion {
-    V1,
-    V2,
-}
-
-impl ApiVersion {
-    pub const ALL: [ApiVersion; 2] = [ApiVersion::V1, ApiVersion::V2];
-    pub const COUNT: usize = Self::ALL.len();
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ApiVersion::V1 => "v1",
-            ApiVersion::V2 => "v2",
-        }
+listed_enum! {
+    /// The public interface version a request used.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum ApiVersion {
+        V1 => "v1",
+        V2 => "v2",
     }
 }
 
-/// An operation of the Agent REST Service; its facts are its row of [`OPERATIONS`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Operation {
-    VerifyRequest,
-    VerifyResponse,
-    ConnectionInvitation,
-    CredentialOffer,
-    TransactionStatus,
+listed_enum! {
+    /// An operation of the Agent REST Service; its facts are its row of [`OPERATIONS`], in
+    /// the order of [`Operation::ALL`].
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum Operation {
+        VerifyRequest,
+        VerifyResponse,
+        ConnectionInvitation,
+        CredentialOffer,
+        TransactionStatus,
+    }
 }
 
 /// One segment of an operation's path after its version's base.
@@ -195,16 +189,6 @@ pub static OPERATIONS: [OperationSpec; Operation::COUNT] = [
 pub const MAX_SEGMENTS: usize = 3;
 
 impl Operation {
-    /// Every operation, in table order: `op as usize` is its row.
-    pub const ALL: [Operation; 5] = [
-        Operation::VerifyRequest,
-        Operation::VerifyResponse,
-        Operation::ConnectionInvitation,
-        Operation::CredentialOffer,
-        Operation::TransactionStatus,
-    ];
-    pub const COUNT: usize = Self::ALL.len();
-
     /// Its row of the table.
     pub fn spec(self) -> &'static OperationSpec {
         &OPERATIONS[self as usize]
@@ -251,15 +235,6 @@ mod tests {
     #[test]
     fn the_table_has_one_row_per_operation_in_order() {
         for (i, op) in Operation::ALL.into_iter().enumerate() {
-            // An exhaustive match: a new variant does not compile until it is listed here,
-            // which is the reminder to give it its place in ALL and its row.
-            match op {
-                Operation::VerifyRequest
-                | Operation::VerifyResponse
-                | Operation::ConnectionInvitation
-                | Operation::CredentialOffer
-                | Operation::TransactionStatus => {}
-            }
             assert_eq!(op as usize, i, "{op:?} is out of place in ALL");
             assert_eq!(OPERATIONS[i].operation, op, "row {i} is not {op:?}'s");
         }

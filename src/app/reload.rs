@@ -29,21 +29,13 @@ use crate::config::{ConfigError, Problem, Snapshot, StartupConfig};
 /// How long the watcher waits for a burst of file events to settle before reloading.
 const DEBOUNCE: Duration = Duration::from_millis(150);
 
-/// What asked for a reload (for logs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Trigger {
-    FileChange,
-    Sighup,
-    Admin,
-}
-
-impl Trigger {
-    fn as_str(self) -> &'static str {
-        match self {
-            Trigger::FileChange => "file_change",
-            Trigger::Sighup => "sighup",
-            Trigger::Admin => "admin",
-        }
+listed_enum! {
+    /// What asked for a reload (for logs).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Trigger {
+        FileChange => "file_change",
+        Sighup => "sighup",
+        Admin => "admin",
     }
 }
 

@@ -96,26 +96,18 @@ impl fmt::Debug for TokenDigest {
     }
 }
 
-/// What the gateway does with an agent's v1 calls.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum V1Policy {
-    /// Forward, subject to sunset enforcement and brownouts.
-    #[default]
-    Allow,
-    /// Refuse every v1 call with 410.
-    Block,
-    /// Always forward: never blocked, browned out or sunset.
-    Exempt,
-}
-
-impl V1Policy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            V1Policy::Allow => "allow",
-            V1Policy::Block => "block",
-            V1Policy::Exempt => "exempt",
-        }
+listed_enum! {
+    /// What the gateway does with an agent's v1 calls.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+    #[serde(rename_all = "lowercase")]
+    pub enum V1Policy {
+        /// Forward, subject to sunset enforcement and brownouts.
+        #[default]
+        Allow => "allow",
+        /// Refuse every v1 call with 410.
+        Block => "block",
+        /// Always forward: never blocked, browned out or sunset.
+        Exempt => "exempt",
     }
 }
 
@@ -156,31 +148,22 @@ impl Repeat {
     }
 }
 
-/// A day of the week, in UTC.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Weekday {
-    Mon,
-    Tue,
-    Wed,
-    Thu,
-    Fri,
-    Sat,
-    Sun,
+listed_enum! {
+    /// A day of the week, in UTC; Monday first, as ISO 8601 counts.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+    #[serde(rename_all = "lowercase")]
+    pub enum Weekday {
+        Mon,
+        Tue,
+        Wed,
+        Thu,
+        Fri,
+        Sat,
+        Sun,
+    }
 }
 
 impl Weekday {
-    /// Monday first, as ISO 8601 counts.
-    const ALL: [Weekday; 7] = [
-        Weekday::Mon,
-        Weekday::Tue,
-        Weekday::Wed,
-        Weekday::Thu,
-        Weekday::Fri,
-        Weekday::Sat,
-        Weekday::Sun,
-    ];
-
     /// The UTC day of the week `t` falls on.
     pub fn of(t: SystemTime) -> Weekday {
         // 1970-01-01 was a Thursday, index 3 counting from Monday.

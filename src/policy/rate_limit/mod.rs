@@ -33,30 +33,16 @@ pub enum Verdict {
     },
 }
 
-/// Why the shared backend gave no verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BackendError {
-    /// No answer within `rate_limit.timeout_ms`.
-    Timeout,
-    /// The connection or the call failed.
-    Failed,
-    /// Not asked: it failed moments ago, and is left alone until its cooldown ends.
-    Unavailable,
-}
-
-impl BackendError {
-    pub const ALL: [BackendError; 3] = [
-        BackendError::Timeout,
-        BackendError::Failed,
-        BackendError::Unavailable,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BackendError::Timeout => "timeout",
-            BackendError::Failed => "error",
-            BackendError::Unavailable => "unavailable",
-        }
+listed_enum! {
+    /// Why the shared backend gave no verdict.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum BackendError {
+        /// No answer within `rate_limit.timeout_ms`.
+        Timeout => "timeout",
+        /// The connection or the call failed.
+        Failed => "error",
+        /// Not asked: it failed moments ago, and is left alone until its cooldown ends.
+        Unavailable => "unavailable",
     }
 }
 
@@ -72,26 +58,16 @@ pub trait Limiter: Send + Sync {
     ) -> impl Future<Output = Result<Verdict, BackendError>> + Send;
 }
 
-/// What decided a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DecidedBy {
-    /// This process's buckets: the configured backend, or Redis' fallback.
-    Local,
-    /// The shared Redis.
-    Redis,
-    /// `on_redis_error = "allow"` or `"deny"`, without any bucket.
-    OnRedisError,
-}
-
-impl DecidedBy {
-    pub const ALL: [DecidedBy; 3] = [DecidedBy::Local, DecidedBy::Redis, DecidedBy::OnRedisError];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DecidedBy::Local => "local",
-            DecidedBy::Redis => "redis",
-            DecidedBy::OnRedisError => "on_redis_error",
-        }
+listed_enum! {
+    /// What decided a request.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum DecidedBy {
+        /// This process's buckets: the configured backend, or Redis' fallback.
+        Local => "local",
+        /// The shared Redis.
+        Redis => "redis",
+        /// `on_redis_error = "allow"` or `"deny"`, without any bucket.
+        OnRedisError => "on_redis_error",
     }
 }
 

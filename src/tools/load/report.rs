@@ -16,27 +16,17 @@ use super::threshold::Verdict;
 use super::timeline::Timeline;
 use super::MAX_LATENCY_US;
 
-/// How an exchange failed without an HTTP status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum ConnErrorKind {
-    Connect,
-    Timeout,
-    /// The server closed the connection before a whole response.
-    Closed,
-    /// A read or write failed (reset, broken pipe).
-    Io,
-    Protocol,
-}
-
-impl ConnErrorKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ConnErrorKind::Connect => "connect",
-            ConnErrorKind::Timeout => "timeout",
-            ConnErrorKind::Closed => "closed",
-            ConnErrorKind::Io => "io",
-            ConnErrorKind::Protocol => "protocol",
-        }
+listed_enum! {
+    /// How an exchange failed without an HTTP status.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+    pub enum ConnErrorKind {
+        Connect => "connect",
+        Timeout => "timeout",
+        /// The server closed the connection before a whole response.
+        Closed => "closed",
+        /// A read or write failed (reset, broken pipe).
+        Io => "io",
+        Protocol => "protocol",
     }
 }
 

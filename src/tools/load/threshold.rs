@@ -10,42 +10,25 @@ use serde::Serialize;
 use super::report::Report;
 use super::LoadError;
 
-/// What a threshold measures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Metric {
-    P50,
-    P90,
-    P99,
-    P99_9,
-    Max,
-    Mean,
-    /// Failed requests (non-2xx, no answer, never sent) over all requests.
-    Errors,
-    /// Achieved responses per second.
-    Rps,
+listed_enum! {
+    /// What a threshold measures; its label is the name a threshold gives it and the report
+    /// shows.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Metric {
+        P50 => "p50",
+        P90 => "p90",
+        P99 => "p99",
+        P99_9 => "p99.9",
+        Max => "max",
+        Mean => "mean",
+        /// Failed requests (non-2xx, no answer, never sent) over all requests.
+        Errors => "errors",
+        /// Achieved responses per second.
+        Rps => "rps",
+    }
 }
 
-/// The metric names a threshold accepts, with the name it is reported under.
-const METRICS: [(&str, Metric); 8] = [
-    ("p50", Metric::P50),
-    ("p90", Metric::P90),
-    ("p99", Metric::P99),
-    ("p99.9", Metric::P99_9),
-    ("max", Metric::Max),
-    ("mean", Metric::Mean),
-    ("errors", Metric::Errors),
-    ("rps", Metric::Rps),
-];
-
 impl Metric {
-    pub fn name(self) -> &'static str {
-        METRICS
-            .iter()
-            .find(|(_, m)| *m == self)
-            .map(|(n, _)| *n)
-            .expect("every metric is in METRICS")
-    }
-
     /// The unit of its limit and value: milliseconds, a ratio (0 to 1), or requests/s.
     pub fn unit(self) -> &'static str {
         match self {
@@ -92,25 +75,18 @@ fn trim_float(v: f64, decimals: usize) -> String {
     }
 }
 
-/// How the measured value must compare with the limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cmp {
-    Lt,
-    Le,
-    Gt,
-    Ge,
+listed_enum! {
+    /// How the measured value must compare with the limit.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Cmp {
+        Lt => "<",
+        Le => "<=",
+        Gt => ">",
+        Ge => ">=",
+    }
 }
 
 impl Cmp {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Cmp::Lt => "<",
-            Cmp::Le => "<=",
-            Cmp::Gt => ">",
-            Cmp::Ge => ">=",
-        }
-    }
-
     fn holds(self, value: f64, limit: f64) -> bool {
         match self {
             Cmp::Lt => value < limit,
@@ -156,7 +132,7 @@ impl FromStr for Threshold {
             bad(format!(
                 "unknown metric {:?} (known: {})",
                 name.trim(),
-                METRICS.map(|(n, _)| n).join(", ")
+                Metric::ALL.map(Metric::as_str).join(", ")
             ))
         })?;
         let limit = parse_limit(metric, value.trim()).map_err(bad)?;
@@ -176,7 +152,7 @@ fn metric_named(name: &str) -> Option<Metric> {
         Some(q) => format!("p{q}"),
         None => name.replace('_', "."),
     };
-    METRICS.iter().find(|(n, _)| *n == name).map(|(_, m)| *m)
+    Metric::ALL.into_iter().find(|m| m.as_str() == name)
 }
 
 /// The limit in the metric's unit: latencies in ms (`50ms`, `1.5s`, `800us`; a plain number is
@@ -237,7 +213,7 @@ impl Threshold {
         let actual = self.metric.value(r);
         Verdict {
             threshold: self.text.clone(),
-            metric: self.metric.name(),
+            metric: self.metric.as_str(),
             op: self.cmp.as_str(),
             limit: self.limit,
             actual,
