@@ -78,21 +78,31 @@ impl Stats {
     }
 
     pub fn merge(&mut self, other: &Stats) {
+        // Every field, without `..`: a new count does not compile until it is merged.
+        let Stats {
+            latency_us,
+            statuses,
+            conn_errors,
+            operations,
+            unsent,
+            late_starts,
+            cancelled,
+        } = other;
         self.latency_us
-            .add(&other.latency_us)
+            .add(latency_us)
             .expect("histograms share bounds");
-        for (k, v) in &other.statuses {
+        for (k, v) in statuses {
             *self.statuses.entry(*k).or_default() += v;
         }
-        for (k, v) in &other.conn_errors {
+        for (k, v) in conn_errors {
             *self.conn_errors.entry(*k).or_default() += v;
         }
-        for (a, b) in self.operations.iter_mut().zip(other.operations) {
+        for (a, b) in self.operations.iter_mut().zip(operations) {
             *a += b;
         }
-        self.unsent += other.unsent;
-        self.late_starts += other.late_starts;
-        self.cancelled += other.cancelled;
+        self.unsent += unsent;
+        self.late_starts += late_starts;
+        self.cancelled += cancelled;
     }
 }
 

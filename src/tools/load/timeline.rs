@@ -52,27 +52,49 @@ impl Second {
     }
 
     fn merge(&mut self, other: &Second) {
+        // Every field, without `..` (here and below): a new count does not compile until it is
+        // merged, looked at and cleared.
+        let Second {
+            latency_us,
+            statuses,
+            conn_errors,
+            unsent,
+        } = other;
         self.latency_us
-            .add(&other.latency_us)
+            .add(latency_us)
             .expect("histograms share bounds");
-        for (k, v) in &other.statuses {
+        for (k, v) in statuses {
             *self.statuses.entry(*k).or_default() += v;
         }
-        for (k, v) in &other.conn_errors {
+        for (k, v) in conn_errors {
             *self.conn_errors.entry(*k).or_default() += v;
         }
-        self.unsent += other.unsent;
+        self.unsent += unsent;
     }
 
     fn is_empty(&self) -> bool {
-        self.statuses.is_empty() && self.conn_errors.is_empty() && self.unsent == 0
+        // Every latency recorded came with a status.
+        let Second {
+            latency_us: _,
+            statuses,
+            conn_errors,
+            unsent,
+        } = self;
+        statuses.is_empty() && conn_errors.is_empty() && *unsent == 0
     }
 
+    /// Empties the second, keeping its histogram's memory.
     fn clear(&mut self) {
-        self.latency_us.reset();
-        self.statuses.clear();
-        self.conn_errors.clear();
-        self.unsent = 0;
+        let Second {
+            latency_us,
+            statuses,
+            conn_errors,
+            unsent,
+        } = self;
+        latency_us.reset();
+        statuses.clear();
+        conn_errors.clear();
+        *unsent = 0;
     }
 }
 
