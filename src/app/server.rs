@@ -28,7 +28,7 @@ use crate::proxy::connect::Connect;
 use crate::proxy::health::{HealthChecker, UpstreamHealth};
 use crate::proxy::pool::{PoolSweeper, UpstreamPool};
 use crate::proxy::upstream::Upstream;
-use crate::proxy::{Drain, InFlight, ProxyApp};
+use crate::proxy::{Drain, ProxyApp};
 use crate::tools::mock_backend::MockBackend;
 
 /// Why the server could not be assembled.
@@ -127,7 +127,6 @@ pub fn build(
     let connector: Arc<dyn Connect> =
         Arc::new(TransportConnector::new(Some(ConnectorOptions::new(0))));
     let upstream = Upstream::new(connector.clone(), pool.clone(), health.clone());
-    let in_flight = Arc::new(InFlight::default());
     let drain = Drain::default();
     let proxy_app = ProxyApp::new(
         config.clone(),
@@ -135,7 +134,6 @@ pub fn build(
         tracer.clone(),
         upstream,
         rate_limits,
-        in_flight.clone(),
         drain.clone(),
     );
     let mut proxy = Service::new("agent-gateway proxy".into(), proxy_app);
@@ -198,7 +196,7 @@ pub fn build(
     });
     let signals = Signals {
         store,
-        in_flight,
+        in_flight: telemetry.in_flight.clone(),
         drain,
         before_exit: before_exit.clone(),
         grace: Duration::from_secs(startup.grace_period_seconds),

@@ -14,9 +14,10 @@ use pingora::server::{ShutdownSignal, ShutdownSignalWatch};
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::app::reload::{ConfigStore, Trigger};
+use crate::observe::in_flight::InFlight;
 use crate::observe::log_sink::LineSink;
 use crate::observe::trace::Tracer;
-use crate::proxy::{Drain, InFlight};
+use crate::proxy::Drain;
 
 /// Time for the listeners to close after SIGTERM before in-flight requests are counted.
 const LISTENER_CLOSE: Duration = Duration::from_millis(200);

@@ -10,7 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use prometheus::{
     exponential_buckets, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter,
-    IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    IntCounterVec, IntGaugeVec, Opts, Registry,
 };
 
 use crate::api::operation::{ApiVersion, Operation};
@@ -20,6 +20,7 @@ use crate::observe::access_log::AccessLog;
 use crate::observe::exchange::{
     operation_name, version_name, Exchange, Protocol, UpstreamErrorKind,
 };
+use crate::observe::in_flight::{InFlight, InFlightGauge};
 use crate::observe::log_sink::LineSink;
 use crate::observe::retirement::RetirementMetrics;
 use crate::observe::usage::UsageTracker;
@@ -67,7 +68,9 @@ pub struct Telemetry {
     auth_failures: [IntCounter; AuthFailure::ALL.len()],
     agent_requests: IntCounterVec,
     upstream_errors: [IntCounter; UpstreamErrorKind::ALL.len()],
-    in_flight: IntGauge,
+    /// Requests being served now: the pipeline counts them, a draining process waits for
+    /// them, and `agent_gateway_in_flight_requests` shows them.
+    pub in_flight: Arc<InFlight>,
     /// Client connections and requests by protocol, in the order of [`Protocol::ALL`].
     connections: [IntCounter; Protocol::ALL.len()],
     requests_by_protocol: [IntCounter; Protocol::ALL.len()],
@@ -84,15 +87,6 @@ pub struct Telemetry {
     /// Per-agent counts behind `/v1-usage`.
     pub usage: UsageTracker,
     access_log: AccessLog,
-}
-
-/// Decrements the in-flight gauge when the request ends, however it ends.
-pub struct InFlight<'a>(&'a IntGauge);
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.0.dec();
-    }
 }
 
 impl Telemetry {
@@ -142,10 +136,7 @@ impl Telemetry {
             ),
             &["kind"],
         )?;
-        let in_flight = IntGauge::new(
-            "agent_gateway_in_flight_requests",
-            "Requests being served now.",
-        )?;
+        let in_flight = Arc::new(InFlight::default());
         let connections_vec = IntCounterVec::new(
             Opts::new(
                 "agent_gateway_connections_total",
@@ -227,7 +218,7 @@ impl Telemetry {
         registry.register(Box::new(auth_failures_vec.clone()))?;
         registry.register(Box::new(agent_requests.clone()))?;
         registry.register(Box::new(upstream_errors_vec.clone()))?;
-        registry.register(Box::new(in_flight.clone()))?;
+        registry.register(Box::new(InFlightGauge::new(in_flight.clone())?))?;
         registry.register(Box::new(connections_vec.clone()))?;
         registry.register(Box::new(requests_by_protocol_vec.clone()))?;
         registry.register(Box::new(build_info))?;
@@ -345,12 +336,6 @@ impl Telemetry {
             }
         }
         self.retirement.publish(snapshot, now);
-    }
-
-    /// Counts a request as in flight until the returned guard drops.
-    pub fn in_flight(&self) -> InFlight<'_> {
-        self.in_flight.inc();
-        InFlight(&self.in_flight)
     }
 
     /// Counts a client connection speaking `protocol`.

@@ -25,7 +25,7 @@ use crate::policy::request_id;
 impl ProxyApp {
     /// Serves the request whose head `d` holds, under one snapshot from start to end.
     pub(super) async fn serve<D: Downstream>(&self, d: &mut D, snap: &Snapshot) {
-        let _in_flight = (self.in_flight.enter(), self.telemetry.in_flight());
+        let _in_flight = self.telemetry.in_flight.enter();
         let mut ex = {
             let req = d.request();
             let method =
@@ -47,7 +47,7 @@ impl ProxyApp {
         snap: &Snapshot,
         reply: Reply,
     ) {
-        let _in_flight = (self.in_flight.enter(), self.telemetry.in_flight());
+        let _in_flight = self.telemetry.in_flight.enter();
         tracing::debug!(status = reply.status(), "unreadable request");
         let mut ex = Exchange::start(d.protocol(), &http::Method::GET, "");
         ex.request_id = self.ids.next_id();
