@@ -9,13 +9,20 @@ use std::sync::Arc;
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
-use prometheus::IntGauge;
+use prometheus::{IntGauge, Registry};
 
 /// The count of requests being served.
 #[derive(Debug, Default)]
 pub struct InFlight(AtomicUsize);
 
 impl InFlight {
+    /// A counter at zero, its gauge registered in `registry`.
+    pub fn register(registry: &Registry) -> prometheus::Result<Arc<Self>> {
+        let requests = Arc::new(InFlight::default());
+        registry.register(Box::new(InFlightGauge::new(requests.clone())?))?;
+        Ok(requests)
+    }
+
     /// Acquire, paired with the release when a request ends: whoever sees the count fall to
     /// zero also sees what the requests wrote before they ended (their queued log lines).
     pub fn count(&self) -> usize {
@@ -39,13 +46,13 @@ impl Drop for InFlightGuard<'_> {
 }
 
 /// `agent_gateway_in_flight_requests`, set from the counter as it is collected.
-pub(super) struct InFlightGauge {
+struct InFlightGauge {
     requests: Arc<InFlight>,
     gauge: IntGauge,
 }
 
 impl InFlightGauge {
-    pub(super) fn new(requests: Arc<InFlight>) -> prometheus::Result<Self> {
+    fn new(requests: Arc<InFlight>) -> prometheus::Result<Self> {
         let gauge = IntGauge::new(
             "agent_gateway_in_flight_requests",
             "Requests being served now.",
@@ -68,7 +75,7 @@ impl Collector for InFlightGauge {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use prometheus::{Encoder, Registry, TextEncoder};
+    use prometheus::{Encoder, TextEncoder};
 
     /// The gauge's sample line, as a scrape shows it.
     fn scraped(registry: &Registry) -> String {
@@ -86,10 +93,7 @@ mod tests {
     #[test]
     fn the_metric_shows_the_count_the_drain_reads() {
         let registry = Registry::new();
-        let requests = Arc::new(InFlight::default());
-        registry
-            .register(Box::new(InFlightGauge::new(requests.clone()).unwrap()))
-            .unwrap();
+        let requests = InFlight::register(&registry).unwrap();
         assert_eq!(scraped(&registry), "agent_gateway_in_flight_requests 0");
         let first = requests.enter();
         let second = requests.enter();
