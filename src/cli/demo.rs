@@ -1,16 +1,48 @@
-//! What `agent-gateway demo` prints once it listens: the commands to try against the config it
-//! runs (a v1 call, the v2 call, the metrics, `v1-usage`), with its addresses and, where the
-//! demo can know it, a token that works. The text is a shell script: comments and commands.
+//! `agent-gateway demo`: the gateway and, in the same process, the mock v2 backend on the
+//! config's first upstream address; and what it prints once it listens: the commands to try
+//! against the config it runs (a v1 call, the v2 call, the metrics, `v1-usage`), with its
+//! addresses and, where the demo can know it, a token that works. The text is a shell script:
+//! comments and commands.
 
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::path::Path;
+use std::process::ExitCode;
 use std::time::Duration;
+
+use anyhow::Context;
 
 use agent_gateway::api::operation::{ApiVersion, Operation};
 use agent_gateway::api::route::build_path;
+use agent_gateway::app::server::{self, BuildOptions};
 use agent_gateway::config::{Agent, Snapshot, TokenDigest};
 use agent_gateway::policy::auth::{AGENT_ID_HEADER, AUTH_TOKEN_HEADER};
+
+use super::{load_store, pingora_opt, LogArgs};
+
+pub fn run(config: &Path, log: &LogArgs) -> anyhow::Result<ExitCode> {
+    let logs = log.init();
+    let store = load_store(config)?;
+    let snapshot = store.current().load_full();
+    let (proxy, backend) = (
+        snapshot.startup.proxy_listen,
+        snapshot.upstream.addresses[0],
+    );
+    tracing::info!(%proxy, %backend, "demo: gateway with the mock v2 backend");
+    let options = BuildOptions {
+        pingora_opt: Some(pingora_opt(false)),
+        mock_backend: Some(backend),
+        logs: Some(logs),
+    };
+    let gateway = server::build(store, prometheus::default_registry(), options)?;
+    let exe = std::env::current_exe().context("cannot tell this program's path")?;
+    let listeners = [Some(proxy), snapshot.startup.admin_listen, Some(backend)];
+    announce_when_listening(
+        listeners.into_iter().flatten().collect(),
+        try_these(&snapshot, &exe),
+    );
+    gateway.run_forever()
+}
 
 /// The agents of the shipped `config/gateway.toml` and their tokens (the file stores only
 /// their SHA-256): a config with one of them gets commands that work as printed.
@@ -55,7 +87,7 @@ fn credentials(snapshot: &Snapshot) -> Option<(&Agent, String)> {
 }
 
 /// The commands to try, as a shell script; `exe` is this binary, for `v1-usage`.
-pub fn try_these(snapshot: &Snapshot, exe: &Path) -> String {
+fn try_these(snapshot: &Snapshot, exe: &Path) -> String {
     let startup = &snapshot.startup;
     let bases = &snapshot.bases;
     let (scheme, insecure) = match startup.proxy_tls {
@@ -145,7 +177,7 @@ const POLL: Duration = Duration::from_millis(20);
 
 /// Prints `text` on stdout once every address in `addrs` accepts connections, from a thread
 /// of its own (the server's run loop never returns).
-pub fn announce_when_listening(addrs: Vec<SocketAddr>, text: String) {
+fn announce_when_listening(addrs: Vec<SocketAddr>, text: String) {
     std::thread::spawn(move || {
         for addr in addrs.into_iter().map(reachable) {
             while TcpStream::connect_timeout(&addr, POLL).is_err() {
