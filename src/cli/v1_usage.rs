@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Context};
 
-use agent_gateway::http1::client;
+use agent_gateway::http1::{client, percent_encode};
 use agent_gateway::observe::fleet::{self, FleetError, Prometheus};
 use agent_gateway::observe::usage::UsageReport;
 
@@ -99,7 +99,7 @@ struct PrometheusApi {
 
 impl Prometheus for PrometheusApi {
     fn query(&mut self, promql: &str, at: Option<SystemTime>) -> Result<Vec<u8>, FleetError> {
-        let mut path = format!("/api/v1/query?query={}", url_encode(promql));
+        let mut path = format!("/api/v1/query?query={}", percent_encode(promql));
         if let Some(t) = at {
             let secs = t
                 .duration_since(SystemTime::UNIX_EPOCH)
@@ -112,17 +112,4 @@ impl Prometheus for PrometheusApi {
             http_get(&self.base, &path).map_err(|e| FleetError::Fetch(format!("{e:#}")))?;
         Ok(body)
     }
-}
-
-/// `s` percent-encoded for a query string: everything but unreserved characters.
-fn url_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() * 3);
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
