@@ -16,6 +16,7 @@ mod problems;
 mod rate_limit;
 mod retirement;
 mod startup;
+#[cfg(any(test, feature = "test-util"))]
 pub mod testing;
 mod tracing;
 mod types;
