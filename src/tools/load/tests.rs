@@ -9,11 +9,14 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::args::*;
 use super::html;
+use super::judge::*;
 use super::knee::*;
+use super::plan::*;
 use super::report::*;
 use super::request::*;
 use super::run::*;
 use super::schedule::*;
+use super::stats::*;
 use super::threshold::*;
 use super::timeline::*;
 use super::*;

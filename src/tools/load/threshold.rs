@@ -1,13 +1,13 @@
 //! Pass/fail thresholds, as k6 has them: `METRIC OP VALUE` (`p99<50ms`, `errors<0.1%`,
 //! `rps>1800`), parsed once from the command line (`--threshold`, and `--slo` for
-//! `--find-max`) and judged against a finished report.
+//! `--find-max`), and the verdicts a report carries once they are judged against it
+//! ([`super::judge`]).
 
 use std::fmt;
 use std::str::FromStr;
 
 use serde::Serialize;
 
-use super::report::Report;
 use super::LoadError;
 
 listed_enum! {
@@ -35,23 +35,6 @@ impl Metric {
             Metric::Errors => "ratio",
             Metric::Rps => "req/s",
             _ => "ms",
-        }
-    }
-
-    /// The metric's value in a report; `None` when the run measured nothing it could judge
-    /// (no response for a latency, no request for the error ratio): such a threshold fails.
-    pub fn value(self, r: &Report) -> Option<f64> {
-        let l = &r.latency_ms;
-        let latency = |v: f64| (r.responses > 0).then_some(v);
-        match self {
-            Metric::P50 => latency(l.p50),
-            Metric::P90 => latency(l.p90),
-            Metric::P99 => latency(l.p99),
-            Metric::P99_9 => latency(l.p99_9),
-            Metric::Max => latency(l.max),
-            Metric::Mean => latency(l.mean),
-            Metric::Errors => r.error_ratio(),
-            Metric::Rps => Some(r.throughput_rps),
         }
     }
 
@@ -87,7 +70,7 @@ listed_enum! {
 }
 
 impl Cmp {
-    fn holds(self, value: f64, limit: f64) -> bool {
+    pub(super) fn holds(self, value: f64, limit: f64) -> bool {
         match self {
             Cmp::Lt => value < limit,
             Cmp::Le => value <= limit,
@@ -208,21 +191,6 @@ pub struct Verdict {
     pub passed: bool,
 }
 
-impl Threshold {
-    pub fn judge(&self, r: &Report) -> Verdict {
-        let actual = self.metric.value(r);
-        Verdict {
-            threshold: self.text.clone(),
-            metric: self.metric.as_str(),
-            op: self.cmp.as_str(),
-            limit: self.limit,
-            actual,
-            unit: self.metric.unit(),
-            passed: actual.is_some_and(|v| self.cmp.holds(v, self.limit)),
-        }
-    }
-}
-
 impl Verdict {
     /// `p99<50ms (p99 73.214 ms)`, or `(nothing measured)`.
     pub fn describe(&self) -> String {
@@ -232,9 +200,4 @@ impl Verdict {
             None => format!("{} (nothing measured)", self.threshold),
         }
     }
-}
-
-/// Judges every threshold against a report.
-pub fn judge_all(thresholds: &[Threshold], r: &Report) -> Vec<Verdict> {
-    thresholds.iter().map(|t| t.judge(r)).collect()
 }

@@ -11,8 +11,7 @@ use std::sync::Mutex;
 
 use hdrhistogram::Histogram;
 
-use super::report::ConnErrorKind;
-use super::MAX_LATENCY_US;
+use super::stats::{ConnErrorKind, MAX_LATENCY_US};
 
 /// Significant digits of a second's latency histogram: 1% resolution is plenty for a chart,
 /// and keeps a second at about 10 KiB (3 digits would be 128 KiB).
