@@ -111,6 +111,43 @@ listed_enum! {
     }
 }
 
+/// What happens to request bodies that break the spec's schemas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ValidationMode {
+    /// Answer 400 naming the field and rule; nothing reaches the backend.
+    #[default]
+    Enforce,
+    /// Forward anyway, but count and log the violation.
+    Report,
+    /// Do not validate.
+    Off,
+}
+
+/// Where the per-agent buckets live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RateLimitBackend {
+    /// In this process: each replica allows every agent its whole limit.
+    #[default]
+    Local,
+    /// In a Redis shared by every replica: the limit holds across them all.
+    Redis,
+}
+
+/// What a request of a rate-limited agent gets when Redis cannot decide in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnRedisError {
+    /// This replica's own in-process buckets decide (the limit then holds per replica).
+    #[default]
+    Local,
+    /// Let the request through.
+    Allow,
+    /// Refuse it with 429 (message_code 42901).
+    Deny,
+}
+
 /// The two dates v1 answers announce: `[retirement]`'s, or an agent's own.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Dates {
