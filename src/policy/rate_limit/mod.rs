@@ -10,18 +10,15 @@
 //! own snapshot's `[rate_limit]`. (After linkerd's `local_rate_limit`: the state behind a trait,
 //! the clock an argument.)
 
+mod limits;
 pub mod local;
 pub mod redis;
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arc_swap::ArcSwapOption;
-
-use self::local::LocalLimiter;
-use self::redis::RedisLimiter;
-use crate::config::{OnRedisError, RateLimit, RateLimitConfig};
+pub use self::limits::RateLimits;
+use crate::config::{OnRedisError, RateLimit};
 
 /// A limiter's answer for one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,91 +157,9 @@ pub async fn decide<S: Limiter, L: Limiter>(
     }
 }
 
-/// A shared backend that is not there (a request that still runs on a Redis snapshot just
-/// after a reload to `local`): every question is a failure, so `on_redis_error` applies.
-struct Absent;
-
-impl Limiter for Absent {
-    fn check(
-        &self,
-        _: &str,
-        _: RateLimit,
-        _: Instant,
-    ) -> impl Future<Output = Result<Verdict, BackendError>> + Send {
-        std::future::ready(Err(BackendError::Unavailable))
-    }
-}
-
-/// The rate limiter the proxy holds: this process's buckets (the `local` backend, and Redis'
-/// fallback; they outlive reloads) and the connection to the configured Redis, if any.
-#[derive(Default)]
-pub struct RateLimits {
-    local: LocalLimiter,
-    redis: ArcSwapOption<RedisLimiter>,
-}
-
-impl RateLimits {
-    /// The limiter for `config`, connecting to Redis lazily (on the first request that needs it).
-    pub fn new(config: &RateLimitConfig) -> Self {
-        let limits = Self::default();
-        limits.configure(config);
-        limits
-    }
-
-    /// Follows a new `[rate_limit]`: a new Redis URL, CA or timeout gets a new connection (the
-    /// old one closes once no request uses it); a new prefix keeps the connection; `local`
-    /// drops it. Never blocks: connections are made by the requests that use them.
-    pub fn configure(&self, config: &RateLimitConfig) {
-        let RateLimitConfig::Redis(wanted) = config else {
-            self.redis.store(None);
-            return;
-        };
-        let current = self.redis.load_full();
-        let next = match current.as_deref() {
-            Some(running) if running.config() == wanted => return,
-            Some(running) if running.config().same_connection(wanted) => {
-                running.with_config(wanted.clone())
-            }
-            _ => match RedisLimiter::new(wanted.clone()) {
-                Ok(limiter) => {
-                    tracing::info!(url = %wanted.url, "rate limits: using Redis");
-                    limiter
-                }
-                Err(e) => {
-                    // Only a CA the TLS library refuses gets here (the config checked the rest):
-                    // every decision then takes `on_redis_error`.
-                    tracing::error!(url = %wanted.url, error = %e, "rate limits: cannot set up the Redis client");
-                    self.redis.store(None);
-                    return;
-                }
-            },
-        };
-        self.redis.store(Some(Arc::new(next)));
-    }
-
-    /// Decides one request of `agent_id` under `limit`, by the request's own snapshot's
-    /// `[rate_limit]`.
-    pub async fn check(
-        &self,
-        config: &RateLimitConfig,
-        agent_id: &str,
-        limit: RateLimit,
-        now: Instant,
-    ) -> Decision {
-        match config {
-            RateLimitConfig::Local => decide_locally(&self.local, agent_id, limit, now).await,
-            RateLimitConfig::Redis(redis) => match self.redis.load_full() {
-                Some(shared) => {
-                    decide(&*shared, &self.local, redis.on_error, agent_id, limit, now).await
-                }
-                None => decide(&Absent, &self.local, redis.on_error, agent_id, limit, now).await,
-            },
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::local::LocalLimiter;
     use super::*;
 
     const LIMIT: RateLimit = RateLimit {
@@ -350,16 +265,5 @@ mod tests {
             }
         }
         assert!(local.take("a", LIMIT, Instant::now()).is_ok());
-    }
-
-    #[tokio::test]
-    async fn a_local_backend_never_touches_redis_state() {
-        let limits = RateLimits::new(&RateLimitConfig::Local);
-        let now = Instant::now();
-        let d = limits.check(&RateLimitConfig::Local, "a", LIMIT, now).await;
-        assert_eq!((d.outcome, d.by), (Outcome::Allowed, DecidedBy::Local));
-        let d = limits.check(&RateLimitConfig::Local, "a", LIMIT, now).await;
-        assert!(matches!(d.outcome, Outcome::OverLimit { .. }));
-        assert!(limits.redis.load().is_none());
     }
 }
