@@ -1,9 +1,9 @@
 //! The operations of the Agent REST Service, in one table.
 //!
 //! Everything the gateway knows about an operation is a column of [`OPERATIONS`]: its
-//! method, its path after the v1 and the v2 base, its request body schema, its documentation
-//! and what the mock backend requires of it. Routing, rewriting, validation, the OpenAPI
-//! document, metrics, `/v1-usage`, the load generator and the mock all read the table, and
+//! method, its path after the v1 and the v2 base, its request body schema and its
+//! documentation. Routing, rewriting, validation, the OpenAPI document, metrics,
+//! `/v1-usage`, the load generator and the mock backend all read the table, and
 //! every per-operation array is sized [`Operation::COUNT`]: a new operation is a new enum
 //! variant and its row (the table is sized [`Operation::COUNT`] too, so it does not compile
 //! without one).
@@ -87,8 +87,6 @@ pub struct OperationSpec {
     pub docs: Docs,
     /// Whether `auth.require_on_status = false` lets it through without credentials.
     pub auth_optional: bool,
-    /// The body fields the mock backend insists on, standing in for the real service's checks.
-    pub mock_required: &'static [&'static str],
 }
 
 use Segment::{Literal, ServiceCode, TransactionId};
@@ -112,7 +110,6 @@ pub static OPERATIONS: [OperationSpec; Operation::COUNT] = [
             success_schema: "InvitationResponse",
         },
         auth_optional: false,
-        mock_required: &["business_code"],
     },
     OperationSpec {
         operation: Operation::VerifyResponse,
@@ -130,7 +127,6 @@ pub static OPERATIONS: [OperationSpec; Operation::COUNT] = [
             success_schema: "ServiceAgentResponse",
         },
         auth_optional: false,
-        mock_required: &[],
     },
     OperationSpec {
         operation: Operation::ConnectionInvitation,
@@ -147,7 +143,6 @@ pub static OPERATIONS: [OperationSpec; Operation::COUNT] = [
             success_schema: "InvitationResponse",
         },
         auth_optional: false,
-        mock_required: &["organization_name"],
     },
     OperationSpec {
         operation: Operation::CredentialOffer,
@@ -164,7 +159,6 @@ pub static OPERATIONS: [OperationSpec; Operation::COUNT] = [
             success_schema: "InvitationResponse",
         },
         auth_optional: false,
-        mock_required: &["organization_name", "credential_def_id"],
     },
     OperationSpec {
         operation: Operation::TransactionStatus,
@@ -181,7 +175,6 @@ pub static OPERATIONS: [OperationSpec; Operation::COUNT] = [
             success_schema: "TransactionStatusResponse",
         },
         auth_optional: true,
-        mock_required: &[],
     },
 ];
 
