@@ -25,7 +25,7 @@ mod upstream;
 use std::path::Path;
 
 pub use auth::{Agent, AuthConfig, RateLimit};
-pub use file::FileConfig;
+pub use file::{FileConfig, DEFAULT_QUIET_DAYS};
 pub use limits::LimitsConfig;
 pub use problems::{ConfigError, Problem};
 pub use rate_limit::{RateLimitConfig, RedisLimitConfig, RedisUrl};
