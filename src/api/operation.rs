@@ -57,12 +57,36 @@ impl Segment {
     }
 }
 
+/// A group of operations in the OpenAPI document.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Tag {
+    pub name: &'static str,
+    pub description: &'static str,
+}
+
+const VERIFY: Tag = Tag {
+    name: "verify",
+    description: "Proof requests and their responses.",
+};
+const CONNECTION: Tag = Tag {
+    name: "connection",
+    description: "Pairwise connection invitations.",
+};
+const CREDENTIAL: Tag = Tag {
+    name: "credential",
+    description: "Credential offers.",
+};
+const TRANSACTION: Tag = Tag {
+    name: "transaction",
+    description: "Transaction status.",
+};
+
 /// How an operation is documented in the OpenAPI document.
 #[derive(Debug)]
 pub struct Docs {
     /// The spec's operation id (its spelling kept: `create_credentil_offer`).
     pub operation_id: &'static str,
-    pub tag: &'static str,
+    pub tag: &'static Tag,
     pub summary: &'static str,
     /// The spec's rules for the operation, in a sentence or two (may be empty).
     pub rules: &'static str,
@@ -102,7 +126,7 @@ pub static OPERATIONS: [OperationSpec; Operation::COUNT] = [
         schema: Some(&VERIFY_REQUEST),
         docs: Docs {
             operation_id: "create_verify_request",
-            tag: "verify",
+            tag: &VERIFY,
             summary: "Ask a holder to present a proof",
             rules: "When connection_id is present the request goes to that connection; when it \
                     is absent a pairwise connection is performed automatically first, and \
@@ -120,7 +144,7 @@ pub static OPERATIONS: [OperationSpec; Operation::COUNT] = [
         schema: Some(&VERIFY_RESPONSE_REQUEST),
         docs: Docs {
             operation_id: "create_verify_response",
-            tag: "verify",
+            tag: &VERIFY,
             summary: "Send the response to a verify request",
             rules: "Sends a verify proof response for a previously executed verify request, \
                     identified by presentation_id.",
@@ -137,7 +161,7 @@ pub static OPERATIONS: [OperationSpec; Operation::COUNT] = [
         schema: Some(&CONNECTION_INVITATION_REQUEST),
         docs: Docs {
             operation_id: "create_connection_invitation",
-            tag: "connection",
+            tag: &CONNECTION,
             summary: "Request a pairwise connection through an invitation",
             rules: "",
             success_schema: "InvitationResponse",
@@ -153,7 +177,7 @@ pub static OPERATIONS: [OperationSpec; Operation::COUNT] = [
         schema: Some(&CREDENTIAL_OFFER_REQUEST),
         docs: Docs {
             operation_id: "create_credentil_offer",
-            tag: "credential",
+            tag: &CREDENTIAL,
             summary: "Send a credential offer",
             rules: "When connection_id is provided, credential_values must be provided.",
             success_schema: "InvitationResponse",
@@ -169,7 +193,7 @@ pub static OPERATIONS: [OperationSpec; Operation::COUNT] = [
         schema: None,
         docs: Docs {
             operation_id: "get_transaction_status",
-            tag: "transaction",
+            tag: &TRANSACTION,
             summary: "Read the status of a transaction",
             rules: "transaction_id identifies the transaction.",
             success_schema: "TransactionStatusResponse",
