@@ -29,7 +29,7 @@ use super::request::transaction_id;
 use super::schedule::Schedule;
 use super::stats::{latency_us, ConnErrorKind, Stats};
 use super::threshold::Threshold;
-use super::timeline::{SecondRecorder, Timeline};
+use super::timeline::{Second, SecondRecorder, Timeline};
 use super::LoadError;
 
 /// Transaction ids remembered per connection for status reads.
@@ -397,6 +397,62 @@ pub(super) async fn report_progress(shared: Arc<Shared>, start: Instant) {
     }
 }
 
+/// How one request a connection took ended, as the counts see it.
+#[derive(Debug, Clone, Copy)]
+enum Ended {
+    /// An answer, with its latency in whole µs.
+    Answered {
+        status: u16,
+        latency_us: u64,
+    },
+    Failed(ConnErrorKind),
+    /// Not sent: the run's hard deadline had passed.
+    Unsent,
+}
+
+impl Shared {
+    /// The next request for a connection to send, and when it is due (open model); `None`
+    /// when the run has no more.
+    async fn next_request(&self, start: Instant, end: Instant) -> Option<(u64, Option<Instant>)> {
+        match &self.plan.load {
+            Load::Open(schedule) => {
+                self.gate.acquire().await.ok()?.forget();
+                let i = self.next.fetch_add(1, Ordering::Relaxed);
+                (i < schedule.total()).then(|| (i, Some(start + schedule.due_at(i))))
+            }
+            Load::Closed(_) => {
+                let over = Instant::now() >= end || self.over.load(Ordering::Relaxed);
+                (!over).then(|| (self.next.fetch_add(1, Ordering::Relaxed), None))
+            }
+        }
+    }
+
+    /// Counts how a request ended: in the connection's tally, in its second of the timeline,
+    /// and in the run's progress.
+    fn record(&self, ended: Ended, stats: &mut Stats, second: &mut Second) {
+        match ended {
+            Ended::Answered { status, latency_us } => {
+                stats.record_response(status, latency_us);
+                second.record_response(status, latency_us);
+                self.done.fetch_add(1, Ordering::Relaxed);
+                if !(200..300).contains(&status) {
+                    self.failed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Ended::Failed(kind) => {
+                stats.record_error(kind);
+                second.record_error(kind);
+                self.failed.fetch_add(1, Ordering::Relaxed);
+            }
+            Ended::Unsent => {
+                stats.unsent += 1;
+                second.unsent += 1;
+                self.failed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
 /// One connection's loop over the schedule (open) or back to back until the end (closed).
 /// `cancelled` firing abandons the request in flight and ends the loop.
 pub(super) async fn worker(
@@ -414,31 +470,11 @@ pub(super) async fn worker(
     let hard_deadline = end + plan.timeout;
     let second_of = |t: Instant| t.saturating_duration_since(start).as_secs() as usize;
     tokio::time::sleep_until(start.into()).await;
-    loop {
-        let (i, due) = match &plan.load {
-            Load::Open(schedule) => {
-                match shared.gate.acquire().await {
-                    Ok(permit) => permit.forget(),
-                    Err(_) => break,
-                }
-                let i = shared.next.fetch_add(1, Ordering::Relaxed);
-                if i >= schedule.total() {
-                    break;
-                }
-                (i, Some(start + schedule.due_at(i)))
-            }
-            Load::Closed(_) => {
-                if Instant::now() >= end || shared.over.load(Ordering::Relaxed) {
-                    break;
-                }
-                (shared.next.fetch_add(1, Ordering::Relaxed), None)
-            }
-        };
+    while let Some((i, due)) = shared.next_request(start, end).await {
         let sent = Instant::now();
         if sent >= hard_deadline {
-            stats.unsent += 1;
-            second.at(second_of(sent), &shared.timeline).unsent += 1;
-            shared.failed.fetch_add(1, Ordering::Relaxed);
+            let this_second = second.at(second_of(sent), &shared.timeline);
+            shared.record(Ended::Unsent, &mut stats, this_second);
             continue;
         }
         if due.is_some_and(|d| sent > d + Duration::from_millis(1)) {
@@ -455,39 +491,35 @@ pub(super) async fn worker(
             outcome = tokio::time::timeout(plan.timeout, conn.exchange(&req)) => outcome,
         };
         let finished = Instant::now();
-        let this_second = second.at(second_of(finished), &shared.timeline);
-        match outcome {
-            Ok(Ok(status)) => {
-                let us = latency_us(finished.saturating_duration_since(due.unwrap_or(sent)));
-                stats.record_response(status, us);
-                this_second.record_response(status, us);
-                shared.done.fetch_add(1, Ordering::Relaxed);
-                if !(200..300).contains(&status) {
-                    shared.failed.fetch_add(1, Ordering::Relaxed);
-                } else if op != Operation::TransactionStatus {
-                    if let Some(id) = transaction_id(conn.body()) {
-                        if tx_ids.len() == TX_POOL {
-                            tx_ids.pop_front();
-                        }
-                        tx_ids.push_back(id);
-                    }
-                }
-            }
-            Ok(Err(kind)) => {
-                stats.record_error(kind);
-                this_second.record_error(kind);
-                shared.failed.fetch_add(1, Ordering::Relaxed);
-                if kind == ConnErrorKind::Connect && matches!(plan.load, Load::Closed(_)) {
-                    // Do not spin on a refused port.
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-            }
+        let ended = match outcome {
+            Ok(Ok(status)) => Ended::Answered {
+                status,
+                latency_us: latency_us(finished.saturating_duration_since(due.unwrap_or(sent))),
+            },
+            Ok(Err(kind)) => Ended::Failed(kind),
             Err(_) => {
                 conn.reset();
-                stats.record_error(ConnErrorKind::Timeout);
-                this_second.record_error(ConnErrorKind::Timeout);
-                shared.failed.fetch_add(1, Ordering::Relaxed);
+                Ended::Failed(ConnErrorKind::Timeout)
             }
+        };
+        let this_second = second.at(second_of(finished), &shared.timeline);
+        shared.record(ended, &mut stats, this_second);
+        match ended {
+            Ended::Answered { status, .. }
+                if (200..300).contains(&status) && op != Operation::TransactionStatus =>
+            {
+                if let Some(id) = transaction_id(conn.body()) {
+                    if tx_ids.len() == TX_POOL {
+                        tx_ids.pop_front();
+                    }
+                    tx_ids.push_back(id);
+                }
+            }
+            // Do not spin on a refused port.
+            Ended::Failed(ConnErrorKind::Connect) if matches!(plan.load, Load::Closed(_)) => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            _ => {}
         }
     }
     second.flush(&shared.timeline);
