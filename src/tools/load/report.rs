@@ -170,19 +170,22 @@ impl Measured {
 /// Builds the report (without verdicts) from what a run measured.
 pub fn make_report(plan: &Plan, m: &Measured) -> Report {
     let stats = &m.stats;
-    let responses: u64 = stats.statuses.values().sum();
+    let responses: u64 = stats.ended.statuses.values().sum();
     let by_status: BTreeMap<u16, u64> = stats
+        .ended
         .statuses
         .iter()
         .filter(|(s, _)| !(200..300).contains(*s))
         .map(|(s, n)| (*s, *n))
         .collect();
     let connection: BTreeMap<&'static str, u64> = stats
+        .ended
         .conn_errors
         .iter()
         .map(|(k, n)| (k.as_str(), *n))
         .collect();
-    let total = by_status.values().sum::<u64>() + connection.values().sum::<u64>() + stats.unsent;
+    let total =
+        by_status.values().sum::<u64>() + connection.values().sum::<u64>() + stats.ended.unsent;
     let secs = m.elapsed.as_secs_f64();
     let schedule = match &plan.load {
         Load::Open(s) => Some(s),
@@ -208,13 +211,13 @@ pub fn make_report(plan: &Plan, m: &Measured) -> Report {
             0.0
         },
         latency_from,
-        latency_ms: Latency::of(&stats.latency_us),
-        statuses: stats.statuses.clone(),
+        latency_ms: Latency::of(&stats.ended.latency_us),
+        statuses: stats.ended.statuses.clone(),
         errors: Errors {
             total,
             by_status,
             connection,
-            unsent: stats.unsent,
+            unsent: stats.ended.unsent,
         },
         late_starts: stats.late_starts,
         operations: Operation::ALL
@@ -238,7 +241,7 @@ pub fn make_report(plan: &Plan, m: &Measured) -> Report {
         interrupted: m.interrupted,
         cancelled: stats.cancelled,
         timeline: timeline_report(schedule, ramps.is_some(), &m.timeline),
-        latency_distribution: distribution(&stats.latency_us),
+        latency_distribution: distribution(&stats.ended.latency_us),
         thresholds: Vec::new(),
     }
 }

@@ -27,7 +27,7 @@ use super::report::{
 };
 use super::request::transaction_id;
 use super::schedule::Schedule;
-use super::stats::{latency_us, ConnErrorKind, Stats};
+use super::stats::{latency_us, ConnErrorKind, Ended, Stats};
 use super::threshold::Threshold;
 use super::timeline::{Second, SecondRecorder, Timeline};
 use super::LoadError;
@@ -397,19 +397,6 @@ pub(super) async fn report_progress(shared: Arc<Shared>, start: Instant) {
     }
 }
 
-/// How one request a connection took ended, as the counts see it.
-#[derive(Debug, Clone, Copy)]
-enum Ended {
-    /// An answer, with its latency in whole µs.
-    Answered {
-        status: u16,
-        latency_us: u64,
-    },
-    Failed(ConnErrorKind),
-    /// Not sent: the run's hard deadline had passed.
-    Unsent,
-}
-
 impl Shared {
     /// The next request for a connection to send, and when it is due (open model); `None`
     /// when the run has no more.
@@ -430,25 +417,13 @@ impl Shared {
     /// Counts how a request ended: in the connection's tally, in its second of the timeline,
     /// and in the run's progress.
     fn record(&self, ended: Ended, stats: &mut Stats, second: &mut Second) {
-        match ended {
-            Ended::Answered { status, latency_us } => {
-                stats.record_response(status, latency_us);
-                second.record_response(status, latency_us);
-                self.done.fetch_add(1, Ordering::Relaxed);
-                if !(200..300).contains(&status) {
-                    self.failed.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            Ended::Failed(kind) => {
-                stats.record_error(kind);
-                second.record_error(kind);
-                self.failed.fetch_add(1, Ordering::Relaxed);
-            }
-            Ended::Unsent => {
-                stats.unsent += 1;
-                second.unsent += 1;
-                self.failed.fetch_add(1, Ordering::Relaxed);
-            }
+        stats.ended.record(ended);
+        second.record(ended);
+        if matches!(ended, Ended::Answered { .. }) {
+            self.done.fetch_add(1, Ordering::Relaxed);
+        }
+        if !matches!(ended, Ended::Answered { status, .. } if (200..300).contains(&status)) {
+            self.failed.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
