@@ -294,7 +294,7 @@ fn unsolicited_bytes_on_an_idle_pooled_connection_keep_it_out_of_use() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Found in the soak
+// Over a long run: the file watcher at rest, a pooled connection that died, a body in odd pieces
 // ---------------------------------------------------------------------------------------------
 
 #[test]

@@ -150,7 +150,7 @@ fn wait_counted(gw: &Gateway, n: usize) -> Vec<Sample> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// (a) exact metric values
+// Exact metric values
 // ---------------------------------------------------------------------------------------------
 
 /// Adds agent `browned` (token [`testing::TOKEN`]), inside a brownout that refuses all its v1
@@ -588,7 +588,7 @@ fn a_dead_upstream_address_is_a_502_counted_as_a_connect_error() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// (b) admin endpoints
+// Admin endpoints
 // ---------------------------------------------------------------------------------------------
 
 #[test]
@@ -662,7 +662,7 @@ fn admin_listener_serves_only_its_endpoints() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// (d) the dashboard reads only metrics that exist
+// The dashboard reads only metrics that exist
 // ---------------------------------------------------------------------------------------------
 
 #[test]

@@ -58,30 +58,14 @@ pub enum BodyError {
     Stream(#[source] Box<dyn Error + Send + Sync>),
 }
 
-/// How talking to the backend went wrong: the kinds that metrics and answers tell apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum UpstreamErrorKind {
-    Connect,
-    Timeout,
-    Reset,
-    Other,
-}
-
-impl UpstreamErrorKind {
-    pub const ALL: [UpstreamErrorKind; 4] = [
-        UpstreamErrorKind::Connect,
-        UpstreamErrorKind::Timeout,
-        UpstreamErrorKind::Reset,
-        UpstreamErrorKind::Other,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            UpstreamErrorKind::Connect => "connect",
-            UpstreamErrorKind::Timeout => "timeout",
-            UpstreamErrorKind::Reset => "reset",
-            UpstreamErrorKind::Other => "other",
-        }
+listed_enum! {
+    /// How talking to the backend went wrong: the kinds that metrics and answers tell apart.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum UpstreamErrorKind {
+        Connect => "connect",
+        Timeout => "timeout",
+        Reset => "reset",
+        Other => "other",
     }
 }
 

@@ -14,7 +14,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::api::operation::{ApiVersion, Operation, Segment};
+use crate::api::operation::{ApiVersion, Operation, Segment, Tag, OPERATIONS};
 use crate::api::reply::Reply;
 use crate::api::route;
 use crate::api::schema::{self, Constraint, FieldType, ObjectSchema, Rule};
@@ -136,12 +136,7 @@ fn document_with_sunset(snapshot: &Snapshot, sunset: Option<&str>) -> Value {
             "description": info_description(snapshot, sunset),
         },
         "servers": [{"url": "/"}],
-        "tags": [
-            {"name": "verify", "description": "Proof requests and their responses."},
-            {"name": "connection", "description": "Pairwise connection invitations."},
-            {"name": "credential", "description": "Credential offers."},
-            {"name": "transaction", "description": "Transaction status."},
-        ],
+        "tags": tags(),
         "paths": paths,
         "components": {
             "schemas": schemas,
@@ -165,6 +160,19 @@ fn document_with_sunset(snapshot: &Snapshot, sunset: Option<&str>) -> Value {
             },
         },
     })
+}
+
+/// The tags of the operation table, in its order, each once.
+fn tags() -> Vec<Value> {
+    let mut tags: Vec<&Tag> = Vec::new();
+    for spec in &OPERATIONS {
+        if !tags.contains(&spec.docs.tag) {
+            tags.push(spec.docs.tag);
+        }
+    }
+    tags.iter()
+        .map(|t| json!({"name": t.name, "description": t.description}))
+        .collect()
 }
 
 /// The public path of `op` under `version` and the snapshot's bases, with
@@ -234,12 +242,57 @@ fn status_applies(status: u16, snapshot: &Snapshot, version: ApiVersion, op: Ope
     }
 }
 
+/// One operation of the document: `op` under `version`.
 fn operation(
     snapshot: &Snapshot,
     version: ApiVersion,
     op: Operation,
     sunset: Option<&str>,
 ) -> Value {
+    let mut o = json!({
+        "operationId": operation_id(version, op),
+        "tags": [op.spec().docs.tag.name],
+        "summary": op.spec().docs.summary,
+        "parameters": parameters(version, op),
+        "responses": responses(snapshot, version, op),
+    });
+    let description = description(snapshot, version, op, sunset);
+    if !description.is_empty() {
+        o["description"] = json!(description);
+    }
+    if let Some(s) = op.schema() {
+        o["requestBody"] = json!({
+            "required": true,
+            "content": {"application/json": {"schema": {
+                "$ref": format!("#/components/schemas/{}", s.name),
+            }}},
+        });
+    }
+    o["security"] = if needs_auth(snapshot, op) {
+        let both: Map<String, Value> = SECURITY_SCHEMES
+            .iter()
+            .map(|(name, _)| ((*name).to_owned(), json!([])))
+            .collect();
+        json!([both])
+    } else {
+        json!([])
+    };
+    if version == ApiVersion::V1 {
+        o["deprecated"] = json!(true);
+        if let Some(date) = sunset {
+            o["x-sunset"] = json!(date);
+        }
+    }
+    o
+}
+
+/// What v1 forwards to and its end (v1 only), then the spec's rules for the operation.
+fn description(
+    snapshot: &Snapshot,
+    version: ApiVersion,
+    op: Operation,
+    sunset: Option<&str>,
+) -> String {
     let mut description = match version {
         ApiVersion::V2 => String::new(),
         ApiVersion::V1 => {
@@ -272,7 +325,11 @@ fn operation(
         }
         description.push_str(rules);
     }
+    description
+}
 
+/// The path parameters of `op` under `version`, then the request id header.
+fn parameters(version: ApiVersion, op: Operation) -> Vec<Value> {
     let mut parameters = Vec::new();
     if version == ApiVersion::V2 && op.is_service_scoped() {
         parameters.push(json!({
@@ -294,7 +351,11 @@ fn operation(
         }));
     }
     parameters.push(json!({"$ref": "#/components/parameters/XRequestId"}));
+    parameters
+}
 
+/// The backend's 200, then each answer of the gateway's own that `op` can get.
+fn responses(snapshot: &Snapshot, version: ApiVersion, op: Operation) -> Map<String, Value> {
     let mut responses = Map::new();
     responses.insert(
         "200".into(),
@@ -314,41 +375,7 @@ fn operation(
             );
         }
     }
-
-    let mut o = json!({
-        "operationId": operation_id(version, op),
-        "tags": [op.spec().docs.tag],
-        "summary": op.spec().docs.summary,
-        "parameters": parameters,
-        "responses": responses,
-    });
-    if !description.is_empty() {
-        o["description"] = json!(description);
-    }
-    if let Some(s) = op.schema() {
-        o["requestBody"] = json!({
-            "required": true,
-            "content": {"application/json": {"schema": {
-                "$ref": format!("#/components/schemas/{}", s.name),
-            }}},
-        });
-    }
-    o["security"] = if needs_auth(snapshot, op) {
-        let both: Map<String, Value> = SECURITY_SCHEMES
-            .iter()
-            .map(|(name, _)| ((*name).to_owned(), json!([])))
-            .collect();
-        json!([both])
-    } else {
-        json!([])
-    };
-    if version == ApiVersion::V1 {
-        o["deprecated"] = json!(true);
-        if let Some(date) = sunset {
-            o["x-sunset"] = json!(date);
-        }
-    }
-    o
+    responses
 }
 
 /// Every status the gateway answers by itself ([`Reply::ALL_CODES`]), ascending.
@@ -671,31 +698,79 @@ mod tests {
     #[test]
     fn request_schemas_come_from_the_validator_tables() {
         let doc = document(&testing::snapshot());
-        for s in schema::all_schemas() {
-            let c = &doc["components"]["schemas"][s.name];
-            let required: Vec<&str> = s
-                .fields
+        // Spec section 2's request bodies: the required fields in order, and each field's
+        // JSON type (an optional field also admits null).
+        let optional = |ty: &str| json!([ty, "null"]);
+        let expected = [
+            (
+                "VerifyRequest",
+                json!(["business_code"]),
+                json!({
+                    "business_code": "string",
+                    "connection_id": optional("string"),
+                    "allow_multiple_read": optional("boolean"),
+                    "request_uid": optional("string"),
+                }),
+            ),
+            (
+                "VerifyResponseRequest",
+                Value::Null,
+                json!({
+                    "presentation_id": optional("string"),
+                    "result": optional("boolean"),
+                    "descriptions": optional("array"),
+                }),
+            ),
+            (
+                "ServiceDescription",
+                json!(["lang", "message"]),
+                json!({"lang": "string", "message": "string"}),
+            ),
+            (
+                "ConnectionInvitationRequest",
+                json!(["organization_name"]),
+                json!({
+                    "organization_name": "string",
+                    "allow_multiple_read": optional("boolean"),
+                    "request_uid": optional("string"),
+                }),
+            ),
+            (
+                "CredentialOfferRequest",
+                json!(["organization_name", "credential_def_id"]),
+                json!({
+                    "organization_name": "string",
+                    "credential_def_id": "string",
+                    "connection_id": optional("string"),
+                    "credential_values": optional("array"),
+                    "comment": optional("string"),
+                    "request_uid": optional("string"),
+                }),
+            ),
+            (
+                "CredentialAttributePreview",
+                json!(["name", "mime_type", "value"]),
+                json!({"name": "string", "mime_type": "string", "value": "string"}),
+            ),
+        ];
+        let mut names: Vec<&str> = expected.iter().map(|(name, _, _)| *name).collect();
+        let mut tables: Vec<&str> = schema::all_schemas().iter().map(|s| s.name).collect();
+        names.sort_unstable();
+        tables.sort_unstable();
+        assert_eq!(
+            names, tables,
+            "every schema the validator enforces, and no other"
+        );
+        for (name, required, types) in expected {
+            let c = &doc["components"]["schemas"][name];
+            assert_eq!(c["required"], required, "{name}");
+            let got: Map<String, Value> = c["properties"]
+                .as_object()
+                .unwrap()
                 .iter()
-                .filter(|f| f.required)
-                .map(|f| f.name)
+                .map(|(field, p)| (field.clone(), p["type"].clone()))
                 .collect();
-            let got: Vec<&str> = c["required"]
-                .as_array()
-                .map(|a| a.iter().map(|v| v.as_str().unwrap()).collect())
-                .unwrap_or_default();
-            assert_eq!(got, required, "{}", s.name);
-            for f in s.fields {
-                let want = if f.required {
-                    json!(f.ty.json_type())
-                } else {
-                    json!([f.ty.json_type(), "null"])
-                };
-                assert_eq!(
-                    c["properties"][f.name]["type"], want,
-                    "{}.{}",
-                    s.name, f.name
-                );
-            }
+            assert_eq!(Value::Object(got), types, "{name}");
         }
         let not_null = json!({"not": {"type": "null"}});
         let offer = &doc["components"]["schemas"]["CredentialOfferRequest"];

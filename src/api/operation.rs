@@ -1,44 +1,38 @@
 //! The operations of the Agent REST Service, in one table.
 //!
 //! Everything the gateway knows about an operation is a column of [`OPERATIONS`]: its
-//! method, its path after the v1 and the v2 base, its request body schema, its documentation
-//! and what the mock backend requires of it. Routing, rewriting, validation, the OpenAPI
-//! document, metrics, `/v1-usage`, the load generator and the mock all read the table, and
+//! method, its path after the v1 and the v2 base, its request body schema and its
+//! documentation. Routing, rewriting, validation, the OpenAPI document, metrics,
+//! `/v1-usage`, the load generator and the mock backend all read the table, and
 //! every per-operation array is sized [`Operation::COUNT`]: a new operation is a new enum
-//! variant, its place in [`Operation::ALL`], and its row.
+//! variant and its row (the table is sized [`Operation::COUNT`] too, so it does not compile
+//! without one).
 
 use super::schema::{
     ObjectSchema, CONNECTION_INVITATION_REQUEST, CREDENTIAL_OFFER_REQUEST, VERIFY_REQUEST,
     VERIFY_RESPONSE_REQUEST,
 };
 
-/// The public interface version a request used.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ApiVersion {
-    V1,
-    V2,
-}
-
-impl ApiVersion {
-    pub const ALL: [ApiVersion; 2] = [ApiVersion::V1, ApiVersion::V2];
-    pub const COUNT: usize = Self::ALL.len();
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ApiVersion::V1 => "v1",
-            ApiVersion::V2 => "v2",
-        }
+listed_enum! {
+    /// The public interface version a request used.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum ApiVersion {
+        V1 => "v1",
+        V2 => "v2",
     }
 }
 
-/// An operation of the Agent REST Service; its facts are its row of [`OPERATIONS`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Operation {
-    VerifyRequest,
-    VerifyResponse,
-    ConnectionInvitation,
-    CredentialOffer,
-    TransactionStatus,
+listed_enum! {
+    /// An operation of the Agent REST Service; its facts are its row of [`OPERATIONS`], in
+    /// the order of [`Operation::ALL`].
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum Operation {
+        VerifyRequest,
+        VerifyResponse,
+        ConnectionInvitation,
+        CredentialOffer,
+        TransactionStatus,
+    }
 }
 
 /// One segment of an operation's path after its version's base.
@@ -63,12 +57,36 @@ impl Segment {
     }
 }
 
+/// A group of operations in the OpenAPI document.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Tag {
+    pub name: &'static str,
+    pub description: &'static str,
+}
+
+const VERIFY: Tag = Tag {
+    name: "verify",
+    description: "Proof requests and their responses.",
+};
+const CONNECTION: Tag = Tag {
+    name: "connection",
+    description: "Pairwise connection invitations.",
+};
+const CREDENTIAL: Tag = Tag {
+    name: "credential",
+    description: "Credential offers.",
+};
+const TRANSACTION: Tag = Tag {
+    name: "transaction",
+    description: "Transaction status.",
+};
+
 /// How an operation is documented in the OpenAPI document.
 #[derive(Debug)]
 pub struct Docs {
     /// The spec's operation id (its spelling kept: `create_credentil_offer`).
     pub operation_id: &'static str,
-    pub tag: &'static str,
+    pub tag: &'static Tag,
     pub summary: &'static str,
     /// The spec's rules for the operation, in a sentence or two (may be empty).
     pub rules: &'static str,
@@ -93,8 +111,6 @@ pub struct OperationSpec {
     pub docs: Docs,
     /// Whether `auth.require_on_status = false` lets it through without credentials.
     pub auth_optional: bool,
-    /// The body fields the mock backend insists on, standing in for the real service's checks.
-    pub mock_required: &'static [&'static str],
 }
 
 use Segment::{Literal, ServiceCode, TransactionId};
@@ -110,7 +126,7 @@ pub static OPERATIONS: [OperationSpec; Operation::COUNT] = [
         schema: Some(&VERIFY_REQUEST),
         docs: Docs {
             operation_id: "create_verify_request",
-            tag: "verify",
+            tag: &VERIFY,
             summary: "Ask a holder to present a proof",
             rules: "When connection_id is present the request goes to that connection; when it \
                     is absent a pairwise connection is performed automatically first, and \
@@ -118,7 +134,6 @@ pub static OPERATIONS: [OperationSpec; Operation::COUNT] = [
             success_schema: "InvitationResponse",
         },
         auth_optional: false,
-        mock_required: &["business_code"],
     },
     OperationSpec {
         operation: Operation::VerifyResponse,
@@ -129,14 +144,13 @@ pub static OPERATIONS: [OperationSpec; Operation::COUNT] = [
         schema: Some(&VERIFY_RESPONSE_REQUEST),
         docs: Docs {
             operation_id: "create_verify_response",
-            tag: "verify",
+            tag: &VERIFY,
             summary: "Send the response to a verify request",
             rules: "Sends a verify proof response for a previously executed verify request, \
                     identified by presentation_id.",
             success_schema: "ServiceAgentResponse",
         },
         auth_optional: false,
-        mock_required: &[],
     },
     OperationSpec {
         operation: Operation::ConnectionInvitation,
@@ -147,13 +161,12 @@ pub static OPERATIONS: [OperationSpec; Operation::COUNT] = [
         schema: Some(&CONNECTION_INVITATION_REQUEST),
         docs: Docs {
             operation_id: "create_connection_invitation",
-            tag: "connection",
+            tag: &CONNECTION,
             summary: "Request a pairwise connection through an invitation",
             rules: "",
             success_schema: "InvitationResponse",
         },
         auth_optional: false,
-        mock_required: &["organization_name"],
     },
     OperationSpec {
         operation: Operation::CredentialOffer,
@@ -164,13 +177,12 @@ pub static OPERATIONS: [OperationSpec; Operation::COUNT] = [
         schema: Some(&CREDENTIAL_OFFER_REQUEST),
         docs: Docs {
             operation_id: "create_credentil_offer",
-            tag: "credential",
+            tag: &CREDENTIAL,
             summary: "Send a credential offer",
             rules: "When connection_id is provided, credential_values must be provided.",
             success_schema: "InvitationResponse",
         },
         auth_optional: false,
-        mock_required: &["organization_name", "credential_def_id"],
     },
     OperationSpec {
         operation: Operation::TransactionStatus,
@@ -181,13 +193,12 @@ pub static OPERATIONS: [OperationSpec; Operation::COUNT] = [
         schema: None,
         docs: Docs {
             operation_id: "get_transaction_status",
-            tag: "transaction",
+            tag: &TRANSACTION,
             summary: "Read the status of a transaction",
             rules: "transaction_id identifies the transaction.",
             success_schema: "TransactionStatusResponse",
         },
         auth_optional: true,
-        mock_required: &[],
     },
 ];
 
@@ -195,16 +206,6 @@ pub static OPERATIONS: [OperationSpec; Operation::COUNT] = [
 pub const MAX_SEGMENTS: usize = 3;
 
 impl Operation {
-    /// Every operation, in table order: `op as usize` is its row.
-    pub const ALL: [Operation; 5] = [
-        Operation::VerifyRequest,
-        Operation::VerifyResponse,
-        Operation::ConnectionInvitation,
-        Operation::CredentialOffer,
-        Operation::TransactionStatus,
-    ];
-    pub const COUNT: usize = Self::ALL.len();
-
     /// Its row of the table.
     pub fn spec(self) -> &'static OperationSpec {
         &OPERATIONS[self as usize]
@@ -251,15 +252,6 @@ mod tests {
     #[test]
     fn the_table_has_one_row_per_operation_in_order() {
         for (i, op) in Operation::ALL.into_iter().enumerate() {
-            // An exhaustive match: a new variant does not compile until it is listed here,
-            // which is the reminder to give it its place in ALL and its row.
-            match op {
-                Operation::VerifyRequest
-                | Operation::VerifyResponse
-                | Operation::ConnectionInvitation
-                | Operation::CredentialOffer
-                | Operation::TransactionStatus => {}
-            }
             assert_eq!(op as usize, i, "{op:?} is out of place in ALL");
             assert_eq!(OPERATIONS[i].operation, op, "row {i} is not {op:?}'s");
         }

@@ -29,21 +29,13 @@ use crate::config::{ConfigError, Problem, Snapshot, StartupConfig};
 /// How long the watcher waits for a burst of file events to settle before reloading.
 const DEBOUNCE: Duration = Duration::from_millis(150);
 
-/// What asked for a reload (for logs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Trigger {
-    FileChange,
-    Sighup,
-    Admin,
-}
-
-impl Trigger {
-    fn as_str(self) -> &'static str {
-        match self {
-            Trigger::FileChange => "file_change",
-            Trigger::Sighup => "sighup",
-            Trigger::Admin => "admin",
-        }
+listed_enum! {
+    /// What asked for a reload (for logs).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Trigger {
+        FileChange => "file_change",
+        Sighup => "sighup",
+        Admin => "admin",
     }
 }
 
@@ -79,43 +71,45 @@ impl From<Problem> for ProblemReport {
 
 /// The start-up settings that differ between two snapshots, by key path.
 pub fn restart_only_changes(running: &StartupConfig, new: &StartupConfig) -> Vec<&'static str> {
-    let mut out = Vec::new();
-    let mut check = |changed: bool, key| {
-        if changed {
-            out.push(key);
-        }
-    };
-    check(running.proxy_listen != new.proxy_listen, "listen.proxy");
-    let (tls, new_tls) = (running.proxy_tls.as_ref(), new.proxy_tls.as_ref());
-    check(
-        tls.map(|t| &t.0) != new_tls.map(|t| &t.0),
-        "listen.tls_cert",
-    );
-    check(tls.map(|t| &t.1) != new_tls.map(|t| &t.1), "listen.tls_key");
-    check(running.http2 != new.http2, "listen.http2");
-    check(running.admin_listen != new.admin_listen, "listen.admin");
-    check(running.threads != new.threads, "server.threads");
-    check(
-        running.grace_period_seconds != new.grace_period_seconds,
-        "server.grace_period_seconds",
-    );
-    check(
-        running.work_stealing != new.work_stealing,
-        "server.work_stealing",
-    );
-    check(
-        running.upstream_keepalive_pool_size != new.upstream_keepalive_pool_size,
-        "server.upstream_keepalive_pool_size",
-    );
-    check(
-        running.watch_config != new.watch_config,
-        "server.watch_config",
-    );
-    check(
-        running.upgrade_sock != new.upgrade_sock,
-        "server.upgrade_sock",
-    );
-    out
+    // Every field, without `..`: a new start-up setting does not compile until it has its key.
+    let StartupConfig {
+        proxy_listen,
+        proxy_tls,
+        http2,
+        admin_listen,
+        threads,
+        grace_period_seconds,
+        work_stealing,
+        upstream_keepalive_pool_size,
+        watch_config,
+        upgrade_sock,
+    } = running;
+    let (tls, new_tls) = (proxy_tls.as_ref(), new.proxy_tls.as_ref());
+    [
+        (*proxy_listen != new.proxy_listen, "listen.proxy"),
+        (
+            tls.map(|t| &t.0) != new_tls.map(|t| &t.0),
+            "listen.tls_cert",
+        ),
+        (tls.map(|t| &t.1) != new_tls.map(|t| &t.1), "listen.tls_key"),
+        (*http2 != new.http2, "listen.http2"),
+        (*admin_listen != new.admin_listen, "listen.admin"),
+        (*threads != new.threads, "server.threads"),
+        (
+            *grace_period_seconds != new.grace_period_seconds,
+            "server.grace_period_seconds",
+        ),
+        (*work_stealing != new.work_stealing, "server.work_stealing"),
+        (
+            *upstream_keepalive_pool_size != new.upstream_keepalive_pool_size,
+            "server.upstream_keepalive_pool_size",
+        ),
+        (*watch_config != new.watch_config, "server.watch_config"),
+        (*upgrade_sock != new.upgrade_sock, "server.upgrade_sock"),
+    ]
+    .into_iter()
+    .filter_map(|(changed, key)| changed.then_some(key))
+    .collect()
 }
 
 struct ReloadMetrics {

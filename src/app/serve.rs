@@ -1,5 +1,6 @@
-//! The gateway as one future: [`serve`] accepts on the [`Listeners`] it is given, runs the
-//! background tasks, and on shutdown stops accepting and drains. The binary runs it inside
+//! The gateway as one future: [`serve`] runs an assembled [`Gateway`] on the [`Listeners`] it
+//! is given (accepting, the background tasks beside), and on shutdown stops accepting and
+//! drains. The binary runs it inside
 //! pingora's server ([`crate::app::server`]); tests run it in-process on port-0 listeners.
 
 use std::future::Future;
@@ -16,11 +17,18 @@ use pingora::server::ShutdownWatch;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use pingora::apps::http_app::HttpServer;
+use pingora::services::background::BackgroundService;
+
+use crate::app::admin::AdminApp;
 use crate::app::listeners::Listeners;
-use crate::app::server::Gateway;
+use crate::app::reload::ConfigStore;
+use crate::observe::in_flight::InFlight;
 use crate::observe::log_sink::LineSink;
 use crate::observe::trace::Tracer;
+use crate::proxy::Drain;
 use crate::proxy::ProxyApp;
+use crate::tools::mock_backend::MockBackend;
 
 /// How long a stopping gateway waits for its queued spans to be sent.
 pub const SPAN_FLUSH: Duration = Duration::from_secs(2);
@@ -49,6 +57,24 @@ const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How often a draining gateway looks whether its last request has ended.
 const DRAIN_POLL: Duration = Duration::from_millis(20);
+
+/// The assembled gateway ([`crate::app::server::build`]), ready to [`serve`]: the services for each listener, the tasks
+/// that run beside them, and what a stopping gateway waits for and sends out.
+pub struct Gateway {
+    pub(crate) proxy: Arc<ProxyApp>,
+    /// The proxy listener's TLS, when `listen.tls_cert` is set.
+    pub(crate) tls: Option<Arc<Acceptor>>,
+    pub(crate) admin: Option<Arc<HttpServer<AdminApp>>>,
+    pub(crate) mock_backend: Option<Arc<HttpServer<MockBackend>>>,
+    /// The pool sweeper, the health checks and the config watcher.
+    pub(crate) background: Vec<Arc<dyn BackgroundService + Send + Sync>>,
+    pub(crate) in_flight: Arc<InFlight>,
+    pub(crate) drain: Drain,
+    /// `server.grace_period_seconds`: the longest a stopping gateway waits for its requests.
+    pub(crate) grace: Duration,
+    pub(crate) before_exit: Arc<BeforeExit>,
+    pub(crate) store: Arc<ConfigStore>,
+}
 
 /// Serves `gateway` on `listeners` until `shutdown` resolves, then drains: stops accepting,
 /// tells client connections to wind down (HTTP/2 GOAWAY, HTTP/1.1 `Connection: close`),

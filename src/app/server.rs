@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use pingora::apps::http_app::HttpServer;
 use pingora::connectors::{ConnectorOptions, TransportConnector};
-use pingora::listeners::tls::{Acceptor, TlsSettings};
+use pingora::listeners::tls::TlsSettings;
 use pingora::server::configuration::{Opt, ServerConf};
 use pingora::server::{ListenFds, RunArgs, Server, ShutdownWatch};
 use pingora::services::background::BackgroundService;
@@ -19,7 +19,7 @@ use crate::app::admin::AdminApp;
 use crate::app::listeners::Listeners;
 use crate::app::logging::{LogFormat, Logs};
 use crate::app::reload::{ConfigStore, ConfigWatcher};
-use crate::app::serve::{serve, BeforeExit};
+use crate::app::serve::{serve, BeforeExit, Gateway};
 use crate::app::signals::Signals;
 use crate::config::Snapshot;
 use crate::observe::telemetry::Telemetry;
@@ -29,7 +29,7 @@ use crate::proxy::connect::Connect;
 use crate::proxy::health::{HealthChecker, UpstreamHealth};
 use crate::proxy::pool::{PoolSweeper, UpstreamPool};
 use crate::proxy::upstream::Upstream;
-use crate::proxy::{Drain, InFlight, ProxyApp};
+use crate::proxy::{Drain, ProxyApp};
 use crate::tools::mock_backend::MockBackend;
 
 /// Why the gateway could not be assembled.
@@ -51,24 +51,6 @@ pub struct BuildOptions {
     /// The process's logs ([`crate::app::logging`]): the access log writes into them, and they
     /// are flushed when the gateway stops. `None`: no access log.
     pub logs: Option<Logs>,
-}
-
-/// The assembled gateway, ready to [`serve`]: the services for each listener, the tasks
-/// that run beside them, and what a stopping gateway waits for and sends out.
-pub struct Gateway {
-    pub(crate) proxy: Arc<ProxyApp>,
-    /// The proxy listener's TLS, when `listen.tls_cert` is set.
-    pub(crate) tls: Option<Arc<Acceptor>>,
-    pub(crate) admin: Option<Arc<HttpServer<AdminApp>>>,
-    pub(crate) mock_backend: Option<Arc<HttpServer<MockBackend>>>,
-    /// The pool sweeper, the health checks and the config watcher.
-    pub(crate) background: Vec<Arc<dyn BackgroundService + Send + Sync>>,
-    pub(crate) in_flight: Arc<InFlight>,
-    pub(crate) drain: Drain,
-    /// `server.grace_period_seconds`: the longest a stopping gateway waits for its requests.
-    pub(crate) grace: Duration,
-    pub(crate) before_exit: Arc<BeforeExit>,
-    pub(crate) store: Arc<ConfigStore>,
 }
 
 /// The pingora server configuration derived from a snapshot's start-up settings.
@@ -100,6 +82,7 @@ pub fn build(
             telemetry.logging_to(logs.sink.clone(), logs.format == LogFormat::Json, registry)?;
     }
     let telemetry = Arc::new(telemetry);
+    let in_flight = telemetry.in_flight.clone();
     // State that lives beside the snapshot follows it on every reload: the rate limiter's
     // Redis connection (a new URL reconnects) and the span export pipeline, both built from
     // the config rather than read per request.
@@ -123,7 +106,6 @@ pub fn build(
     let connector: Arc<dyn Connect> =
         Arc::new(TransportConnector::new(Some(ConnectorOptions::new(0))));
     let upstream = Upstream::new(connector.clone(), pool.clone(), health.clone());
-    let in_flight = Arc::new(InFlight::default());
     let drain = Drain::default();
     let proxy = Arc::new(ProxyApp::new(
         config.clone(),
@@ -131,7 +113,6 @@ pub fn build(
         tracer.clone(),
         upstream,
         rate_limits,
-        in_flight.clone(),
         drain.clone(),
     ));
     let tls = match &startup.proxy_tls {
@@ -181,7 +162,7 @@ pub fn build(
         admin,
         mock_backend,
         background,
-        in_flight,
+        in_flight: in_flight.clone(),
         drain: drain.clone(),
         grace: Duration::from_secs(startup.grace_period_seconds),
         before_exit: Arc::new(BeforeExit {

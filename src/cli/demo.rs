@@ -1,16 +1,44 @@
-//! What `agent-gateway demo` prints once it listens: the commands to try against the config it
-//! runs (a v1 call, the v2 call, the metrics, `v1-usage`), with its addresses and, where the
-//! demo can know it, a token that works. The text is a shell script: comments and commands.
+//! `agent-gateway demo`: the gateway and, in the same process, the mock v2 backend on the
+//! config's first upstream address; and what it prints once it listens: the commands to try
+//! against the config it runs (a v1 call, the v2 call, the metrics, `v1-usage`), with its
+//! addresses and, where the demo can know it, a token that works. The text is a shell script:
+//! comments and commands.
 
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Context;
 
 use agent_gateway::api::operation::{ApiVersion, Operation};
 use agent_gateway::api::route::build_path;
-use agent_gateway::app::listeners::ListenAddrs;
+use agent_gateway::app::listeners::{ListenAddrs, Listeners};
+use agent_gateway::app::server::{self, BuildOptions};
 use agent_gateway::config::{Agent, Snapshot, TokenDigest};
 use agent_gateway::policy::auth::{AGENT_ID_HEADER, AUTH_TOKEN_HEADER};
+
+use super::{load_store, print_out, LogArgs};
+
+pub fn run(config: &Path, log: &LogArgs) -> anyhow::Result<ExitCode> {
+    let logs = log.init();
+    let store = load_store(config)?;
+    let snapshot = store.current().load_full();
+    let backend = snapshot.upstream.backends[0].addr;
+    let addrs = ListenAddrs::configured(&snapshot.startup, Some(backend));
+    let listeners = Listeners::bind(&addrs)?;
+    let at = listeners.local_addrs()?;
+    tracing::info!(proxy = %at.proxy, %backend, "demo: gateway with the mock v2 backend");
+    let options = BuildOptions {
+        mock_backend: true,
+        logs: Some(logs),
+    };
+    let gateway = server::build(store, prometheus::default_registry(), options)?;
+    let exe = std::env::current_exe().context("cannot tell this program's path")?;
+    // The listeners are open: every command printed can be tried at once.
+    print_out(&try_these(&snapshot, &at, &exe))?;
+    server::run(gateway, listeners)
+}
 
 /// The agents of the shipped `config/gateway.toml` and their tokens (the file stores only
 /// their SHA-256): a config with one of them gets commands that work as printed.
@@ -56,7 +84,7 @@ fn credentials(snapshot: &Snapshot) -> Option<(&Agent, String)> {
 
 /// The commands to try, as a shell script, for the listeners bound `at`; `exe` is this binary,
 /// for `v1-usage`.
-pub fn try_these(snapshot: &Snapshot, at: &ListenAddrs, exe: &Path) -> String {
+fn try_these(snapshot: &Snapshot, at: &ListenAddrs, exe: &Path) -> String {
     let bases = &snapshot.bases;
     let (scheme, insecure) = match snapshot.startup.proxy_tls {
         Some(_) => ("https", " -k"),

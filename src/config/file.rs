@@ -302,6 +302,10 @@ pub struct ValidationFile {
     pub mode: super::ValidationMode,
 }
 
+/// `retirement.quiet_days` when the file does not set it; also what `v1-usage --prometheus`
+/// assumes when no replica published its own.
+pub const DEFAULT_QUIET_DAYS: u32 = 14;
+
 /// `[retirement]`: the end of v1: its dates, the link, enforcement and brownouts.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -327,7 +331,7 @@ impl Default for RetirementFile {
             sunset_at: None,
             link: None,
             enforce_sunset: false,
-            quiet_days: 14,
+            quiet_days: DEFAULT_QUIET_DAYS,
             brownouts: Vec::new(),
         }
     }

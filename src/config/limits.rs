@@ -7,19 +7,6 @@ use super::file::LimitsFile;
 use super::problems::Problems;
 use crate::http1;
 
-/// What happens to request bodies that break the spec's schemas.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ValidationMode {
-    /// Answer 400 naming the field and rule; nothing reaches the backend.
-    #[default]
-    Enforce,
-    /// Forward anyway, but count and log the violation.
-    Report,
-    /// Do not validate.
-    Off,
-}
-
 /// Bounds on what a client may send, and how slowly.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LimitsConfig {

@@ -16,6 +16,7 @@ mod problems;
 mod rate_limit;
 mod retirement;
 mod startup;
+#[cfg(any(test, feature = "test-util"))]
 pub mod testing;
 mod tracing;
 mod types;
@@ -24,15 +25,16 @@ mod upstream;
 use std::path::Path;
 
 pub use auth::{Agent, AuthConfig, RateLimit};
-pub use file::FileConfig;
-pub use limits::{LimitsConfig, ValidationMode};
+pub use file::{FileConfig, DEFAULT_QUIET_DAYS};
+pub use limits::LimitsConfig;
 pub use problems::{ConfigError, Problem};
-pub use rate_limit::{OnRedisError, RateLimitBackend, RateLimitConfig, RedisLimitConfig, RedisUrl};
+pub use rate_limit::{RateLimitConfig, RedisLimitConfig, RedisUrl};
 pub use retirement::{Brownout, Recurrence, RetirementConfig, Terms};
 pub use startup::{cpus_available, StartupConfig};
 pub use tracing::TracingConfig;
 pub use types::{
-    unix_seconds, BasePath, Bases, BusinessCode, Dates, Repeat, TokenDigest, V1Policy, Weekday,
+    unix_seconds, BasePath, Bases, BusinessCode, Dates, OnRedisError, RateLimitBackend, Repeat,
+    TokenDigest, V1Policy, ValidationMode, Weekday,
 };
 pub use upstream::{Backend, UpstreamConfig};
 

@@ -11,30 +11,7 @@ use redis::IntoConnectionInfo;
 
 use super::file::RateLimitFile;
 use super::problems::Problems;
-
-/// Where the per-agent buckets live.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RateLimitBackend {
-    /// In this process: each replica allows every agent its whole limit.
-    #[default]
-    Local,
-    /// In a Redis shared by every replica: the limit holds across them all.
-    Redis,
-}
-
-/// What a request of a rate-limited agent gets when Redis cannot decide in time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OnRedisError {
-    /// This replica's own in-process buckets decide (the limit then holds per replica).
-    #[default]
-    Local,
-    /// Let the request through.
-    Allow,
-    /// Refuse it with 429 (message_code 42901).
-    Deny,
-}
+use super::types::{OnRedisError, RateLimitBackend};
 
 /// A `redis://` or `rediss://` URL, checked by the client's own parser. It may carry a
 /// password, so `Debug` and `Display` print it with the password masked.
@@ -114,7 +91,16 @@ impl RedisLimitConfig {
     /// Whether `other` talks to the same server the same way, so a connection made for one
     /// serves the other (the prefix and `on_error` are per call).
     pub fn same_connection(&self, other: &RedisLimitConfig) -> bool {
-        self.url == other.url && self.ca_pem == other.ca_pem && self.timeout == other.timeout
+        // Every field, without `..`: a new setting does not compile until it is sorted into
+        // the connection's or the call's.
+        let RedisLimitConfig {
+            url,
+            ca_pem,
+            timeout,
+            on_error: _,
+            key_prefix: _,
+        } = self;
+        *url == other.url && *ca_pem == other.ca_pem && *timeout == other.timeout
     }
 }
 

@@ -1,7 +1,9 @@
 //! A typed config for unit tests, integration tests and benches: [`FileConfig`] filled in for
 //! a gateway in front of given backends, with one agent ([`AGENT_ID`], token [`TOKEN`]).
 //! Tests change its fields, never TOML text; [`FileConfig::to_toml`] writes the file a
-//! spawned gateway reads.
+//! spawned gateway reads. Compiled for this crate's unit tests and with the `test-util`
+//! feature (which the integration tests and benches get from the dev-dependency on the crate
+//! itself), never into the shipped build: its helpers panic.
 
 use std::net::SocketAddr;
 

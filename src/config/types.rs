@@ -96,27 +96,56 @@ impl fmt::Debug for TokenDigest {
     }
 }
 
-/// What the gateway does with an agent's v1 calls.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum V1Policy {
-    /// Forward, subject to sunset enforcement and brownouts.
-    #[default]
-    Allow,
-    /// Refuse every v1 call with 410.
-    Block,
-    /// Always forward: never blocked, browned out or sunset.
-    Exempt,
+listed_enum! {
+    /// What the gateway does with an agent's v1 calls.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+    #[serde(rename_all = "lowercase")]
+    pub enum V1Policy {
+        /// Forward, subject to sunset enforcement and brownouts.
+        #[default]
+        Allow => "allow",
+        /// Refuse every v1 call with 410.
+        Block => "block",
+        /// Always forward: never blocked, browned out or sunset.
+        Exempt => "exempt",
+    }
 }
 
-impl V1Policy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            V1Policy::Allow => "allow",
-            V1Policy::Block => "block",
-            V1Policy::Exempt => "exempt",
-        }
-    }
+/// What happens to request bodies that break the spec's schemas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ValidationMode {
+    /// Answer 400 naming the field and rule; nothing reaches the backend.
+    #[default]
+    Enforce,
+    /// Forward anyway, but count and log the violation.
+    Report,
+    /// Do not validate.
+    Off,
+}
+
+/// Where the per-agent buckets live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RateLimitBackend {
+    /// In this process: each replica allows every agent its whole limit.
+    #[default]
+    Local,
+    /// In a Redis shared by every replica: the limit holds across them all.
+    Redis,
+}
+
+/// What a request of a rate-limited agent gets when Redis cannot decide in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnRedisError {
+    /// This replica's own in-process buckets decide (the limit then holds per replica).
+    #[default]
+    Local,
+    /// Let the request through.
+    Allow,
+    /// Refuse it with 429 (message_code 42901).
+    Deny,
 }
 
 /// The two dates v1 answers announce: `[retirement]`'s, or an agent's own.
@@ -156,31 +185,22 @@ impl Repeat {
     }
 }
 
-/// A day of the week, in UTC.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Weekday {
-    Mon,
-    Tue,
-    Wed,
-    Thu,
-    Fri,
-    Sat,
-    Sun,
+listed_enum! {
+    /// A day of the week, in UTC; Monday first, as ISO 8601 counts.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+    #[serde(rename_all = "lowercase")]
+    pub enum Weekday {
+        Mon,
+        Tue,
+        Wed,
+        Thu,
+        Fri,
+        Sat,
+        Sun,
+    }
 }
 
 impl Weekday {
-    /// Monday first, as ISO 8601 counts.
-    const ALL: [Weekday; 7] = [
-        Weekday::Mon,
-        Weekday::Tue,
-        Weekday::Wed,
-        Weekday::Thu,
-        Weekday::Fri,
-        Weekday::Sat,
-        Weekday::Sun,
-    ];
-
     /// The UTC day of the week `t` falls on.
     pub fn of(t: SystemTime) -> Weekday {
         // 1970-01-01 was a Thursday, index 3 counting from Monday.

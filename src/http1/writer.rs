@@ -1,5 +1,8 @@
 //! Head writers: a response head for a client, a request head for a backend. Both write
-//! straight into the connection's output buffer, one header at a time.
+//! straight into the connection's output buffer, one header at a time. And the
+//! percent-encoding of what goes into a request target.
+
+use std::fmt::Write as _;
 
 use bytes::{BufMut, BytesMut};
 
@@ -97,6 +100,20 @@ fn put_header(out: &mut BytesMut, name: &[u8], value: &[u8]) {
     out.put_slice(b"\r\n");
 }
 
+/// `s` with everything but RFC 3986 unreserved characters percent-encoded: safe as one path
+/// segment or one query value of a request target.
+pub fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,6 +144,15 @@ mod tests {
         assert_eq!(
             &out[..],
             &b"GET /healthz HTTP/1.1\r\nhost: gw\r\ncontent-length: 0\r\nx-forwarded-for: 10.0.0.1, 127.0.0.1\r\n\r\n"[..]
+        );
+    }
+
+    #[test]
+    fn percent_encoding_keeps_only_unreserved_characters() {
+        assert_eq!(percent_encode("aZ09-._~"), "aZ09-._~");
+        assert_eq!(
+            percent_encode("sum(rate(x[5m])) / é"),
+            "sum%28rate%28x%5B5m%5D%29%29%20%2F%20%C3%A9"
         );
     }
 }

@@ -16,22 +16,12 @@ use crate::policy::admit::{Identified, Refusal};
 use crate::policy::auth::AuthFailure;
 use crate::policy::rate_limit::Decision;
 
-/// The protocol a client spoke.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Protocol {
-    Http1,
-    Http2,
-}
-
-impl Protocol {
-    pub const ALL: [Protocol; 2] = [Protocol::Http1, Protocol::Http2];
-
-    /// The label in metrics and the access log: the ALPN names.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Protocol::Http1 => "http/1.1",
-            Protocol::Http2 => "h2",
-        }
+listed_enum! {
+    /// The protocol a client spoke; labelled in metrics and the access log by its ALPN name.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum Protocol {
+        Http1 => "http/1.1",
+        Http2 => "h2",
     }
 }
 
@@ -68,26 +58,14 @@ impl UpstreamRecord {
     }
 }
 
-/// A phase of the pipeline whose end a recorded span marks with an event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    /// Admission (route, credentials, policy) and the rate limiter let it through.
-    Admitted,
-    BodyReceived,
-    BodyValidated,
-}
-
-impl Phase {
-    pub const ALL: [Phase; 3] = [Phase::Admitted, Phase::BodyReceived, Phase::BodyValidated];
-    pub const COUNT: usize = Self::ALL.len();
-
-    /// The span event's name.
-    pub fn event_name(self) -> &'static str {
-        match self {
-            Phase::Admitted => "gateway.admitted",
-            Phase::BodyReceived => "gateway.body_received",
-            Phase::BodyValidated => "gateway.body_validated",
-        }
+listed_enum! {
+    /// A phase of the pipeline whose end a recorded span marks with an event, named by its label.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Phase {
+        /// Admission (route, credentials, policy) and the rate limiter let it through.
+        Admitted => "gateway.admitted",
+        BodyReceived => "gateway.body_received",
+        BodyValidated => "gateway.body_validated",
     }
 }
 

@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime};
 use serde::Deserialize;
 
 use crate::api::operation::{ApiVersion, Operation};
-use crate::config::file::RetirementFile;
+use crate::config::DEFAULT_QUIET_DAYS;
 use crate::observe::usage::{
     coverage_note, format_time, quiet_period, safe_to_block, AgentReport, UsageReport,
 };
@@ -275,6 +275,26 @@ fn first_scrape_query(replicas: &[&Replica]) -> Option<String> {
     })
 }
 
+/// Queries at one instant: Prometheus' present as the report started.
+struct Queries<'a, P> {
+    prom: &'a mut P,
+    at: SystemTime,
+}
+
+impl<P: Prometheus> Queries<'_, P> {
+    fn ask(&mut self, promql: &str) -> Result<Vec<Sample>, FleetError> {
+        vector(self.prom, promql, Some(self.at))
+    }
+
+    /// Asks `promql` if there is one; a query over no replica has an empty answer.
+    fn ask_if(&mut self, promql: Option<String>) -> Result<Vec<Sample>, FleetError> {
+        match promql {
+            Some(q) => self.ask(&q),
+            None => Ok(Vec::new()),
+        }
+    }
+}
+
 /// The fleet's usage report for the `window` up to Prometheus' present.
 pub fn fleet_report(
     prom: &mut impl Prometheus,
@@ -288,23 +308,44 @@ pub fn fleet_report(
             query: "vector(time())".into(),
             reason: "an empty vector".into(),
         })?;
-    let at = Some(now);
-    let mut ask = |promql: Option<String>| match promql {
-        Some(q) => vector(prom, &q, at),
-        None => Ok(Vec::new()),
-    };
+    let mut q = Queries { prom, at: now };
     let window_start = now.checked_sub(window).unwrap_or(SystemTime::UNIX_EPOCH);
-    let by_replica = |samples: Vec<Sample>| -> BTreeMap<(String, String), SystemTime> {
-        samples
-            .iter()
-            .map(|s| {
-                let key = (s.label("job").to_owned(), s.label("instance").to_owned());
-                (key, time_at(s.value))
-            })
-            .collect()
-    };
-    let lasts = by_replica(ask(Some(last_scrapes_query(window)))?);
-    let firsts = by_replica(ask(Some(first_scrapes_query(window)))?);
+    let replicas = replicas(&mut q, window, window_start)?;
+    let mut counts = q.ask_if(increase_query(&replicas, window_start))?;
+    // What a replica that started inside the window had counted, from zero, by its first
+    // scrape: calls it served before Prometheus first saw it.
+    let born: Vec<&Replica> = replicas.iter().filter(|r| r.born).collect();
+    counts.extend(q.ask_if(first_scrape_query(&born))?);
+    Ok(assemble(Answers {
+        now,
+        window_start,
+        coverage: replicas.iter().map(|r| r.first_scrape).min(),
+        latest_scrape: replicas.iter().map(|r| r.last_scrape).max(),
+        counts,
+        gauges: agent_gauges(&mut q, window)?,
+    }))
+}
+
+/// A sample's value as a time, by the `job` and `instance` of its replica.
+fn by_replica(samples: Vec<Sample>) -> BTreeMap<(String, String), SystemTime> {
+    samples
+        .iter()
+        .map(|s| {
+            let key = (s.label("job").to_owned(), s.label("instance").to_owned());
+            (key, time_at(s.value))
+        })
+        .collect()
+}
+
+/// Every replica scraped in the window: its first and last scrape, and whether it started
+/// inside the window.
+fn replicas(
+    q: &mut Queries<'_, impl Prometheus>,
+    window: Duration,
+    window_start: SystemTime,
+) -> Result<Vec<Replica>, FleetError> {
+    let lasts = by_replica(q.ask(&last_scrapes_query(window))?);
+    let firsts = by_replica(q.ask(&first_scrapes_query(window))?);
     let mut replicas: Vec<Replica> = lasts
         .into_iter()
         .map(|((job, instance), last_scrape)| Replica {
@@ -318,14 +359,13 @@ pub fn fleet_report(
             born: false,
         })
         .collect();
-    let coverage = replicas.iter().map(|r| r.first_scrape).min();
     // Replicas first scraped inside the window may have started inside it: their first scrape
     // to the second, and their start time then.
     let recent: Vec<&Replica> = replicas
         .iter()
         .filter(|r| r.first_scrape >= window_start)
         .collect();
-    let exact = by_replica(ask(exact_first_scrapes_query(&recent, window))?);
+    let exact = by_replica(q.ask_if(exact_first_scrapes_query(&recent, window))?);
     for r in &mut replicas {
         if let Some(t) = exact.get(&(r.job.clone(), r.instance.clone())) {
             r.first_scrape = *t;
@@ -335,48 +375,56 @@ pub fn fleet_report(
         .iter()
         .filter(|r| exact.contains_key(&(r.job.clone(), r.instance.clone())))
         .collect();
-    let started = by_replica(ask(start_times_query(&recent))?);
+    let started = by_replica(q.ask_if(start_times_query(&recent))?);
     for r in &mut replicas {
         let key = (r.job.clone(), r.instance.clone());
         r.born = started.get(&key).is_some_and(|t| *t >= window_start);
     }
-    let mut counts = ask(increase_query(&replicas, window_start))?;
-    // What a replica that started inside the window had counted, from zero, by its first
-    // scrape: calls it served before Prometheus first saw it.
-    let born: Vec<&Replica> = replicas.iter().filter(|r| r.born).collect();
-    counts.extend(ask(first_scrape_query(&born))?);
-    let mut ask = |promql: &str| vector(prom, promql, at);
+    Ok(replicas)
+}
+
+/// What the replicas published of each agent over the window: its first and last v1 call,
+/// its policy, its dates; and `quiet_days`.
+struct AgentGauges {
+    first: Vec<Sample>,
+    last: Vec<Sample>,
+    /// When each (agent, policy) pair was last published.
+    policies: Vec<Sample>,
+    deprecations: Vec<Sample>,
+    sunsets: Vec<Sample>,
+    quiet_days: Option<u32>,
+}
+
+fn agent_gauges(
+    q: &mut Queries<'_, impl Prometheus>,
+    window: Duration,
+) -> Result<AgentGauges, FleetError> {
     let w = range(window);
-    let first = ask(&format!(
+    let first = q.ask(&format!(
         "min by (agent_id) (min_over_time(agent_gateway_v1_first_seen_timestamp_seconds[{w}]))"
     ))?;
-    let last = ask(&format!(
+    let last = q.ask(&format!(
         "max by (agent_id) (max_over_time(agent_gateway_v1_last_seen_timestamp_seconds[{w}]))"
     ))?;
-    let policies = ask(&format!(
+    let policies = q.ask(&format!(
         "max by (agent_id, v1_policy) (timestamp(agent_gateway_agent_info)) or \
          max by (agent_id, v1_policy) (max_over_time(timestamp(agent_gateway_agent_info)[{w}:{}]))",
         range(step(window))
     ))?;
     let dates = |name: &str| format!("max by (agent_id) (last_over_time({name}[{w}]))");
-    let deprecations = ask(&dates("agent_gateway_agent_deprecation_timestamp_seconds"))?;
-    let sunsets = ask(&dates("agent_gateway_agent_sunset_timestamp_seconds"))?;
-    let quiet_days = ask(&format!(
+    let deprecations = q.ask(&dates("agent_gateway_agent_deprecation_timestamp_seconds"))?;
+    let sunsets = q.ask(&dates("agent_gateway_agent_sunset_timestamp_seconds"))?;
+    let quiet_days = q.ask(&format!(
         "max(last_over_time(agent_gateway_retirement_quiet_days[{w}]))"
     ))?;
-    Ok(assemble(Answers {
-        now,
-        window_start,
-        coverage,
-        latest_scrape: replicas.iter().map(|r| r.last_scrape).max(),
-        counts,
+    Ok(AgentGauges {
         first,
         last,
         policies,
         deprecations,
         sunsets,
         quiet_days: quiet_days.first().map(|s| s.value as u32),
-    }))
+    })
 }
 
 /// What Prometheus answered, read.
@@ -388,13 +436,7 @@ struct Answers {
     /// The latest scrape of any replica.
     latest_scrape: Option<SystemTime>,
     counts: Vec<Sample>,
-    first: Vec<Sample>,
-    last: Vec<Sample>,
-    /// When each (agent, policy) pair was last published.
-    policies: Vec<Sample>,
-    deprecations: Vec<Sample>,
-    sunsets: Vec<Sample>,
-    quiet_days: Option<u32>,
+    gauges: AgentGauges,
 }
 
 /// The `v1_policy` of an agent no replica publishes any longer.
@@ -404,18 +446,18 @@ const REMOVED: &str = "removed";
 /// and still be current: Prometheus' lookback.
 const STILL_CONFIGURED: Duration = Duration::from_secs(300);
 
-fn assemble(a: Answers) -> UsageReport {
-    let by_agent = |samples: &[Sample]| -> BTreeMap<String, SystemTime> {
-        samples
-            .iter()
-            .map(|s| (s.label("agent_id").to_owned(), time_at(s.value)))
-            .collect()
-    };
-    let (first, last) = (by_agent(&a.first), by_agent(&a.last));
-    let (deprecations, sunsets) = (by_agent(&a.deprecations), by_agent(&a.sunsets));
-    // The policy published last, per agent, and when.
+/// A sample's value as a time, by its `agent_id`.
+fn by_agent(samples: &[Sample]) -> BTreeMap<String, SystemTime> {
+    samples
+        .iter()
+        .map(|s| (s.label("agent_id").to_owned(), time_at(s.value)))
+        .collect()
+}
+
+/// The policy published last, per agent, and when.
+fn latest_policies(samples: &[Sample]) -> BTreeMap<String, (f64, String)> {
     let mut policies: BTreeMap<String, (f64, String)> = BTreeMap::new();
-    for s in &a.policies {
+    for s in samples {
         let (agent, policy) = (s.label("agent_id"), s.label("v1_policy"));
         let latest = policies
             .entry(agent.to_owned())
@@ -424,6 +466,33 @@ fn assemble(a: Answers) -> UsageReport {
             *latest = (s.value, policy.into());
         }
     }
+    policies
+}
+
+/// `id`'s calls under `version`, by operation (every operation, 0 for none).
+fn calls(counts: &[Sample], id: &str, version: ApiVersion) -> BTreeMap<String, u64> {
+    Operation::ALL
+        .iter()
+        .map(|op| {
+            let n: f64 = counts
+                .iter()
+                .filter(|s| {
+                    s.label("agent_id") == id
+                        && s.label("api_version") == version.as_str()
+                        && s.label("operation") == op.as_str()
+                })
+                .map(|s| s.value)
+                .sum();
+            (op.as_str().to_owned(), n.round().max(0.0) as u64)
+        })
+        .collect()
+}
+
+fn assemble(a: Answers) -> UsageReport {
+    let g = &a.gauges;
+    let (first, last) = (by_agent(&g.first), by_agent(&g.last));
+    let (deprecations, sunsets) = (by_agent(&g.deprecations), by_agent(&g.sunsets));
+    let policies = latest_policies(&g.policies);
     let mut ids: BTreeSet<String> = policies.keys().cloned().collect();
     ids.extend(a.counts.iter().map(|s| s.label("agent_id").to_owned()));
     ids.extend(last.keys().cloned());
@@ -431,31 +500,11 @@ fn assemble(a: Answers) -> UsageReport {
     ids.remove("unknown");
     ids.remove("");
 
-    let quiet_days = a
-        .quiet_days
-        .unwrap_or_else(|| RetirementFile::default().quiet_days);
+    let quiet_days = g.quiet_days.unwrap_or(DEFAULT_QUIET_DAYS);
     let known_since = a.coverage.map_or(a.now, |c| c.max(a.window_start));
     let agents = ids
         .into_iter()
         .map(|id| {
-            let by_op = |version: ApiVersion| {
-                Operation::ALL
-                    .iter()
-                    .map(|op| {
-                        let n: f64 = a
-                            .counts
-                            .iter()
-                            .filter(|s| {
-                                s.label("agent_id") == id
-                                    && s.label("api_version") == version.as_str()
-                                    && s.label("operation") == op.as_str()
-                            })
-                            .map(|s| s.value)
-                            .sum();
-                        (op.as_str().to_owned(), n.round().max(0.0) as u64)
-                    })
-                    .collect()
-            };
             let v1_policy = match (policies.get(&id), a.latest_scrape) {
                 (Some((published, policy)), Some(latest))
                     if time_at(*published) + STILL_CONFIGURED >= latest =>
@@ -469,8 +518,8 @@ fn assemble(a: Answers) -> UsageReport {
                 v1_policy,
                 deprecated_at: deprecations.get(&id).map(|t| format_time(*t)),
                 sunset_at: sunsets.get(&id).map(|t| format_time(*t)),
-                v1_requests: by_op(ApiVersion::V1),
-                v2_requests: by_op(ApiVersion::V2),
+                v1_requests: calls(&a.counts, &id, ApiVersion::V1),
+                v2_requests: calls(&a.counts, &id, ApiVersion::V2),
                 first_v1_call: first.get(&id).map(|t| format_time(*t)),
                 last_v1_call: last_v1.map(format_time),
                 safe_to_block: safe_to_block(a.now, quiet_period(quiet_days), known_since, last_v1),

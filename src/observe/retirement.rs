@@ -116,13 +116,21 @@ impl RetirementMetrics {
             next.share.insert(id.clone());
         }
         self.quiet_days.set(f64::from(retirement.quiet_days));
-        for (id, policy) in published.info.difference(&next.info) {
+        // Every field, without `..`: a new kind of series does not compile until its stale
+        // label sets are removed.
+        let Published {
+            info,
+            deprecation,
+            sunset,
+            share,
+        } = &*published;
+        for (id, policy) in info.difference(&next.info) {
             let _ = self.info.remove_label_values(&[id.as_str(), policy]);
         }
         for (gauge, before, now) in [
-            (&self.deprecation, &published.deprecation, &next.deprecation),
-            (&self.sunset, &published.sunset, &next.sunset),
-            (&self.brownout_share, &published.share, &next.share),
+            (&self.deprecation, deprecation, &next.deprecation),
+            (&self.sunset, sunset, &next.sunset),
+            (&self.brownout_share, share, &next.share),
         ] {
             for id in before.difference(now) {
                 let _ = gauge.remove_label_values(&[id]);

@@ -153,7 +153,7 @@ fn events(ex: &Exchange) -> Vec<(&'static str, SystemTime)> {
     let at = |instant: Instant| ex.started_at + instant.saturating_duration_since(ex.started);
     let mut events: Vec<_> = Phase::ALL
         .iter()
-        .filter_map(|&p| Some((p.event_name(), at(ex.phase_ends[p as usize]?))))
+        .filter_map(|&p| Some((p.as_str(), at(ex.phase_ends[p as usize]?))))
         .collect();
     let up = &ex.upstream;
     if let Some(started) = up.started.map(at) {

@@ -1,16 +1,18 @@
 //! Metrics and the access log ([`AccessLog`]), both made from a finished [`Exchange`].
 //!
 //! Metric handles are created once, in [`Telemetry::register`], against a given registry (the
-//! binary passes prometheus' default registry, the one pingora's own metrics use). Labels are
+//! binary passes prometheus' default registry, the one pingora's own metrics use): each family
+//! (routes, protocols, failures, agents, rate limits, the process, the retirement plan, the
+//! requests in flight) registers its own and records its own part of an exchange. Labels are
 //! bounded: versions, operations, reasons and kinds are fixed sets; `agent_id` is a configured
 //! agent or `unknown`; `code` is an HTTP status. Never a raw path, never a token.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use prometheus::{
     exponential_buckets, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter,
-    IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    IntCounterVec, IntGaugeVec, Opts, Registry,
 };
 
 use crate::api::failure::UpstreamErrorKind;
@@ -19,6 +21,7 @@ use crate::api::reply::V1Refusal;
 use crate::config::Snapshot;
 use crate::observe::access_log::AccessLog;
 use crate::observe::exchange::{operation_name, version_name, Exchange, Protocol};
+use crate::observe::in_flight::InFlight;
 use crate::observe::log_sink::LineSink;
 use crate::observe::retirement::RetirementMetrics;
 use crate::observe::usage::UsageTracker;
@@ -58,45 +61,15 @@ struct RouteHandles {
     duration: Histogram,
 }
 
-/// Every metric the gateway exports, as ready handles.
-pub struct Telemetry {
+/// Requests by route: the count by status and the time taken, in all and at the backend.
+struct RouteMetrics {
     by_route: [[RouteHandles; OPERATION_LABELS]; VERSION_LABELS],
     upstream_by_operation: [Histogram; OPERATION_LABELS],
     requests: IntCounterVec,
-    auth_failures: [IntCounter; AuthFailure::ALL.len()],
-    agent_requests: IntCounterVec,
-    upstream_errors: [IntCounter; UpstreamErrorKind::ALL.len()],
-    in_flight: IntGauge,
-    /// Client connections and requests by protocol, in the order of [`Protocol::ALL`].
-    connections: [IntCounter; Protocol::ALL.len()],
-    requests_by_protocol: [IntCounter; Protocol::ALL.len()],
-    v1_refusals: IntCounterVec,
-    v1_first_seen: GaugeVec,
-    v1_last_seen: GaugeVec,
-    validation_failures: IntCounterVec,
-    rate_limited: IntCounterVec,
-    /// By what decided, then allowed (0) or limited (1).
-    rate_limit_decisions: [[IntCounter; 2]; DecidedBy::ALL.len()],
-    rate_limit_backend_errors: [IntCounter; BackendError::ALL.len()],
-    /// The retirement plan, published at each scrape.
-    retirement: RetirementMetrics,
-    /// Per-agent counts behind `/v1-usage`.
-    pub usage: UsageTracker,
-    access_log: AccessLog,
 }
 
-/// Decrements the in-flight gauge when the request ends, however it ends.
-pub struct InFlight<'a>(&'a IntGauge);
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.0.dec();
-    }
-}
-
-impl Telemetry {
-    /// Creates and registers every metric in `registry`.
-    pub fn register(registry: &Registry) -> prometheus::Result<Self> {
+impl RouteMetrics {
+    fn register(registry: &Registry) -> prometheus::Result<Self> {
         let requests = IntCounterVec::new(
             Opts::new(
                 "agent_gateway_requests_total",
@@ -120,140 +93,9 @@ impl Telemetry {
             .buckets(latency_buckets()),
             &["operation"],
         )?;
-        let auth_failures_vec = IntCounterVec::new(
-            Opts::new(
-                "agent_gateway_auth_failures_total",
-                "Requests refused with 401, by reason.",
-            ),
-            &["reason"],
-        )?;
-        let agent_requests = IntCounterVec::new(
-            Opts::new(
-                "agent_gateway_agent_requests_total",
-                "Requests per configured agent (unknown for anything else), API version and operation.",
-            ),
-            &["agent_id", "api_version", "operation"],
-        )?;
-        let upstream_errors_vec = IntCounterVec::new(
-            Opts::new(
-                "agent_gateway_upstream_errors_total",
-                "Failures talking to the backend, by kind.",
-            ),
-            &["kind"],
-        )?;
-        let in_flight = IntGauge::new(
-            "agent_gateway_in_flight_requests",
-            "Requests being served now.",
-        )?;
-        let connections_vec = IntCounterVec::new(
-            Opts::new(
-                "agent_gateway_connections_total",
-                "Client connections accepted on the proxy listener, by protocol (http/1.1, h2).",
-            ),
-            &["protocol"],
-        )?;
-        let requests_by_protocol_vec = IntCounterVec::new(
-            Opts::new(
-                "agent_gateway_requests_by_protocol_total",
-                "Requests answered on the proxy listener, by the protocol the client spoke.",
-            ),
-            &["protocol"],
-        )?;
-        let build_info = IntGaugeVec::new(
-            Opts::new(
-                "agent_gateway_build_info",
-                "Always 1; the label carries the version.",
-            ),
-            &["version"],
-        )?;
-        build_info
-            .with_label_values(&[env!("CARGO_PKG_VERSION")])
-            .set(1);
-        let usage = UsageTracker::default();
-        // Tells a counter's first scrape from a window's cut: `v1-usage --prometheus` counts a
-        // replica's first scraped values only when it started inside the window.
-        let start_time = Gauge::new(
-            "agent_gateway_start_time_seconds",
-            "Unix time this process started (its counters started from zero then).",
-        )?;
-        start_time.set(
-            usage
-                .started()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0.0, |d| d.as_secs_f64()),
-        );
-
-        let v1_refusals = IntCounterVec::new(
-            Opts::new(
-                "agent_gateway_v1_refusals_total",
-                "v1 calls refused with 410 by the retirement policy, by agent and reason.",
-            ),
-            &["agent_id", "reason"],
-        )?;
-        let v1_first_seen = GaugeVec::new(
-            Opts::new(
-                "agent_gateway_v1_first_seen_timestamp_seconds",
-                "Unix time of each configured agent's first v1 call since this process started.",
-            ),
-            &["agent_id"],
-        )?;
-        let v1_last_seen = GaugeVec::new(
-            Opts::new(
-                "agent_gateway_v1_last_seen_timestamp_seconds",
-                "Unix time of each agent's latest v1 call (refused ones included).",
-            ),
-            &["agent_id"],
-        )?;
-
-        let validation_failures = IntCounterVec::new(
-            Opts::new(
-                "agent_gateway_validation_failures_total",
-                "Request bodies that broke the spec's schema, by operation and rule.",
-            ),
-            &["operation", "rule"],
-        )?;
-        let rate_limited = IntCounterVec::new(
-            Opts::new(
-                "agent_gateway_rate_limited_total",
-                "Requests refused with 429 because their agent was over its rate limit.",
-            ),
-            &["agent_id"],
-        )?;
-
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(request_duration.clone()))?;
         registry.register(Box::new(upstream_duration.clone()))?;
-        registry.register(Box::new(auth_failures_vec.clone()))?;
-        registry.register(Box::new(agent_requests.clone()))?;
-        registry.register(Box::new(upstream_errors_vec.clone()))?;
-        registry.register(Box::new(in_flight.clone()))?;
-        registry.register(Box::new(connections_vec.clone()))?;
-        registry.register(Box::new(requests_by_protocol_vec.clone()))?;
-        registry.register(Box::new(build_info))?;
-        registry.register(Box::new(start_time))?;
-        registry.register(Box::new(v1_refusals.clone()))?;
-        registry.register(Box::new(v1_first_seen.clone()))?;
-        registry.register(Box::new(v1_last_seen.clone()))?;
-        registry.register(Box::new(validation_failures.clone()))?;
-        let rate_limit_decisions = IntCounterVec::new(
-            Opts::new(
-                "agent_gateway_rate_limit_decisions_total",
-                "Rate-limit decisions on requests of agents with a limit, by what decided \
-                 (local, redis, on_redis_error) and result (allowed, limited).",
-            ),
-            &["backend", "result"],
-        )?;
-        let rate_limit_backend_errors = IntCounterVec::new(
-            Opts::new(
-                "agent_gateway_rate_limit_backend_errors_total",
-                "Rate-limit decisions Redis did not make, so on_redis_error applied, by kind \
-                 (timeout, error, unavailable: not asked during the cooldown after a failure).",
-            ),
-            &["kind"],
-        )?;
-        registry.register(Box::new(rate_limited.clone()))?;
-        registry.register(Box::new(rate_limit_decisions.clone()))?;
-        registry.register(Box::new(rate_limit_backend_errors.clone()))?;
 
         let by_route = std::array::from_fn(|v| {
             std::array::from_fn(|o| RouteHandles {
@@ -284,28 +126,327 @@ impl Telemetry {
             by_route,
             upstream_by_operation,
             requests,
-            auth_failures: AuthFailure::ALL
-                .map(|r| auth_failures_vec.with_label_values(&[r.as_str()])),
-            agent_requests,
-            upstream_errors: UpstreamErrorKind::ALL
-                .map(|k| upstream_errors_vec.with_label_values(&[k.as_str()])),
-            in_flight,
-            connections: Protocol::ALL.map(|p| connections_vec.with_label_values(&[p.as_str()])),
-            requests_by_protocol: Protocol::ALL
-                .map(|p| requests_by_protocol_vec.with_label_values(&[p.as_str()])),
+        })
+    }
+
+    fn record(&self, ex: &Exchange, (vi, oi): (usize, usize), elapsed: Duration) {
+        let route = &self.by_route[vi][oi];
+        if ex.status == 200 {
+            route.ok.inc();
+        } else {
+            let mut code_buf = itoa::Buffer::new();
+            let code = code_buf.format(ex.status);
+            self.requests
+                .with_label_values(&[version_label(vi), operation_label(oi), code])
+                .inc();
+        }
+        route.duration.observe(elapsed.as_secs_f64());
+        if let Some(t) = ex.upstream.header_time {
+            self.upstream_by_operation[oi].observe(t.as_secs_f64());
+        }
+    }
+}
+
+/// Client connections and requests by protocol, in the order of [`Protocol::ALL`].
+struct ProtocolMetrics {
+    connections: [IntCounter; Protocol::COUNT],
+    requests: [IntCounter; Protocol::COUNT],
+}
+
+impl ProtocolMetrics {
+    fn register(registry: &Registry) -> prometheus::Result<Self> {
+        let connections = IntCounterVec::new(
+            Opts::new(
+                "agent_gateway_connections_total",
+                "Client connections accepted on the proxy listener, by protocol (http/1.1, h2).",
+            ),
+            &["protocol"],
+        )?;
+        let requests = IntCounterVec::new(
+            Opts::new(
+                "agent_gateway_requests_by_protocol_total",
+                "Requests answered on the proxy listener, by the protocol the client spoke.",
+            ),
+            &["protocol"],
+        )?;
+        registry.register(Box::new(connections.clone()))?;
+        registry.register(Box::new(requests.clone()))?;
+        Ok(Self {
+            connections: Protocol::ALL.map(|p| connections.with_label_values(&[p.as_str()])),
+            requests: Protocol::ALL.map(|p| requests.with_label_values(&[p.as_str()])),
+        })
+    }
+}
+
+/// Requests refused or failed, by reason: credentials, the backend, the body's schema.
+struct FailureMetrics {
+    auth: [IntCounter; AuthFailure::COUNT],
+    upstream: [IntCounter; UpstreamErrorKind::COUNT],
+    validation: IntCounterVec,
+}
+
+impl FailureMetrics {
+    fn register(registry: &Registry) -> prometheus::Result<Self> {
+        let auth = IntCounterVec::new(
+            Opts::new(
+                "agent_gateway_auth_failures_total",
+                "Requests refused with 401, by reason.",
+            ),
+            &["reason"],
+        )?;
+        let upstream = IntCounterVec::new(
+            Opts::new(
+                "agent_gateway_upstream_errors_total",
+                "Failures talking to the backend, by kind.",
+            ),
+            &["kind"],
+        )?;
+        let validation = IntCounterVec::new(
+            Opts::new(
+                "agent_gateway_validation_failures_total",
+                "Request bodies that broke the spec's schema, by operation and rule.",
+            ),
+            &["operation", "rule"],
+        )?;
+        registry.register(Box::new(auth.clone()))?;
+        registry.register(Box::new(upstream.clone()))?;
+        registry.register(Box::new(validation.clone()))?;
+        Ok(Self {
+            auth: AuthFailure::ALL.map(|r| auth.with_label_values(&[r.as_str()])),
+            upstream: UpstreamErrorKind::ALL.map(|k| upstream.with_label_values(&[k.as_str()])),
+            validation,
+        })
+    }
+
+    fn record(&self, ex: &Exchange, operation: &str) {
+        if let Some(f) = ex.auth_failure {
+            self.auth[f as usize].inc();
+        }
+        for kind in &ex.upstream.errors {
+            self.upstream[*kind as usize].inc();
+        }
+        if let Some(rule) = ex.validation_failure {
+            self.validation
+                .with_label_values(&[operation, rule.as_str()])
+                .inc();
+        }
+    }
+}
+
+/// Each agent's calls by version and operation, its v1 refusals, and when it last (and first,
+/// since this process started) called v1.
+struct AgentMetrics {
+    requests: IntCounterVec,
+    v1_refusals: IntCounterVec,
+    v1_first_seen: GaugeVec,
+    v1_last_seen: GaugeVec,
+}
+
+impl AgentMetrics {
+    fn register(registry: &Registry) -> prometheus::Result<Self> {
+        let requests = IntCounterVec::new(
+            Opts::new(
+                "agent_gateway_agent_requests_total",
+                "Requests per configured agent (unknown for anything else), API version and operation.",
+            ),
+            &["agent_id", "api_version", "operation"],
+        )?;
+        let v1_refusals = IntCounterVec::new(
+            Opts::new(
+                "agent_gateway_v1_refusals_total",
+                "v1 calls refused with 410 by the retirement policy, by agent and reason.",
+            ),
+            &["agent_id", "reason"],
+        )?;
+        let v1_first_seen = GaugeVec::new(
+            Opts::new(
+                "agent_gateway_v1_first_seen_timestamp_seconds",
+                "Unix time of each configured agent's first v1 call since this process started.",
+            ),
+            &["agent_id"],
+        )?;
+        let v1_last_seen = GaugeVec::new(
+            Opts::new(
+                "agent_gateway_v1_last_seen_timestamp_seconds",
+                "Unix time of each agent's latest v1 call (refused ones included).",
+            ),
+            &["agent_id"],
+        )?;
+        registry.register(Box::new(requests.clone()))?;
+        registry.register(Box::new(v1_refusals.clone()))?;
+        registry.register(Box::new(v1_first_seen.clone()))?;
+        registry.register(Box::new(v1_last_seen.clone()))?;
+        Ok(Self {
+            requests,
             v1_refusals,
             v1_first_seen,
             v1_last_seen,
-            retirement: RetirementMetrics::register(registry)?,
-            usage,
-            validation_failures,
-            rate_limited,
-            rate_limit_decisions: DecidedBy::ALL.map(|by| {
+        })
+    }
+
+    /// Makes `id`'s request and refusal counters exist, at zero until it calls.
+    fn publish(&self, id: &str) {
+        for version in ApiVersion::ALL {
+            for operation in Operation::ALL {
+                self.requests
+                    .with_label_values(&[id, version.as_str(), operation.as_str()]);
+            }
+        }
+        for refusal in V1Refusal::ALL {
+            self.v1_refusals.with_label_values(&[id, refusal.reason()]);
+        }
+    }
+
+    /// Counts a request that named a version; `v1_first_seen` is set when `usage` says it is
+    /// the agent's first v1 call.
+    fn record(&self, ex: &Exchange, v: ApiVersion, operation: &str, usage: &UsageTracker) {
+        let agent = ex.agent_id.as_deref().unwrap_or("unknown");
+        self.requests
+            .with_label_values(&[agent, v.as_str(), operation])
+            .inc();
+        let started_at = ex
+            .started_at
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        if v == ApiVersion::V1 {
+            self.v1_last_seen
+                .with_label_values(&[agent])
+                .set(started_at);
+        }
+        if let Some(r) = ex.v1_refusal() {
+            self.v1_refusals
+                .with_label_values(&[agent, r.reason()])
+                .inc();
+        }
+        if let (Some(id), Some(op)) = (&ex.agent_id, ex.operation) {
+            if usage.record(id, v, op, ex.started_at) {
+                self.v1_first_seen.with_label_values(&[id]).set(started_at);
+            }
+        }
+    }
+}
+
+/// The rate limit: refusals by agent, decisions by what made them, and Redis' failures.
+struct RateLimitMetrics {
+    limited: IntCounterVec,
+    /// By what decided, then allowed (0) or limited (1).
+    decisions: [[IntCounter; 2]; DecidedBy::COUNT],
+    backend_errors: [IntCounter; BackendError::COUNT],
+}
+
+impl RateLimitMetrics {
+    fn register(registry: &Registry) -> prometheus::Result<Self> {
+        let limited = IntCounterVec::new(
+            Opts::new(
+                "agent_gateway_rate_limited_total",
+                "Requests refused with 429 because their agent was over its rate limit.",
+            ),
+            &["agent_id"],
+        )?;
+        let decisions = IntCounterVec::new(
+            Opts::new(
+                "agent_gateway_rate_limit_decisions_total",
+                "Rate-limit decisions on requests of agents with a limit, by what decided \
+                 (local, redis, on_redis_error) and result (allowed, limited).",
+            ),
+            &["backend", "result"],
+        )?;
+        let backend_errors = IntCounterVec::new(
+            Opts::new(
+                "agent_gateway_rate_limit_backend_errors_total",
+                "Rate-limit decisions Redis did not make, so on_redis_error applied, by kind \
+                 (timeout, error, unavailable: not asked during the cooldown after a failure).",
+            ),
+            &["kind"],
+        )?;
+        registry.register(Box::new(limited.clone()))?;
+        registry.register(Box::new(decisions.clone()))?;
+        registry.register(Box::new(backend_errors.clone()))?;
+        Ok(Self {
+            limited,
+            decisions: DecidedBy::ALL.map(|by| {
                 ["allowed", "limited"]
-                    .map(|result| rate_limit_decisions.with_label_values(&[by.as_str(), result]))
+                    .map(|result| decisions.with_label_values(&[by.as_str(), result]))
             }),
-            rate_limit_backend_errors: BackendError::ALL
-                .map(|kind| rate_limit_backend_errors.with_label_values(&[kind.as_str()])),
+            backend_errors: BackendError::ALL
+                .map(|kind| backend_errors.with_label_values(&[kind.as_str()])),
+        })
+    }
+
+    fn record(&self, ex: &Exchange) {
+        if let Some(decision) = ex.rate_limit {
+            self.decisions[decision.by as usize][usize::from(!decision.allowed())].inc();
+            if let Some(kind) = decision.error {
+                self.backend_errors[kind as usize].inc();
+            }
+        }
+        if ex.rate_limited() {
+            let agent = ex.agent_id.as_deref().unwrap_or("unknown");
+            self.limited.with_label_values(&[agent]).inc();
+        }
+    }
+}
+
+/// What the process is: its version, and when it started (its counters started from zero
+/// then). Set once; nothing is kept.
+fn register_process_info(registry: &Registry, started: SystemTime) -> prometheus::Result<()> {
+    let build_info = IntGaugeVec::new(
+        Opts::new(
+            "agent_gateway_build_info",
+            "Always 1; the label carries the version.",
+        ),
+        &["version"],
+    )?;
+    build_info
+        .with_label_values(&[env!("CARGO_PKG_VERSION")])
+        .set(1);
+    // Tells a counter's first scrape from a window's cut: `v1-usage --prometheus` counts a
+    // replica's first scraped values only when it started inside the window.
+    let start_time = Gauge::new(
+        "agent_gateway_start_time_seconds",
+        "Unix time this process started (its counters started from zero then).",
+    )?;
+    start_time.set(
+        started
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64()),
+    );
+    registry.register(Box::new(build_info))?;
+    registry.register(Box::new(start_time))?;
+    Ok(())
+}
+
+/// Every metric the gateway exports, as ready handles, by family.
+pub struct Telemetry {
+    routes: RouteMetrics,
+    protocols: ProtocolMetrics,
+    failures: FailureMetrics,
+    agents: AgentMetrics,
+    rate_limits: RateLimitMetrics,
+    /// The retirement plan, published at each scrape.
+    retirement: RetirementMetrics,
+    /// Requests being served now: the pipeline counts them, a draining process waits for
+    /// them, and `agent_gateway_in_flight_requests` shows them.
+    pub in_flight: Arc<InFlight>,
+    /// Per-agent counts behind `/v1-usage`.
+    pub usage: UsageTracker,
+    access_log: AccessLog,
+}
+
+impl Telemetry {
+    /// Creates and registers every metric in `registry`, one family after the other.
+    pub fn register(registry: &Registry) -> prometheus::Result<Self> {
+        let usage = UsageTracker::default();
+        register_process_info(registry, usage.started())?;
+        Ok(Self {
+            routes: RouteMetrics::register(registry)?,
+            protocols: ProtocolMetrics::register(registry)?,
+            failures: FailureMetrics::register(registry)?,
+            agents: AgentMetrics::register(registry)?,
+            rate_limits: RateLimitMetrics::register(registry)?,
+            retirement: RetirementMetrics::register(registry)?,
+            in_flight: InFlight::register(registry)?,
+            usage,
             access_log: AccessLog::new(None),
         })
     }
@@ -330,100 +471,28 @@ impl Telemetry {
     /// sees its first call; the retirement plan's gauges are set ([`RetirementMetrics`]).
     pub fn publish(&self, snapshot: &Snapshot, now: SystemTime) {
         for id in snapshot.auth.agents.keys() {
-            for version in ApiVersion::ALL {
-                for operation in Operation::ALL {
-                    self.agent_requests.with_label_values(&[
-                        id,
-                        version.as_str(),
-                        operation.as_str(),
-                    ]);
-                }
-            }
-            for refusal in V1Refusal::ALL {
-                self.v1_refusals.with_label_values(&[id, refusal.reason()]);
-            }
+            self.agents.publish(id);
         }
         self.retirement.publish(snapshot, now);
     }
 
-    /// Counts a request as in flight until the returned guard drops.
-    pub fn in_flight(&self) -> InFlight<'_> {
-        self.in_flight.inc();
-        InFlight(&self.in_flight)
-    }
-
     /// Counts a client connection speaking `protocol`.
     pub fn connection_opened(&self, protocol: Protocol) {
-        self.connections[protocol as usize].inc();
+        self.protocols.connections[protocol as usize].inc();
     }
 
     /// Counts a finished request and writes its access log line.
     pub fn record(&self, ex: &Exchange) {
-        self.requests_by_protocol[ex.protocol as usize].inc();
+        self.protocols.requests[ex.protocol as usize].inc();
         let elapsed = ex.started.elapsed();
-        let (vi, oi) = (version_index(ex.version), operation_index(ex.operation));
-        let (version, operation) = (version_label(vi), operation_label(oi));
-        let route = &self.by_route[vi][oi];
-        if ex.status == 200 {
-            route.ok.inc();
-        } else {
-            let mut code_buf = itoa::Buffer::new();
-            let code = code_buf.format(ex.status);
-            self.requests
-                .with_label_values(&[version, operation, code])
-                .inc();
-        }
-        route.duration.observe(elapsed.as_secs_f64());
-        if let Some(t) = ex.upstream.header_time {
-            self.upstream_by_operation[oi].observe(t.as_secs_f64());
-        }
-        if let Some(f) = ex.auth_failure {
-            self.auth_failures[f as usize].inc();
-        }
-        for kind in &ex.upstream.errors {
-            self.upstream_errors[*kind as usize].inc();
-        }
-        if let Some(rule) = ex.validation_failure {
-            self.validation_failures
-                .with_label_values(&[operation, rule.as_str()])
-                .inc();
-        }
-        if let Some(decision) = ex.rate_limit {
-            self.rate_limit_decisions[decision.by as usize][usize::from(!decision.allowed())].inc();
-            if let Some(kind) = decision.error {
-                self.rate_limit_backend_errors[kind as usize].inc();
-            }
-        }
-        if ex.rate_limited() {
-            let agent = ex.agent_id.as_deref().unwrap_or("unknown");
-            self.rate_limited.with_label_values(&[agent]).inc();
-        }
+        let route = (version_index(ex.version), operation_index(ex.operation));
+        let operation = operation_label(route.1);
+        self.routes.record(ex, route, elapsed);
+        self.failures.record(ex, operation);
+        self.rate_limits.record(ex);
         if let Some(v) = ex.version {
-            let agent = ex.agent_id.as_deref().unwrap_or("unknown");
-            self.agent_requests
-                .with_label_values(&[agent, version, operation])
-                .inc();
-            let started_at = ex
-                .started_at
-                .duration_since(UNIX_EPOCH)
-                .map_or(0.0, |d| d.as_secs_f64());
-            if v == ApiVersion::V1 {
-                self.v1_last_seen
-                    .with_label_values(&[agent])
-                    .set(started_at);
-            }
-            if let Some(r) = ex.v1_refusal() {
-                self.v1_refusals
-                    .with_label_values(&[agent, r.reason()])
-                    .inc();
-            }
-            if let (Some(id), Some(op)) = (&ex.agent_id, ex.operation) {
-                if self.usage.record(id, v, op, ex.started_at) {
-                    self.v1_first_seen.with_label_values(&[id]).set(started_at);
-                }
-            }
+            self.agents.record(ex, v, operation, &self.usage);
         }
-
         self.access_log.write(ex, elapsed);
     }
 }

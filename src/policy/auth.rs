@@ -10,31 +10,14 @@ use crate::config::{Agent, AuthConfig, TokenDigest};
 pub const AUTH_TOKEN_HEADER: &str = "x-auth-token";
 pub const AGENT_ID_HEADER: &str = "x-service-agent-id";
 
-/// Why a request was refused with 401.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum AuthFailure {
-    MissingHeaders,
-    UnknownAgent,
-    BadToken,
-    ServiceNotAllowed,
-}
-
-impl AuthFailure {
-    pub const ALL: [AuthFailure; 4] = [
-        AuthFailure::MissingHeaders,
-        AuthFailure::UnknownAgent,
-        AuthFailure::BadToken,
-        AuthFailure::ServiceNotAllowed,
-    ];
-
-    /// The label used in metrics and logs.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AuthFailure::MissingHeaders => "missing_headers",
-            AuthFailure::UnknownAgent => "unknown_agent",
-            AuthFailure::BadToken => "bad_token",
-            AuthFailure::ServiceNotAllowed => "service_not_allowed",
-        }
+listed_enum! {
+    /// Why a request was refused with 401 (the label is used in metrics and logs).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum AuthFailure {
+        MissingHeaders => "missing_headers",
+        UnknownAgent => "unknown_agent",
+        BadToken => "bad_token",
+        ServiceNotAllowed => "service_not_allowed",
     }
 }
 

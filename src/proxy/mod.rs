@@ -21,7 +21,6 @@ mod relay;
 mod tests;
 pub mod upstream;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,7 +45,6 @@ pub struct ProxyApp {
     telemetry: Arc<Telemetry>,
     tracer: Arc<Tracer>,
     rate_limits: Arc<RateLimits>,
-    in_flight: Arc<InFlight>,
     /// `listen.http2`: serve HTTP/2 to the clients that ask for it.
     http2: bool,
     /// `server.grace_period_seconds`: how long an HTTP/2 connection may drain after its GOAWAY.
@@ -61,7 +59,6 @@ impl ProxyApp {
         tracer: Arc<Tracer>,
         upstream: Upstream,
         rate_limits: Arc<RateLimits>,
-        in_flight: Arc<InFlight>,
         drain: Drain,
     ) -> Self {
         let (http2, grace) = {
@@ -80,7 +77,6 @@ impl ProxyApp {
             telemetry,
             tracer,
             rate_limits,
-            in_flight,
             drain,
         }
     }
@@ -110,31 +106,6 @@ impl Drain {
 
     fn watch(&self) -> watch::Receiver<bool> {
         self.0.subscribe()
-    }
-}
-
-/// Requests being served now: what a draining process waits for. (The metric
-/// `agent_gateway_in_flight_requests` shows the same count; this one decides.)
-#[derive(Debug, Default)]
-pub struct InFlight(AtomicUsize);
-
-impl InFlight {
-    pub fn count(&self) -> usize {
-        self.0.load(Ordering::Acquire)
-    }
-
-    /// Counts a request until the guard drops, however it ends.
-    fn enter(&self) -> InFlightGuard<'_> {
-        self.0.fetch_add(1, Ordering::AcqRel);
-        InFlightGuard(self)
-    }
-}
-
-struct InFlightGuard<'a>(&'a InFlight);
-
-impl Drop for InFlightGuard<'_> {
-    fn drop(&mut self) {
-        self.0 .0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

@@ -30,7 +30,7 @@ use crate::policy::request_id;
 impl ProxyApp {
     /// Serves the request whose head `d` holds, under one snapshot from start to end.
     pub(super) async fn serve<D: Downstream>(&self, d: &mut D, snap: &Snapshot) {
-        let _in_flight = (self.in_flight.enter(), self.telemetry.in_flight());
+        let _in_flight = self.telemetry.in_flight.enter();
         let mut ex = {
             let req = d.request();
             let method = http::Method::from_bytes(req.method().as_bytes()).ok();
@@ -51,7 +51,7 @@ impl ProxyApp {
         snap: &Snapshot,
         unreadable: UnreadableHead,
     ) {
-        let _in_flight = (self.in_flight.enter(), self.telemetry.in_flight());
+        let _in_flight = self.telemetry.in_flight.enter();
         let mut ex = Exchange::start(d.protocol(), None, "");
         ex.request_id = self.ids.next_id();
         ex.span = self.tracer.start_unreadable(ex.started_at);

@@ -17,7 +17,7 @@ use super::connect::{Connect, ConnectFuture};
 use super::health::UpstreamHealth;
 use super::pool::UpstreamPool;
 use super::upstream::Upstream;
-use super::{Drain, InFlight, ProxyApp};
+use super::{Drain, ProxyApp};
 use crate::config::file::AgentFile;
 use crate::config::{testing, FileConfig};
 use crate::http1::client::ResponseReader;
@@ -184,7 +184,6 @@ impl Harness {
             tracer.clone(),
             upstream,
             rate_limits,
-            Arc::new(InFlight::default()),
             Drain::default(),
         );
         Harness {

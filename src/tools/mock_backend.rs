@@ -25,6 +25,16 @@ use crate::policy::request_id;
 /// Largest body the mock reads; it is a test double, not a limit anyone tunes.
 const MAX_BODY: usize = 16 * 1024 * 1024;
 
+/// The body fields the mock insists on for `op`, standing in for the real service's checks.
+fn required_fields(op: Operation) -> &'static [&'static str] {
+    match op {
+        Operation::VerifyRequest => &["business_code"],
+        Operation::ConnectionInvitation => &["organization_name"],
+        Operation::CredentialOffer => &["organization_name", "credential_def_id"],
+        Operation::VerifyResponse | Operation::TransactionStatus => &[],
+    }
+}
+
 pub struct MockBackend {
     bases: Bases,
     issued: Mutex<HashSet<String>>,
@@ -82,10 +92,7 @@ impl MockBackend {
         let Ok(Value::Object(fields)) = serde_json::from_slice::<Value>(body) else {
             return (400, sar(400, "body must be a JSON object"));
         };
-        if let Some(missing) = route
-            .operation
-            .spec()
-            .mock_required
+        if let Some(missing) = required_fields(route.operation)
             .iter()
             .find(|f| !fields.get(**f).is_some_and(Value::is_string))
         {

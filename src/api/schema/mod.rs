@@ -336,55 +336,28 @@ pub fn all_schemas() -> Vec<&'static ObjectSchema> {
     out
 }
 
-/// A body rule that a request broke. A small fixed set: it is a metric label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Rule {
-    /// Not UTF-8 JSON, or text after the value.
-    NotJson,
-    /// JSON, but not an object.
-    NotObject,
-    /// A required field is absent or `null`.
-    Required,
-    /// A field has another JSON type than declared.
-    Type,
-    /// A declared field appears twice in one object.
-    Duplicate,
-    /// A required field of an array item is absent or `null`.
-    ItemRequired,
-    /// An array item is not an object, or one of its fields has the wrong type.
-    ItemType,
-    /// Spec rule 2: create_verify_request's allow_multiple_read together with connection_id.
-    AllowMultipleReadWithConnection,
-    /// Spec rule 3: create_credentil_offer's connection_id without credential_values.
-    CredentialValuesRequired,
-}
-
-impl Rule {
-    /// Every rule, for pre-resolving metric label values.
-    pub const ALL: [Rule; 9] = [
-        Rule::NotJson,
-        Rule::NotObject,
-        Rule::Required,
-        Rule::Type,
-        Rule::Duplicate,
-        Rule::ItemRequired,
-        Rule::ItemType,
-        Rule::AllowMultipleReadWithConnection,
-        Rule::CredentialValuesRequired,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Rule::NotJson => "not_json",
-            Rule::NotObject => "not_object",
-            Rule::Required => "required",
-            Rule::Type => "type",
-            Rule::Duplicate => "duplicate",
-            Rule::ItemRequired => "item_required",
-            Rule::ItemType => "item_type",
-            Rule::AllowMultipleReadWithConnection => "allow_multiple_read_with_connection",
-            Rule::CredentialValuesRequired => "credential_values_required",
-        }
+listed_enum! {
+    /// A body rule that a request broke. A small fixed set: it is a metric label.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum Rule {
+        /// Not UTF-8 JSON, or text after the value.
+        NotJson => "not_json",
+        /// JSON, but not an object.
+        NotObject => "not_object",
+        /// A required field is absent or `null`.
+        Required => "required",
+        /// A field has another JSON type than declared.
+        Type => "type",
+        /// A declared field appears twice in one object.
+        Duplicate => "duplicate",
+        /// A required field of an array item is absent or `null`.
+        ItemRequired => "item_required",
+        /// An array item is not an object, or one of its fields has the wrong type.
+        ItemType => "item_type",
+        /// Spec rule 2: create_verify_request's allow_multiple_read together with connection_id.
+        AllowMultipleReadWithConnection => "allow_multiple_read_with_connection",
+        /// Spec rule 3: create_credentil_offer's connection_id without credential_values.
+        CredentialValuesRequired => "credential_values_required",
     }
 }
 

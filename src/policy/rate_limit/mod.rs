@@ -10,18 +10,15 @@
 //! own snapshot's `[rate_limit]`. (After linkerd's `local_rate_limit`: the state behind a trait,
 //! the clock an argument.)
 
+mod limits;
 pub mod local;
 pub mod redis;
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arc_swap::ArcSwapOption;
-
-use self::local::LocalLimiter;
-use self::redis::RedisLimiter;
-use crate::config::{OnRedisError, RateLimit, RateLimitConfig};
+pub use self::limits::RateLimits;
+use crate::config::{OnRedisError, RateLimit};
 
 /// A limiter's answer for one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,36 +30,22 @@ pub enum Verdict {
     },
 }
 
-/// Why the shared backend gave no verdict: a kind only, the metric's label (the Redis client's
-/// own error, when there is one, is logged where it happens).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum BackendError {
-    /// No answer within `rate_limit.timeout_ms`.
-    #[error("the shared rate-limit backend did not answer within rate_limit.timeout_ms")]
-    Timeout,
-    /// The connection or the call failed.
-    #[error("the connection to the shared rate-limit backend, or the call, failed")]
-    Failed,
-    /// Not asked: it failed moments ago, and is left alone until its cooldown ends.
-    #[error(
-        "the shared rate-limit backend failed moments ago and is not asked until its cooldown ends"
-    )]
-    Unavailable,
-}
-
-impl BackendError {
-    pub const ALL: [BackendError; 3] = [
-        BackendError::Timeout,
-        BackendError::Failed,
-        BackendError::Unavailable,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BackendError::Timeout => "timeout",
-            BackendError::Failed => "error",
-            BackendError::Unavailable => "unavailable",
-        }
+listed_enum! {
+    /// Why the shared backend gave no verdict: a kind only, the metric's label (the Redis
+    /// client's own error, when there is one, is logged where it happens).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+    pub enum BackendError {
+        /// No answer within `rate_limit.timeout_ms`.
+        #[error("the shared rate-limit backend did not answer within rate_limit.timeout_ms")]
+        Timeout => "timeout",
+        /// The connection or the call failed.
+        #[error("the connection to the shared rate-limit backend, or the call, failed")]
+        Failed => "error",
+        /// Not asked: it failed moments ago, and is left alone until its cooldown ends.
+        #[error(
+            "the shared rate-limit backend failed moments ago and is not asked until its cooldown ends"
+        )]
+        Unavailable => "unavailable",
     }
 }
 
@@ -78,26 +61,16 @@ pub trait Limiter: Send + Sync {
     ) -> impl Future<Output = Result<Verdict, BackendError>> + Send;
 }
 
-/// What decided a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DecidedBy {
-    /// This process's buckets: the configured backend, or Redis' fallback.
-    Local,
-    /// The shared Redis.
-    Redis,
-    /// `on_redis_error = "allow"` or `"deny"`, without any bucket.
-    OnRedisError,
-}
-
-impl DecidedBy {
-    pub const ALL: [DecidedBy; 3] = [DecidedBy::Local, DecidedBy::Redis, DecidedBy::OnRedisError];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DecidedBy::Local => "local",
-            DecidedBy::Redis => "redis",
-            DecidedBy::OnRedisError => "on_redis_error",
-        }
+listed_enum! {
+    /// What decided a request.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum DecidedBy {
+        /// This process's buckets: the configured backend, or Redis' fallback.
+        Local => "local",
+        /// The shared Redis.
+        Redis => "redis",
+        /// `on_redis_error = "allow"` or `"deny"`, without any bucket.
+        OnRedisError => "on_redis_error",
     }
 }
 
@@ -190,91 +163,9 @@ pub async fn decide<S: Limiter, L: Limiter>(
     }
 }
 
-/// A shared backend that is not there (a request that still runs on a Redis snapshot just
-/// after a reload to `local`): every question is a failure, so `on_redis_error` applies.
-struct Absent;
-
-impl Limiter for Absent {
-    fn check(
-        &self,
-        _: &str,
-        _: RateLimit,
-        _: Instant,
-    ) -> impl Future<Output = Result<Verdict, BackendError>> + Send {
-        std::future::ready(Err(BackendError::Unavailable))
-    }
-}
-
-/// The rate limiter the proxy holds: this process's buckets (the `local` backend, and Redis'
-/// fallback; they outlive reloads) and the connection to the configured Redis, if any.
-#[derive(Default)]
-pub struct RateLimits {
-    local: LocalLimiter,
-    redis: ArcSwapOption<RedisLimiter>,
-}
-
-impl RateLimits {
-    /// The limiter for `config`, connecting to Redis lazily (on the first request that needs it).
-    pub fn new(config: &RateLimitConfig) -> Self {
-        let limits = Self::default();
-        limits.configure(config);
-        limits
-    }
-
-    /// Follows a new `[rate_limit]`: a new Redis URL, CA or timeout gets a new connection (the
-    /// old one closes once no request uses it); a new prefix keeps the connection; `local`
-    /// drops it. Never blocks: connections are made by the requests that use them.
-    pub fn configure(&self, config: &RateLimitConfig) {
-        let RateLimitConfig::Redis(wanted) = config else {
-            self.redis.store(None);
-            return;
-        };
-        let current = self.redis.load_full();
-        let next = match current.as_deref() {
-            Some(running) if running.config() == wanted => return,
-            Some(running) if running.config().same_connection(wanted) => {
-                running.with_config(wanted.clone())
-            }
-            _ => match RedisLimiter::new(wanted.clone()) {
-                Ok(limiter) => {
-                    tracing::info!(url = %wanted.url, "rate limits: using Redis");
-                    limiter
-                }
-                Err(e) => {
-                    // Only a CA the TLS library refuses gets here (the config checked the rest):
-                    // every decision then takes `on_redis_error`.
-                    tracing::error!(url = %wanted.url, error = %e, "rate limits: cannot set up the Redis client");
-                    self.redis.store(None);
-                    return;
-                }
-            },
-        };
-        self.redis.store(Some(Arc::new(next)));
-    }
-
-    /// Decides one request of `agent_id` under `limit`, by the request's own snapshot's
-    /// `[rate_limit]`.
-    pub async fn check(
-        &self,
-        config: &RateLimitConfig,
-        agent_id: &str,
-        limit: RateLimit,
-        now: Instant,
-    ) -> Decision {
-        match config {
-            RateLimitConfig::Local => decide_locally(&self.local, agent_id, limit, now).await,
-            RateLimitConfig::Redis(redis) => match self.redis.load_full() {
-                Some(shared) => {
-                    decide(&*shared, &self.local, redis.on_error, agent_id, limit, now).await
-                }
-                None => decide(&Absent, &self.local, redis.on_error, agent_id, limit, now).await,
-            },
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::local::LocalLimiter;
     use super::*;
 
     const LIMIT: RateLimit = RateLimit {
@@ -380,16 +271,5 @@ mod tests {
             }
         }
         assert!(local.take("a", LIMIT, Instant::now()).is_ok());
-    }
-
-    #[tokio::test]
-    async fn a_local_backend_never_touches_redis_state() {
-        let limits = RateLimits::new(&RateLimitConfig::Local);
-        let now = Instant::now();
-        let d = limits.check(&RateLimitConfig::Local, "a", LIMIT, now).await;
-        assert_eq!((d.outcome, d.by), (Outcome::Allowed, DecidedBy::Local));
-        let d = limits.check(&RateLimitConfig::Local, "a", LIMIT, now).await;
-        assert!(matches!(d.outcome, Outcome::OverLimit { .. }));
-        assert!(limits.redis.load().is_none());
     }
 }

@@ -17,112 +17,31 @@
 //!
 //! Each connection is a kept-alive HTTP/1.1 client over a plain `TcpStream` (http only), one
 //! request in flight, its answers read by the crate's shared [`crate::http1::client`]. The pure
-//! parts (arguments, the schedule, thresholds, the knee search's steps, request bytes, the
-//! report and its HTML) are plain functions, tested in `tests.rs`; the shell ([`run()`]) only
-//! moves bytes.
+//! parts are plain functions, tested in `tests.rs`, each file using only the ones before it:
+//! the arguments, the schedule, thresholds, request bytes, the plan; what connections count
+//! (`stats`, `timeline`); the report, thresholds judged against it, its HTML; the knee
+//! search's steps. The shell ([`run()`]) only moves bytes.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::time::Duration;
 
 mod args;
 mod html;
+mod judge;
 mod knee;
+mod plan;
 mod report;
 mod request;
 mod run;
 mod schedule;
+mod stats;
 #[cfg(test)]
 mod tests;
 mod threshold;
 mod timeline;
 
-use args::{check_target, parse_duration};
-pub use args::{Api, Mix, Rate, Stages};
+pub use args::{Api, LoadArgs, Mix, Rate, Stages};
 pub use run::{run, Outcome};
 pub use threshold::Threshold;
-
-/// The default operation mix, in percent.
-pub const DEFAULT_MIX: &str = "verify_request=50,verify_response=20,connection_invitation=10,credential_offer=10,transaction_status=10";
-
-/// Largest latency the histograms hold (larger values are clamped): one minute, in µs.
-const MAX_LATENCY_US: u64 = 60_000_000;
-/// Transaction ids remembered per connection for status reads.
-const TX_POOL: usize = 256;
-
-/// The largest answer read; anything larger is a protocol error for a load test.
-const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
-
-/// Command-line arguments of `agent-gateway load`.
-#[derive(Debug, clap::Args)]
-pub struct LoadArgs {
-    /// Base URL, http only (`http://127.0.0.1:8080`); a path in it is a prefix before `/api/v1`.
-    #[arg(long, value_parser = check_target)]
-    pub target: String,
-    /// Requests per second on a fixed schedule (open model), or `max`: each connection sends
-    /// back to back (closed model). With --find-max: the first step's rate.
-    #[arg(long, default_value = "1000")]
-    pub rate: Rate,
-    /// How long to send: `10s`, `500ms`, `2m`, or plain seconds. With --find-max: each step's
-    /// length.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
-    pub duration: Duration,
-    /// Ramps instead of a flat --rate: `DURATION:RATE,...` (e.g. `30s:500,2m:2000,30s:0`),
-    /// each stage moving the open model's rate linearly from the previous target (0 at the
-    /// start) to its own; `0s:RATE` jumps. The run lasts the stages' total.
-    #[arg(long, conflicts_with_all = ["rate", "duration", "find_max"])]
-    pub stages: Option<Stages>,
-    /// Pass/fail threshold, repeatable: `p99<50ms`, `errors<0.1%`, `rps>1800` (metrics p50,
-    /// p90, p99, p99.9, max, mean, errors, rps; <, <=, >, >=). A failed one makes the exit
-    /// status 1.
-    #[arg(long, value_name = "EXPR")]
-    pub threshold: Vec<Threshold>,
-    /// Write the report as one self-contained HTML page (charts over time, the latency
-    /// distribution, parameters, verdicts) to this file.
-    #[arg(long, value_name = "FILE.html")]
-    pub report: Option<PathBuf>,
-    /// Find the highest rate that holds the --slo: flat steps of --duration from --rate,
-    /// doubling until one breaks it, then bisecting to within 5%.
-    #[arg(long, requires = "slo", conflicts_with = "threshold")]
-    pub find_max: bool,
-    /// What a --find-max step must hold, in --threshold's syntax (e.g. `p99<10ms`); repeatable.
-    #[arg(long, value_name = "EXPR", requires = "find_max")]
-    pub slo: Vec<Threshold>,
-    /// The most steps --find-max runs.
-    #[arg(long, default_value_t = 12, requires = "find_max")]
-    pub max_steps: usize,
-    /// Client connections (kept alive, one request in flight each).
-    #[arg(long, default_value_t = 16)]
-    pub connections: usize,
-    /// Operation weights, `name=weight,...` over verify_request, verify_response,
-    /// connection_invitation, credential_offer, transaction_status.
-    #[arg(long, default_value = DEFAULT_MIX)]
-    pub mix: Mix,
-    /// Interface version to call.
-    #[arg(long, value_enum, default_value = "v1")]
-    pub api: Api,
-    /// Service business code put in v2 paths (required with `--api v2`).
-    #[arg(long)]
-    pub service: Option<String>,
-    /// Sent as X-Service-Agent-Id.
-    #[arg(long, requires = "token", conflicts_with = "credentials")]
-    pub agent_id: Option<String>,
-    /// Sent as X-Auth-Token (prefer --credentials: a command line is visible to other users).
-    #[arg(long, requires = "agent_id", conflicts_with = "credentials")]
-    pub token: Option<String>,
-    /// A TOML or JSON file with `agent_id` and `token`.
-    #[arg(long)]
-    pub credentials: Option<PathBuf>,
-    /// Per-request time limit; also how long to wait for stragglers after the run.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
-    pub timeout: Duration,
-    /// Runtime threads (default: the CPUs this process may run on).
-    #[arg(long)]
-    pub threads: Option<usize>,
-    /// Print one JSON object on stdout instead of the text report.
-    #[arg(long)]
-    pub json: bool,
-}
 
 /// Why a load run failed.
 #[derive(Debug, thiserror::Error)]

@@ -10,101 +10,11 @@ use serde::Serialize;
 
 use crate::api::operation::Operation;
 
-use super::run::{Load, Plan};
+use super::plan::{Load, Plan};
 use super::schedule::Schedule;
+use super::stats::Stats;
 use super::threshold::Verdict;
 use super::timeline::Timeline;
-use super::MAX_LATENCY_US;
-
-/// How an exchange failed without an HTTP status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum ConnErrorKind {
-    Connect,
-    Timeout,
-    /// The server closed the connection before a whole response.
-    Closed,
-    /// A read or write failed (reset, broken pipe).
-    Io,
-    Protocol,
-}
-
-impl ConnErrorKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ConnErrorKind::Connect => "connect",
-            ConnErrorKind::Timeout => "timeout",
-            ConnErrorKind::Closed => "closed",
-            ConnErrorKind::Io => "io",
-            ConnErrorKind::Protocol => "protocol",
-        }
-    }
-}
-
-/// One connection's tally; merged into the run's at the end.
-#[derive(Debug, Clone)]
-pub struct Stats {
-    pub latency_us: Histogram<u64>,
-    pub statuses: BTreeMap<u16, u64>,
-    pub conn_errors: BTreeMap<ConnErrorKind, u64>,
-    pub operations: [u64; Operation::COUNT],
-    /// Scheduled requests never sent: the run's hard deadline had passed.
-    pub unsent: u64,
-    /// Open model: requests that started more than 1 ms after they were due (no idle
-    /// connection, or a busy client).
-    pub late_starts: u64,
-    /// In flight when the run was interrupted: abandoned, counted nowhere else.
-    pub cancelled: u64,
-}
-
-impl Default for Stats {
-    fn default() -> Self {
-        Self {
-            latency_us: Histogram::new_with_bounds(1, MAX_LATENCY_US, 3)
-                .expect("static histogram bounds are valid"),
-            statuses: BTreeMap::new(),
-            conn_errors: BTreeMap::new(),
-            operations: [0; Operation::COUNT],
-            unsent: 0,
-            late_starts: 0,
-            cancelled: 0,
-        }
-    }
-}
-
-/// A latency in whole µs, within the histograms' bounds.
-pub fn latency_us(latency: Duration) -> u64 {
-    (latency.as_micros() as u64).clamp(1, MAX_LATENCY_US)
-}
-
-impl Stats {
-    /// Records an answer; `latency_us` from [`latency_us`].
-    pub fn record_response(&mut self, status: u16, latency_us: u64) {
-        self.latency_us.saturating_record(latency_us);
-        *self.statuses.entry(status).or_default() += 1;
-    }
-
-    pub fn record_error(&mut self, kind: ConnErrorKind) {
-        *self.conn_errors.entry(kind).or_default() += 1;
-    }
-
-    pub fn merge(&mut self, other: &Stats) {
-        self.latency_us
-            .add(&other.latency_us)
-            .expect("histograms share bounds");
-        for (k, v) in &other.statuses {
-            *self.statuses.entry(*k).or_default() += v;
-        }
-        for (k, v) in &other.conn_errors {
-            *self.conn_errors.entry(*k).or_default() += v;
-        }
-        for (a, b) in self.operations.iter_mut().zip(other.operations) {
-            *a += b;
-        }
-        self.unsent += other.unsent;
-        self.late_starts += other.late_starts;
-        self.cancelled += other.cancelled;
-    }
-}
 
 /// Latency percentiles in milliseconds.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -260,19 +170,22 @@ impl Measured {
 /// Builds the report (without verdicts) from what a run measured.
 pub fn make_report(plan: &Plan, m: &Measured) -> Report {
     let stats = &m.stats;
-    let responses: u64 = stats.statuses.values().sum();
+    let responses: u64 = stats.ended.statuses.values().sum();
     let by_status: BTreeMap<u16, u64> = stats
+        .ended
         .statuses
         .iter()
         .filter(|(s, _)| !(200..300).contains(*s))
         .map(|(s, n)| (*s, *n))
         .collect();
     let connection: BTreeMap<&'static str, u64> = stats
+        .ended
         .conn_errors
         .iter()
         .map(|(k, n)| (k.as_str(), *n))
         .collect();
-    let total = by_status.values().sum::<u64>() + connection.values().sum::<u64>() + stats.unsent;
+    let total =
+        by_status.values().sum::<u64>() + connection.values().sum::<u64>() + stats.ended.unsent;
     let secs = m.elapsed.as_secs_f64();
     let schedule = match &plan.load {
         Load::Open(s) => Some(s),
@@ -298,13 +211,13 @@ pub fn make_report(plan: &Plan, m: &Measured) -> Report {
             0.0
         },
         latency_from,
-        latency_ms: Latency::of(&stats.latency_us),
-        statuses: stats.statuses.clone(),
+        latency_ms: Latency::of(&stats.ended.latency_us),
+        statuses: stats.ended.statuses.clone(),
         errors: Errors {
             total,
             by_status,
             connection,
-            unsent: stats.unsent,
+            unsent: stats.ended.unsent,
         },
         late_starts: stats.late_starts,
         operations: Operation::ALL
@@ -328,7 +241,7 @@ pub fn make_report(plan: &Plan, m: &Measured) -> Report {
         interrupted: m.interrupted,
         cancelled: stats.cancelled,
         timeline: timeline_report(schedule, ramps.is_some(), &m.timeline),
-        latency_distribution: distribution(&stats.latency_us),
+        latency_distribution: distribution(&stats.ended.latency_us),
         thresholds: Vec::new(),
     }
 }

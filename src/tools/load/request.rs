@@ -2,7 +2,6 @@
 //! and the transaction ids answers carry.
 
 use std::collections::VecDeque;
-use std::fmt::Write as _;
 
 use bytes::BytesMut;
 use serde::Deserialize;
@@ -10,7 +9,7 @@ use serde_json::json;
 
 use crate::api::operation::{ApiVersion, Operation};
 use crate::api::route::build_path;
-use crate::http1::RequestWriter;
+use crate::http1::{percent_encode, RequestWriter};
 use crate::policy::auth::{AGENT_ID_HEADER, AUTH_TOKEN_HEADER};
 
 use super::args::{splitmix64, Mix};
@@ -70,20 +69,6 @@ pub fn request_body(op: Operation, i: u64, run: u64) -> Option<String> {
     Some(body.to_string())
 }
 
-/// Percent-encodes everything but RFC 3986 unreserved characters: a transaction id from a
-/// response becomes exactly one path segment.
-pub fn encode_segment(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            let _ = write!(out, "%{b:02X}");
-        }
-    }
-    out
-}
-
 /// The request path of `op` under `prefix` for the given version and service code: the
 /// gateway's own path shapes, with the segments filled in.
 pub fn request_path(
@@ -99,7 +84,8 @@ pub fn request_path(
         api,
         op,
         service,
-        &encode_segment(transaction_id),
+        // A transaction id from a response becomes exactly one path segment.
+        &percent_encode(transaction_id),
         None,
     )
 }

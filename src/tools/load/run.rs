@@ -2,7 +2,7 @@
 //! a run early and still reports it.
 
 use std::collections::VecDeque;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,67 +14,29 @@ use tokio::net::TcpStream;
 use tokio::sync::{oneshot, watch, Semaphore};
 
 use crate::api::operation::Operation;
-use crate::config::BusinessCode;
 use crate::http1::client::{ClientError, ResponseReader};
 
-use super::args::{parse_credentials, splitmix64, Api, Credentials, Rate, Target};
+use super::args::LoadArgs;
 use super::html;
+use super::judge::judge_all;
 use super::knee::KneeSearch;
+use super::plan::{Load, Mode, Plan};
 use super::report::{
-    format_knee, format_report, latency_us, make_report, progress_line, ConnErrorKind, KneeReport,
-    KneeStep, Measured, ProgressTarget, Report, Stats,
+    format_knee, format_report, make_report, progress_line, KneeReport, KneeStep, Measured,
+    ProgressTarget, Report,
 };
-use super::request::{transaction_id, Script};
+use super::request::transaction_id;
 use super::schedule::Schedule;
-use super::threshold::{judge_all, Threshold};
-use super::timeline::{SecondRecorder, Timeline};
-use super::{LoadArgs, LoadError, MAX_RESPONSE_BYTES, TX_POOL};
+use super::stats::{latency_us, ConnErrorKind, Ended, Stats};
+use super::threshold::Threshold;
+use super::timeline::{Second, SecondRecorder, Timeline};
+use super::LoadError;
 
-/// How requests are started.
-#[derive(Debug, Clone)]
-pub enum Load {
-    /// On a fixed schedule, whatever the answers do.
-    Open(Schedule),
-    /// Back to back on each connection, for this long (`--rate max`).
-    Closed(Duration),
-}
+/// Transaction ids remembered per connection for status reads.
+const TX_POOL: usize = 256;
 
-impl Load {
-    /// How long the run sends.
-    pub fn duration(&self) -> Duration {
-        match self {
-            Load::Open(s) => s.duration(),
-            Load::Closed(d) => *d,
-        }
-    }
-}
-
-/// A validated run, ready to execute.
-#[derive(Debug, Clone)]
-pub struct Plan {
-    pub target_url: String,
-    pub addr: SocketAddr,
-    pub load: Load,
-    pub connections: usize,
-    pub timeout: Duration,
-    pub script: Script,
-    /// Write the one-second progress line to stderr.
-    pub progress: bool,
-}
-
-/// What the command does with its plan.
-#[derive(Debug, Clone)]
-pub enum Mode {
-    /// One run, judged against `--threshold`s.
-    Run { thresholds: Vec<Threshold> },
-    /// `--find-max`: flat steps of the plan's duration from `start` req/s, each judged
-    /// against the SLO.
-    FindMax {
-        slo: Vec<Threshold>,
-        start: f64,
-        max_steps: usize,
-    },
-}
+/// The largest answer read; anything larger is a protocol error for a load test.
+const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 
 /// How the command ended, as its exit status says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,126 +60,6 @@ impl Outcome {
             Outcome::Interrupted => 130,
         }
     }
-}
-
-pub(super) fn run_id() -> u64 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or_default();
-    splitmix64(nanos ^ u64::from(std::process::id())) & 0xffff_ffff
-}
-
-impl Plan {
-    /// Checks the arguments, reads the credentials and resolves the target.
-    pub fn from_args(args: &LoadArgs) -> Result<Self, LoadError> {
-        if args.connections == 0 {
-            return Err(LoadError::Invalid("--connections must be at least 1"));
-        }
-        let load = match (&args.stages, args.rate) {
-            (Some(stages), _) => Load::Open(Schedule::ramps(stages.0.clone())),
-            (None, Rate::PerSecond(r)) => Load::Open(Schedule::flat(r, args.duration)),
-            (None, Rate::Max) if args.find_max => {
-                return Err(LoadError::Invalid(
-                    "--find-max steps an open model: give the first step's rate as --rate N",
-                ))
-            }
-            (None, Rate::Max) => Load::Closed(args.duration),
-        };
-        if let Load::Open(schedule) = &load {
-            if schedule.total() == 0 {
-                return Err(LoadError::Invalid(
-                    "the schedule sends no request (--rate × --duration, or the stages, make less than one)",
-                ));
-            }
-        }
-        let service = match (args.api, &args.service) {
-            (Api::V2, None) => return Err(LoadError::MissingService),
-            (_, Some(code)) => BusinessCode::parse(code)
-                .map_err(LoadError::Service)?
-                .as_str()
-                .to_owned(),
-            (Api::V1, None) => String::new(),
-        };
-        let creds = match (&args.agent_id, &args.token, &args.credentials) {
-            (Some(agent_id), Some(token), None) => Credentials {
-                agent_id: agent_id.clone(),
-                token: token.clone(),
-            },
-            (None, None, Some(path)) => read_credentials(path)?,
-            _ => return Err(LoadError::MissingCredentials),
-        };
-        for v in [&creds.agent_id, &creds.token] {
-            if v.bytes().any(|b| b.is_ascii_control()) {
-                return Err(LoadError::Invalid(
-                    "agent id and token must not hold control characters",
-                ));
-            }
-        }
-        let target: Target = args.target.parse()?;
-        let host_port = &target.host_port;
-        let addr = host_port
-            .to_socket_addrs()
-            .map_err(|e| LoadError::Resolve(host_port.clone(), e))?
-            .next()
-            .ok_or_else(|| {
-                LoadError::Resolve(
-                    host_port.clone(),
-                    std::io::Error::new(std::io::ErrorKind::NotFound, "no address"),
-                )
-            })?;
-        Ok(Plan {
-            target_url: target.url.clone(),
-            addr,
-            load,
-            connections: args.connections,
-            timeout: args.timeout,
-            script: Script {
-                authority: target.authority,
-                prefix: target.prefix,
-                api: args.api.version(),
-                service,
-                agent_id: creds.agent_id,
-                token: creds.token,
-                mix: args.mix.clone(),
-                run: run_id(),
-            },
-            progress: true,
-        })
-    }
-}
-
-impl Mode {
-    /// The mode the arguments ask for; the plan's rate is the first step's under `--find-max`.
-    pub fn from_args(args: &LoadArgs) -> Result<Self, LoadError> {
-        if !args.find_max {
-            return Ok(Mode::Run {
-                thresholds: args.threshold.clone(),
-            });
-        }
-        let Rate::PerSecond(start) = args.rate else {
-            return Err(LoadError::Invalid(
-                "--find-max steps an open model: give the first step's rate as --rate N",
-            ));
-        };
-        if args.max_steps == 0 {
-            return Err(LoadError::Invalid("--max-steps must be at least 1"));
-        }
-        Ok(Mode::FindMax {
-            slo: args.slo.clone(),
-            start,
-            max_steps: args.max_steps,
-        })
-    }
-}
-
-pub(super) fn read_credentials(path: &Path) -> Result<Credentials, LoadError> {
-    let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| LoadError::CredentialsRead {
-        path: shown.clone(),
-        source,
-    })?;
-    parse_credentials(&text, &shown)
 }
 
 /// Runs a load test (or a knee search), prints its report and says how it ended.
@@ -555,6 +397,37 @@ pub(super) async fn report_progress(shared: Arc<Shared>, start: Instant) {
     }
 }
 
+impl Shared {
+    /// The next request for a connection to send, and when it is due (open model); `None`
+    /// when the run has no more.
+    async fn next_request(&self, start: Instant, end: Instant) -> Option<(u64, Option<Instant>)> {
+        match &self.plan.load {
+            Load::Open(schedule) => {
+                self.gate.acquire().await.ok()?.forget();
+                let i = self.next.fetch_add(1, Ordering::Relaxed);
+                (i < schedule.total()).then(|| (i, Some(start + schedule.due_at(i))))
+            }
+            Load::Closed(_) => {
+                let over = Instant::now() >= end || self.over.load(Ordering::Relaxed);
+                (!over).then(|| (self.next.fetch_add(1, Ordering::Relaxed), None))
+            }
+        }
+    }
+
+    /// Counts how a request ended: in the connection's tally, in its second of the timeline,
+    /// and in the run's progress.
+    fn record(&self, ended: Ended, stats: &mut Stats, second: &mut Second) {
+        stats.ended.record(ended);
+        second.record(ended);
+        if matches!(ended, Ended::Answered { .. }) {
+            self.done.fetch_add(1, Ordering::Relaxed);
+        }
+        if !matches!(ended, Ended::Answered { status, .. } if (200..300).contains(&status)) {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
 /// One connection's loop over the schedule (open) or back to back until the end (closed).
 /// `cancelled` firing abandons the request in flight and ends the loop.
 pub(super) async fn worker(
@@ -572,31 +445,11 @@ pub(super) async fn worker(
     let hard_deadline = end + plan.timeout;
     let second_of = |t: Instant| t.saturating_duration_since(start).as_secs() as usize;
     tokio::time::sleep_until(start.into()).await;
-    loop {
-        let (i, due) = match &plan.load {
-            Load::Open(schedule) => {
-                match shared.gate.acquire().await {
-                    Ok(permit) => permit.forget(),
-                    Err(_) => break,
-                }
-                let i = shared.next.fetch_add(1, Ordering::Relaxed);
-                if i >= schedule.total() {
-                    break;
-                }
-                (i, Some(start + schedule.due_at(i)))
-            }
-            Load::Closed(_) => {
-                if Instant::now() >= end || shared.over.load(Ordering::Relaxed) {
-                    break;
-                }
-                (shared.next.fetch_add(1, Ordering::Relaxed), None)
-            }
-        };
+    while let Some((i, due)) = shared.next_request(start, end).await {
         let sent = Instant::now();
         if sent >= hard_deadline {
-            stats.unsent += 1;
-            second.at(second_of(sent), &shared.timeline).unsent += 1;
-            shared.failed.fetch_add(1, Ordering::Relaxed);
+            let this_second = second.at(second_of(sent), &shared.timeline);
+            shared.record(Ended::Unsent, &mut stats, this_second);
             continue;
         }
         if due.is_some_and(|d| sent > d + Duration::from_millis(1)) {
@@ -613,39 +466,35 @@ pub(super) async fn worker(
             outcome = tokio::time::timeout(plan.timeout, conn.exchange(&req)) => outcome,
         };
         let finished = Instant::now();
-        let this_second = second.at(second_of(finished), &shared.timeline);
-        match outcome {
-            Ok(Ok(status)) => {
-                let us = latency_us(finished.saturating_duration_since(due.unwrap_or(sent)));
-                stats.record_response(status, us);
-                this_second.record_response(status, us);
-                shared.done.fetch_add(1, Ordering::Relaxed);
-                if !(200..300).contains(&status) {
-                    shared.failed.fetch_add(1, Ordering::Relaxed);
-                } else if op != Operation::TransactionStatus {
-                    if let Some(id) = transaction_id(conn.body()) {
-                        if tx_ids.len() == TX_POOL {
-                            tx_ids.pop_front();
-                        }
-                        tx_ids.push_back(id);
-                    }
-                }
-            }
-            Ok(Err(kind)) => {
-                stats.record_error(kind);
-                this_second.record_error(kind);
-                shared.failed.fetch_add(1, Ordering::Relaxed);
-                if kind == ConnErrorKind::Connect && matches!(plan.load, Load::Closed(_)) {
-                    // Do not spin on a refused port.
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-            }
+        let ended = match outcome {
+            Ok(Ok(status)) => Ended::Answered {
+                status,
+                latency_us: latency_us(finished.saturating_duration_since(due.unwrap_or(sent))),
+            },
+            Ok(Err(kind)) => Ended::Failed(kind),
             Err(_) => {
                 conn.reset();
-                stats.record_error(ConnErrorKind::Timeout);
-                this_second.record_error(ConnErrorKind::Timeout);
-                shared.failed.fetch_add(1, Ordering::Relaxed);
+                Ended::Failed(ConnErrorKind::Timeout)
             }
+        };
+        let this_second = second.at(second_of(finished), &shared.timeline);
+        shared.record(ended, &mut stats, this_second);
+        match ended {
+            Ended::Answered { status, .. }
+                if (200..300).contains(&status) && op != Operation::TransactionStatus =>
+            {
+                if let Some(id) = transaction_id(conn.body()) {
+                    if tx_ids.len() == TX_POOL {
+                        tx_ids.pop_front();
+                    }
+                    tx_ids.push_back(id);
+                }
+            }
+            // Do not spin on a refused port.
+            Ended::Failed(ConnErrorKind::Connect) if matches!(plan.load, Load::Closed(_)) => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            _ => {}
         }
     }
     second.flush(&shared.timeline);

@@ -9,11 +9,14 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::args::*;
 use super::html;
+use super::judge::*;
 use super::knee::*;
+use super::plan::*;
 use super::report::*;
 use super::request::*;
 use super::run::*;
 use super::schedule::*;
+use super::stats::*;
 use super::threshold::*;
 use super::timeline::*;
 use super::*;
@@ -278,7 +281,7 @@ fn thresholds_parse_metrics_units_and_comparisons() {
 fn stats_with(latencies_us: impl IntoIterator<Item = u64>, status: u16) -> Stats {
     let mut stats = Stats::default();
     for us in latencies_us {
-        stats.record_response(status, us);
+        stats.ended.record_response(status, us);
     }
     stats
 }
@@ -288,10 +291,10 @@ fn thresholds_are_judged_against_the_report() {
     // 1000 answers of 10 µs to 10 ms, 10 of them 503, 5 connection errors: 15 failed of 1005.
     let mut stats = stats_with((1..=990).map(|i| i * 10), 200);
     for _ in 0..10 {
-        stats.record_response(503, 10_000);
+        stats.ended.record_response(503, 10_000);
     }
     for _ in 0..5 {
-        stats.record_error(ConnErrorKind::Io);
+        stats.ended.record_error(ConnErrorKind::Io);
     }
     let mut m = Measured::new(std::time::SystemTime::now());
     m.stats = stats;
@@ -705,8 +708,8 @@ fn flat(rate: f64, ms: u64) -> Load {
 #[test]
 fn the_report_counts_errors_and_percentiles_in_text_and_json() {
     let mut stats = stats_with((1..=1000u64).map(|us| us * 10), 200);
-    stats.record_response(401, 50);
-    stats.record_error(ConnErrorKind::Io);
+    stats.ended.record_response(401, 50);
+    stats.ended.record_error(ConnErrorKind::Io);
     stats.operations = [500, 200, 100, 100, 101];
     let mut m = Measured::new(std::time::SystemTime::UNIX_EPOCH);
     m.stats = stats;

@@ -1,74 +1,40 @@
 //! Pass/fail thresholds, as k6 has them: `METRIC OP VALUE` (`p99<50ms`, `errors<0.1%`,
 //! `rps>1800`), parsed once from the command line (`--threshold`, and `--slo` for
-//! `--find-max`) and judged against a finished report.
+//! `--find-max`), and the verdicts a report carries once they are judged against it
+//! ([`super::judge`]).
 
 use std::fmt;
 use std::str::FromStr;
 
 use serde::Serialize;
 
-use super::report::Report;
 use super::LoadError;
 
-/// What a threshold measures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Metric {
-    P50,
-    P90,
-    P99,
-    P99_9,
-    Max,
-    Mean,
-    /// Failed requests (non-2xx, no answer, never sent) over all requests.
-    Errors,
-    /// Achieved responses per second.
-    Rps,
+listed_enum! {
+    /// What a threshold measures; its label is the name a threshold gives it and the report
+    /// shows.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Metric {
+        P50 => "p50",
+        P90 => "p90",
+        P99 => "p99",
+        P99_9 => "p99.9",
+        Max => "max",
+        Mean => "mean",
+        /// Failed requests (non-2xx, no answer, never sent) over all requests.
+        Errors => "errors",
+        /// Achieved responses per second.
+        Rps => "rps",
+    }
 }
 
-/// The metric names a threshold accepts, with the name it is reported under.
-const METRICS: [(&str, Metric); 8] = [
-    ("p50", Metric::P50),
-    ("p90", Metric::P90),
-    ("p99", Metric::P99),
-    ("p99.9", Metric::P99_9),
-    ("max", Metric::Max),
-    ("mean", Metric::Mean),
-    ("errors", Metric::Errors),
-    ("rps", Metric::Rps),
-];
-
 impl Metric {
-    pub fn name(self) -> &'static str {
-        METRICS
-            .iter()
-            .find(|(_, m)| *m == self)
-            .map(|(n, _)| *n)
-            .expect("every metric is in METRICS")
-    }
-
     /// The unit of its limit and value: milliseconds, a ratio (0 to 1), or requests/s.
     pub fn unit(self) -> &'static str {
         match self {
             Metric::Errors => "ratio",
             Metric::Rps => "req/s",
             _ => "ms",
-        }
-    }
-
-    /// The metric's value in a report; `None` when the run measured nothing it could judge
-    /// (no response for a latency, no request for the error ratio): such a threshold fails.
-    pub fn value(self, r: &Report) -> Option<f64> {
-        let l = &r.latency_ms;
-        let latency = |v: f64| (r.responses > 0).then_some(v);
-        match self {
-            Metric::P50 => latency(l.p50),
-            Metric::P90 => latency(l.p90),
-            Metric::P99 => latency(l.p99),
-            Metric::P99_9 => latency(l.p99_9),
-            Metric::Max => latency(l.max),
-            Metric::Mean => latency(l.mean),
-            Metric::Errors => r.error_ratio(),
-            Metric::Rps => Some(r.throughput_rps),
         }
     }
 
@@ -92,26 +58,19 @@ fn trim_float(v: f64, decimals: usize) -> String {
     }
 }
 
-/// How the measured value must compare with the limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cmp {
-    Lt,
-    Le,
-    Gt,
-    Ge,
+listed_enum! {
+    /// How the measured value must compare with the limit.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Cmp {
+        Lt => "<",
+        Le => "<=",
+        Gt => ">",
+        Ge => ">=",
+    }
 }
 
 impl Cmp {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Cmp::Lt => "<",
-            Cmp::Le => "<=",
-            Cmp::Gt => ">",
-            Cmp::Ge => ">=",
-        }
-    }
-
-    fn holds(self, value: f64, limit: f64) -> bool {
+    pub(super) fn holds(self, value: f64, limit: f64) -> bool {
         match self {
             Cmp::Lt => value < limit,
             Cmp::Le => value <= limit,
@@ -156,7 +115,7 @@ impl FromStr for Threshold {
             bad(format!(
                 "unknown metric {:?} (known: {})",
                 name.trim(),
-                METRICS.map(|(n, _)| n).join(", ")
+                Metric::ALL.map(Metric::as_str).join(", ")
             ))
         })?;
         let limit = parse_limit(metric, value.trim()).map_err(bad)?;
@@ -176,7 +135,7 @@ fn metric_named(name: &str) -> Option<Metric> {
         Some(q) => format!("p{q}"),
         None => name.replace('_', "."),
     };
-    METRICS.iter().find(|(n, _)| *n == name).map(|(_, m)| *m)
+    Metric::ALL.into_iter().find(|m| m.as_str() == name)
 }
 
 /// The limit in the metric's unit: latencies in ms (`50ms`, `1.5s`, `800us`; a plain number is
@@ -232,21 +191,6 @@ pub struct Verdict {
     pub passed: bool,
 }
 
-impl Threshold {
-    pub fn judge(&self, r: &Report) -> Verdict {
-        let actual = self.metric.value(r);
-        Verdict {
-            threshold: self.text.clone(),
-            metric: self.metric.name(),
-            op: self.cmp.as_str(),
-            limit: self.limit,
-            actual,
-            unit: self.metric.unit(),
-            passed: actual.is_some_and(|v| self.cmp.holds(v, self.limit)),
-        }
-    }
-}
-
 impl Verdict {
     /// `p99<50ms (p99 73.214 ms)`, or `(nothing measured)`.
     pub fn describe(&self) -> String {
@@ -256,9 +200,4 @@ impl Verdict {
             None => format!("{} (nothing measured)", self.threshold),
         }
     }
-}
-
-/// Judges every threshold against a report.
-pub fn judge_all(thresholds: &[Threshold], r: &Report) -> Vec<Verdict> {
-    thresholds.iter().map(|t| t.judge(r)).collect()
 }

@@ -6,74 +6,19 @@
 //! changes, so the lock is taken about once a second per connection and memory grows with the
 //! run's length, not with its connections.
 
-use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use hdrhistogram::Histogram;
-
-use super::report::ConnErrorKind;
-use super::MAX_LATENCY_US;
+use super::stats::Tally;
 
 /// Significant digits of a second's latency histogram: 1% resolution is plenty for a chart,
 /// and keeps a second at about 10 KiB (3 digits would be 128 KiB).
 const SECOND_SIGFIG: u8 = 2;
 
 /// What completed in one second.
-#[derive(Debug, Clone)]
-pub struct Second {
-    pub latency_us: Histogram<u32>,
-    pub statuses: BTreeMap<u16, u64>,
-    pub conn_errors: BTreeMap<ConnErrorKind, u64>,
-    /// Scheduled requests dropped unsent (past the run's deadline).
-    pub unsent: u64,
-}
+pub type Second = Tally<u32>;
 
-impl Default for Second {
-    fn default() -> Self {
-        Second {
-            latency_us: Histogram::new_with_bounds(1, MAX_LATENCY_US, SECOND_SIGFIG)
-                .expect("static histogram bounds are valid"),
-            statuses: BTreeMap::new(),
-            conn_errors: BTreeMap::new(),
-            unsent: 0,
-        }
-    }
-}
-
-impl Second {
-    /// Records an answer; `latency_us` already clamped to the histogram's bounds.
-    pub fn record_response(&mut self, status: u16, latency_us: u64) {
-        self.latency_us.saturating_record(latency_us);
-        *self.statuses.entry(status).or_default() += 1;
-    }
-
-    pub fn record_error(&mut self, kind: ConnErrorKind) {
-        *self.conn_errors.entry(kind).or_default() += 1;
-    }
-
-    fn merge(&mut self, other: &Second) {
-        self.latency_us
-            .add(&other.latency_us)
-            .expect("histograms share bounds");
-        for (k, v) in &other.statuses {
-            *self.statuses.entry(*k).or_default() += v;
-        }
-        for (k, v) in &other.conn_errors {
-            *self.conn_errors.entry(*k).or_default() += v;
-        }
-        self.unsent += other.unsent;
-    }
-
-    fn is_empty(&self) -> bool {
-        self.statuses.is_empty() && self.conn_errors.is_empty() && self.unsent == 0
-    }
-
-    fn clear(&mut self) {
-        self.latency_us.reset();
-        self.statuses.clear();
-        self.conn_errors.clear();
-        self.unsent = 0;
-    }
+fn empty_second() -> Second {
+    Tally::new(SECOND_SIGFIG)
 }
 
 /// The whole run, second `i` at index `i`.
@@ -86,7 +31,7 @@ impl Timeline {
     /// Adds what a connection counted in second `index`.
     pub fn add(&mut self, index: usize, second: &Second) {
         if self.seconds.len() <= index {
-            self.seconds.resize_with(index + 1, Second::default);
+            self.seconds.resize_with(index + 1, empty_second);
         }
         self.seconds[index].merge(second);
     }
@@ -98,16 +43,25 @@ impl Timeline {
     /// Makes the timeline at least `len` seconds long (quiet seconds are seconds too).
     pub fn extend_to(&mut self, len: usize) {
         if self.seconds.len() < len {
-            self.seconds.resize_with(len, Second::default);
+            self.seconds.resize_with(len, empty_second);
         }
     }
 }
 
 /// A connection's current second, added to the shared timeline when the second changes.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SecondRecorder {
     index: usize,
     second: Second,
+}
+
+impl Default for SecondRecorder {
+    fn default() -> Self {
+        Self {
+            index: 0,
+            second: empty_second(),
+        }
+    }
 }
 
 impl SecondRecorder {

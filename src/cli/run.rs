@@ -1,0 +1,29 @@
+//! `agent-gateway run`: the gateway on a config file, until a signal ends the process.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use agent_gateway::app::listeners::{ListenAddrs, Listeners};
+use agent_gateway::app::server::{self, BuildOptions};
+
+use super::{load_store, LogArgs};
+
+/// With `upgrade`, the listeners are taken over from the running process (after its SIGQUIT)
+/// rather than bound.
+pub fn run(config: &Path, upgrade: bool, log: &LogArgs) -> anyhow::Result<ExitCode> {
+    let logs = log.init();
+    let store = load_store(config)?;
+    let startup = store.current().load().startup.clone();
+    let addrs = ListenAddrs::configured(&startup, None);
+    let listeners = if upgrade {
+        Listeners::inherit(&addrs, &startup.upgrade_sock)?
+    } else {
+        Listeners::bind(&addrs)?
+    };
+    let options = BuildOptions {
+        logs: Some(logs),
+        ..Default::default()
+    };
+    let gateway = server::build(store, prometheus::default_registry(), options)?;
+    server::run(gateway, listeners)
+}
