@@ -3,7 +3,7 @@
 //! Every refusal or failure becomes a [`Reply`]; its body is the spec's ServiceAgentResponse
 //! shape `{"status_code":N,"message_code":M,"message":"..."}`, except 401, whose body the
 //! spec fixes as the JSON string `"not authorized"`. Each kind's status, message code and
-//! message are chosen together in [`Reply::spec`]. A test checks that the README's
+//! message are chosen together in [`Reply::spec`]. A test checks that docs/requests.md's
 //! message_code table has a row for each of [`Reply::ALL_CODES`], so the two cannot drift.
 //!
 //! The errors of [`crate::api::failure`] become answers here, one `From` impl each, so what
@@ -470,10 +470,10 @@ mod tests {
 
     #[test]
     fn readme_lists_every_message_code() {
-        let readme = include_str!("../../README.md");
+        let readme = include_str!("../../docs/requests.md");
         for r in Reply::ALL_CODES {
             let row = format!("| {} | {} |", r.status(), r.message_code());
-            assert!(readme.contains(&row), "README lacks the row starting {row}");
+            assert!(readme.contains(&row), "docs/requests.md lacks the row starting {row}");
         }
     }
 }
