@@ -155,6 +155,8 @@ fn http_health_checks_work_over_tls() {
         let mut cfg = tls_upstream_config(backend, Some(&pki.ca), None);
         cfg.upstream.health_check_path = Some(path.into());
         cfg.upstream.health_check_interval_ms = 100;
+        // Readiness then follows the health checks' verdict.
+        cfg.server.readiness_requires_upstream = true;
         let gw = Gateway::builder(cfg).start();
         let mut verdict = admin_get(gw.admin, "/readyz");
         // "Not checked yet" is a 503 too: wait for the checker's first verdict.

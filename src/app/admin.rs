@@ -1,7 +1,12 @@
 //! The admin listener, separate from proxy traffic: `/metrics`, `/healthz`, `/readyz`,
 //! `POST /-/reload`, `/v1-usage` and `/openapi.json`.
 //!
-//! `/readyz` reads the last result of [`crate::proxy::health`]'s checks: a scrape never causes a probe.
+//! `/readyz` is about the gateway itself ([`readiness`]): it answers 200 while the process
+//! serves (its config loaded, its listeners open) and 503 once it drains. A backend outage
+//! does not make it unready, since the gateway answers for the backend (502/504 JSON, counted
+//! and alerted on) and a pod taken out of its Service could not; `server.readiness_requires_upstream`
+//! makes the last health check's result ([`crate::proxy::health`]) part of it again. Every
+//! answer also says that result, read from the checker: a probe never causes a check.
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -16,6 +21,7 @@ use serde_json::json;
 use crate::app::reload::{ConfigStore, Trigger};
 use crate::observe::telemetry::Telemetry;
 use crate::proxy::health::UpstreamHealth;
+use crate::proxy::Drain;
 
 /// The admin HTTP service.
 pub struct AdminApp {
@@ -23,6 +29,25 @@ pub struct AdminApp {
     pub health: Arc<UpstreamHealth>,
     pub store: Arc<ConfigStore>,
     pub telemetry: Arc<Telemetry>,
+    /// Started when the gateway stops taking connections: `/readyz` then answers 503.
+    pub drain: Drain,
+}
+
+/// What `/readyz` answers, from the gateway's state: `Err` with the reason when it should not
+/// be sent traffic. `upstream` is the last health check's result, which counts only when
+/// `requires_upstream` (`server.readiness_requires_upstream`).
+pub fn readiness(
+    draining: bool,
+    upstream: Result<(), &'static str>,
+    requires_upstream: bool,
+) -> Result<(), &'static str> {
+    if draining {
+        return Err("draining");
+    }
+    if requires_upstream {
+        upstream?;
+    }
+    Ok(())
 }
 
 fn json_response(status: u16, body: serde_json::Value) -> Response<Vec<u8>> {
@@ -87,14 +112,51 @@ impl ServeHttp for AdminApp {
                 crate::api::openapi::document(&self.store.current().load()),
             ),
             ("GET", "/healthz") => json_response(200, json!({"status": "ok"})),
-            ("GET", "/readyz") => match self.health.readiness() {
-                Ok(()) => json_response(200, json!({"status": "ready"})),
-                Err(reason) => json_response(503, json!({"status": "not_ready", "reason": reason})),
-            },
+            ("GET", "/readyz") => {
+                let upstream = self.health.reachable();
+                let requires_upstream = self
+                    .store
+                    .current()
+                    .load()
+                    .startup
+                    .readiness_requires_upstream;
+                let upstream_text = upstream.err().unwrap_or("reachable");
+                match readiness(self.drain.started(), upstream, requires_upstream) {
+                    Ok(()) => {
+                        json_response(200, json!({"status": "ready", "upstream": upstream_text}))
+                    }
+                    Err(reason) => json_response(
+                        503,
+                        json!({"status": "not_ready", "reason": reason, "upstream": upstream_text}),
+                    ),
+                }
+            }
             _ => json_response(
                 404,
                 json!({"status_code": 404, "message_code": 40400, "message": "no such admin endpoint"}),
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::readiness;
+
+    const DOWN: Result<(), &str> = Err("no upstream address is reachable");
+
+    #[test]
+    fn the_gateway_is_ready_whatever_its_backend_does_until_it_drains() {
+        for upstream in [Ok(()), DOWN, Err("upstream addresses not checked yet")] {
+            assert_eq!(readiness(false, upstream, false), Ok(()));
+            assert_eq!(readiness(true, upstream, false), Err("draining"));
+        }
+    }
+
+    #[test]
+    fn requiring_the_upstream_makes_its_outage_the_reason() {
+        assert_eq!(readiness(false, Ok(()), true), Ok(()));
+        assert_eq!(readiness(false, DOWN, true), DOWN);
+        assert_eq!(readiness(true, DOWN, true), Err("draining"));
     }
 }

@@ -83,6 +83,7 @@ pub fn restart_only_changes(running: &StartupConfig, new: &StartupConfig) -> Vec
         upstream_keepalive_pool_size,
         watch_config,
         upgrade_sock,
+        readiness_requires_upstream,
     } = running;
     let (tls, new_tls) = (proxy_tls.as_ref(), new.proxy_tls.as_ref());
     [
@@ -106,6 +107,10 @@ pub fn restart_only_changes(running: &StartupConfig, new: &StartupConfig) -> Vec
         ),
         (*watch_config != new.watch_config, "server.watch_config"),
         (*upgrade_sock != new.upgrade_sock, "server.upgrade_sock"),
+        (
+            *readiness_requires_upstream != new.readiness_requires_upstream,
+            "server.readiness_requires_upstream",
+        ),
     ]
     .into_iter()
     .filter_map(|(changed, key)| changed.then_some(key))

@@ -83,6 +83,9 @@ pub struct ServerFile {
     pub watch_config: bool,
     /// Unix socket over which SIGQUIT hands the listeners to a process started with `--upgrade`.
     pub upgrade_sock: String,
+    /// `/readyz` also fails while no upstream address passes its health check. Off by default:
+    /// a backend outage is the gateway's to answer (502/504), not a reason to leave the Service.
+    pub readiness_requires_upstream: bool,
 }
 
 impl Default for ServerFile {
@@ -96,6 +99,7 @@ impl Default for ServerFile {
             upstream_keepalive_pool_size: 256,
             watch_config: true,
             upgrade_sock: "/tmp/agent-gateway-upgrade.sock".into(),
+            readiness_requires_upstream: false,
         }
     }
 }

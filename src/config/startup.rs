@@ -21,6 +21,8 @@ pub struct StartupConfig {
     pub upstream_keepalive_pool_size: usize,
     pub watch_config: bool,
     pub upgrade_sock: String,
+    /// `/readyz` needs an upstream address that passed its last health check.
+    pub readiness_requires_upstream: bool,
 }
 
 /// The CPUs this process may run on (its affinity mask and cgroup CPU quota): `server.threads`'
@@ -89,5 +91,6 @@ pub(super) fn startup(
         upstream_keepalive_pool_size: server.upstream_keepalive_pool_size,
         watch_config: server.watch_config,
         upgrade_sock: server.upgrade_sock.clone(),
+        readiness_requires_upstream: server.readiness_requires_upstream,
     })
 }
