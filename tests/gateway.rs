@@ -7,7 +7,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 
 use agent_gateway::config::file::AgentFile;
-use agent_gateway::config::testing::TOKEN;
+use agent_gateway::config::testing::{AGENT_ID, TOKEN};
 use agent_gateway::config::FileConfig;
 use common::*;
 use sha2::{Digest, Sha256};
@@ -547,6 +547,34 @@ fn every_shipped_config_passes_check_config() {
         }
     }
     assert!(checked > 0, "no config found to check");
+}
+
+#[test]
+fn an_agent_on_the_demo_token_is_warned_about_at_start_and_by_check_config_not_refused() {
+    let backend = Backend::start();
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.auth
+        .agents
+        .push(AgentFile::new("copied-agent", "demo-token"));
+    let warning = r#"agent "copied-agent" accepts the token "demo-token""#;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, cfg.to_toml()).unwrap();
+    let out = cli(["check-config".as_ref(), path.as_os_str()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains(warning), "{stderr}");
+    assert!(!stderr.contains(AGENT_ID), "only that agent: {stderr}");
+
+    let gw = Gateway::builder(cfg).process().start();
+    let warned = gw.log().lines().any(|line| {
+        serde_json::from_str::<serde_json::Value>(line).is_ok_and(|l| {
+            l["level"] == "WARN" && l["message"].as_str().is_some_and(|m| m.contains(warning))
+        })
+    });
+    assert!(warned, "{}", gw.log());
+    assert_eq!(get(gw.proxy, STATUS_V1).status, 200, "the gateway serves");
 }
 
 #[test]

@@ -1,8 +1,10 @@
 //! The binary's commands, one file each (`main.rs` parses the command line and calls the
 //! command's `run`), and what several of them share: the log flags, a config file loaded into
-//! a live store, pingora's options, writing to stdout.
+//! a live store, the warnings about its credentials ([`credentials`]), pingora's options,
+//! writing to stdout.
 
 pub mod check_config;
+pub mod credentials;
 pub mod demo;
 pub mod hash_token;
 pub mod load;
