@@ -38,7 +38,9 @@ use agent_gateway::config::FileConfig;
 pub use backend::{backend_with_reset, Action, Backend, Gate, MockBackend, Recorded};
 pub use client::*;
 pub use dashboard::*;
-pub use gateway::{cli, metric_value, replace_file, Gateway, GatewayBuilder, ANY_PORT, BIN};
+pub use gateway::{
+    cli, listening_line, metric_value, replace_file, Gateway, GatewayBuilder, ANY_PORT, BIN,
+};
 pub use ports::{free_port, loopback, ClosedPort};
 pub use process::{signal, wait_until, which, PATIENCE};
 pub use traffic::*;
