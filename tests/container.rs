@@ -107,6 +107,11 @@ impl Engine {
         out
     }
 
+    /// Runs `args` for what it does, whatever comes of it: removing what may not be there.
+    fn try_run(&self, args: &[&str]) {
+        let _ = self.command().args(args).output();
+    }
+
     fn has_image(&self, name: &str) -> bool {
         self.command()
             .args(["image", "inspect", name])
@@ -252,11 +257,7 @@ impl<'e> Image<'e> {
 
 impl Drop for Image<'_> {
     fn drop(&mut self) {
-        let _ = self
-            .engine
-            .command()
-            .args(["rmi", "-f", &self.name])
-            .output();
+        self.engine.try_run(&["rmi", "-f", &self.name]);
     }
 }
 
@@ -275,7 +276,7 @@ impl<'e> Container<'e> {
     fn run(image: &Image<'e>, config_dir: &Path) -> Container<'e> {
         let name = format!("agent-gateway-test-{}", std::process::id());
         let engine = image.engine;
-        let _ = engine.command().args(["rm", "-f", &name]).output();
+        engine.try_run(&["rm", "-f", &name]);
         let mount = format!("{}:{CONFIG_DIR}:ro", config_dir.display());
         engine.run([
             "run",
@@ -332,11 +333,7 @@ impl<'e> Container<'e> {
 
 impl Drop for Container<'_> {
     fn drop(&mut self) {
-        let _ = self
-            .engine
-            .command()
-            .args(["rm", "-f", &self.name])
-            .output();
+        self.engine.try_run(&["rm", "-f", &self.name]);
     }
 }
 

@@ -225,10 +225,20 @@ fn containerfile(name: &str) -> String {
     let text = read(CONTAINERFILE);
     let prefix = format!("{name} ");
     text.lines()
-        .filter_map(|l| l.strip_prefix(&prefix))
-        .last()
+        .rev()
+        .find_map(|l| l.strip_prefix(&prefix))
         .unwrap_or_else(|| panic!("no {name} in the Containerfile"))
         .to_string()
+}
+
+/// Every object of the base is among an overlay's `objects`, unchanged but for the config.
+fn assert_base_objects_unchanged(base: &[Value], objects: &[Value]) {
+    for o in base {
+        let name = o["metadata"]["name"].as_str().unwrap();
+        if name != "agent-gateway-config" {
+            assert_eq!(object(objects, o["kind"].as_str().unwrap(), name), o);
+        }
+    }
 }
 
 /// Every rendered object carries the recommended labels.
@@ -642,12 +652,7 @@ fn the_example_agents_overlay_runs_only_once_its_placeholder_is_replaced_by_a_di
     let mut expected = base_cfg.clone();
     expected.auth.agents = cfg.auth.agents.clone();
     assert_eq!(cfg.to_toml(), expected.to_toml());
-    for o in &base {
-        let name = o["metadata"]["name"].as_str().unwrap();
-        if name != "agent-gateway-config" {
-            assert_eq!(object(&objects, o["kind"].as_str().unwrap(), name), o);
-        }
-    }
+    assert_base_objects_unchanged(&base, &objects);
 
     // With a digest of the user's token in its place, that agent, and only it, gets in.
     let mut filled = cfg.clone();
@@ -682,13 +687,7 @@ fn the_redis_overlay_is_the_base_with_a_shared_limit_that_works() {
     let mut expected = base_cfg.clone();
     expected.rate_limit = cfg.rate_limit.clone();
     assert_eq!(cfg.to_toml(), expected.to_toml());
-    // Every object of the base is there, unchanged but for the config.
-    for o in &base {
-        let name = o["metadata"]["name"].as_str().unwrap();
-        if name != "agent-gateway-config" {
-            assert_eq!(object(&objects, o["kind"].as_str().unwrap(), name), o);
-        }
-    }
+    assert_base_objects_unchanged(&base, &objects);
 
     // redis_url names the overlay's Redis Service and port, which reach the Redis pod.
     let url = cfg.rate_limit.redis_url.clone().unwrap();
