@@ -473,7 +473,10 @@ mod tests {
         let readme = include_str!("../../docs/requests.md");
         for r in Reply::ALL_CODES {
             let row = format!("| {} | {} |", r.status(), r.message_code());
-            assert!(readme.contains(&row), "docs/requests.md lacks the row starting {row}");
+            assert!(
+                readme.contains(&row),
+                "docs/requests.md lacks the row starting {row}"
+            );
         }
     }
 }

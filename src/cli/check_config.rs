@@ -25,7 +25,7 @@ pub fn run(file: &Path, no_resolve: bool) -> anyhow::Result<ExitCode> {
 /// Validates the file at `path`, looking upstream names up unless `no_resolve`.
 fn check(path: &Path, no_resolve: bool) -> Result<(), ConfigError> {
     if no_resolve {
-        Snapshot::check_file_without_lookup(path)
+        Snapshot::load_unresolved(path).map(drop)
     } else {
         Snapshot::load(path).map(drop)
     }
