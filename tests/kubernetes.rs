@@ -171,6 +171,7 @@ fn check_config(text: &str) {
     let out = cli([
         "check-config".as_ref(),
         "--no-resolve".as_ref(),
+        "--config".as_ref(),
         file.as_os_str(),
     ]);
     assert!(

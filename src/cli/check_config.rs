@@ -1,10 +1,12 @@
-//! `agent-gateway check-config`: exit 0 when a config file is valid, else print every problem
-//! and exit 1.
+//! `agent-gateway check-config`: exit 0 when a config file is valid, else print every problem,
+//! in the order of the file, and exit 1.
 
 use std::path::Path;
 use std::process::ExitCode;
 
 use agent_gateway::config::{ConfigError, Snapshot};
+
+use super::print_problems;
 
 pub fn run(file: &Path, no_resolve: bool) -> anyhow::Result<ExitCode> {
     match check(file, no_resolve) {
@@ -13,10 +15,7 @@ pub fn run(file: &Path, no_resolve: bool) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
-            eprintln!("{}: invalid", file.display());
-            for p in e.problems() {
-                eprintln!("  {p}");
-            }
+            print_problems(file, &e);
             Ok(ExitCode::FAILURE)
         }
     }
