@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use agent_gateway::client::ClientOptions;
 use clap::{Parser, Subcommand};
 
 use cli::{ConfigFile, LogArgs};
@@ -82,12 +83,30 @@ enum Command {
     /// since it started), or with --prometheus from the whole fleet a Prometheus scrapes.
     V1Usage {
         /// The admin listener's base URL.
-        #[arg(long, default_value = "http://127.0.0.1:9090")]
+        #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:9090")]
         admin: String,
-        /// A Prometheus that scrapes every replica (base URL, with its route prefix if any):
-        /// counts summed over replicas and restarts.
-        #[arg(long, conflicts_with = "admin")]
+        /// A Prometheus that scrapes every replica: its base URL, http:// or https://, with its
+        /// route prefix if any and `user:password@` for basic auth. Counts summed over
+        /// replicas and restarts.
+        #[arg(long, value_name = "URL", conflicts_with = "admin")]
         prometheus: Option<String>,
+        /// With --prometheus: PEM CA certificates its certificate must chain to, instead of
+        /// the platform's.
+        #[arg(long, value_name = "FILE", requires = "prometheus")]
+        prometheus_ca_file: Option<PathBuf>,
+        /// With --prometheus: a file holding a bearer token to send (Grafana Cloud, Amazon
+        /// Managed Prometheus through a signing proxy, Mimir, Thanos behind an auth proxy).
+        #[arg(long, value_name = "FILE", requires = "prometheus")]
+        prometheus_token_file: Option<PathBuf>,
+        /// With --prometheus: a file holding `user:password` for basic auth (rather than in
+        /// the URL, where other users can see it).
+        #[arg(
+            long,
+            value_name = "FILE",
+            requires = "prometheus",
+            conflicts_with = "prometheus_token_file"
+        )]
+        prometheus_basic_auth_file: Option<PathBuf>,
         /// With --prometheus: how far back to count (`30d`, `12h`, ...).
         #[arg(long, default_value = "30d", requires = "prometheus")]
         window: humantime::Duration,
@@ -173,11 +192,21 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::HashToken => cli::hash_token::run(),
         Command::Openapi { config } => cli::openapi::run(&config.config),
         Command::V1Usage {
-            prometheus: Some(base),
+            prometheus: Some(url),
+            prometheus_ca_file,
+            prometheus_token_file,
+            prometheus_basic_auth_file,
             window,
             json,
             ..
-        } => cli::v1_usage::from_prometheus(&base, window, json),
+        } => {
+            let options = ClientOptions {
+                ca_file: prometheus_ca_file,
+                token_file: prometheus_token_file,
+                basic_auth_file: prometheus_basic_auth_file,
+            };
+            cli::v1_usage::from_prometheus(&url, &options, window, json)
+        }
         Command::V1Usage {
             admin,
             prometheus: None,
