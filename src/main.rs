@@ -222,35 +222,3 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => cli::mock_backend::run(listen, &base_path, threads, &log),
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use clap::CommandFactory;
-
-    use super::Cli;
-
-    /// Every flag of `command` and of its subcommands, by its command's path.
-    fn undocumented(command: &clap::Command, path: &str, out: &mut Vec<String>) {
-        for arg in command.get_arguments() {
-            let builtin = matches!(arg.get_id().as_str(), "help" | "version");
-            if !builtin && arg.get_help().is_none() && arg.get_long_help().is_none() {
-                out.push(format!("{path} {}", arg.get_id()));
-            }
-        }
-        for sub in command.get_subcommands() {
-            let path = format!("{path} {}", sub.get_name());
-            if sub.get_about().is_none() && sub.get_name() != "help" {
-                out.push(path.clone());
-            }
-            undocumented(sub, &path, out);
-        }
-    }
-
-    #[test]
-    fn every_command_and_flag_has_help_text() {
-        Cli::command().debug_assert();
-        let mut missing = Vec::new();
-        undocumented(&Cli::command(), "agent-gateway", &mut missing);
-        assert!(missing.is_empty(), "without help: {missing:?}");
-    }
-}

@@ -680,3 +680,57 @@ fn the_mock_backend_serves_the_v2_operations_behind_the_gateway() {
     );
     assert_eq!(resp.status, 400);
 }
+
+/// The entries of a `--help` section (`Options:`, `Arguments:`, `Commands:`): each entry's
+/// first line and whether text follows it (on its line, or indented on the next).
+fn help_entries<'t>(help: &'t str, section: &str) -> Vec<(&'t str, bool)> {
+    let lines: Vec<&str> = help.lines().collect();
+    let Some(start) = lines.iter().position(|l| *l == section) else {
+        return Vec::new();
+    };
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let mut entries = Vec::new();
+    for (i, line) in lines.iter().enumerate().skip(start + 1) {
+        if line.is_empty() || !line.starts_with(' ') {
+            break;
+        }
+        if indent(line) > 6 {
+            continue;
+        }
+        let inline = line.trim().contains("  ");
+        let next = lines
+            .get(i + 1)
+            .is_some_and(|n| indent(n) > indent(line) + 2);
+        entries.push((line.trim(), inline || next));
+    }
+    entries
+}
+
+#[test]
+fn every_command_and_flag_has_help_text() {
+    let mut missing = Vec::new();
+    let mut commands = vec![Vec::<String>::new()];
+    while let Some(path) = commands.pop() {
+        let out = cli(path.iter().map(String::as_str).chain(["--help"]));
+        assert!(out.status.success(), "{path:?} --help");
+        let help = String::from_utf8(out.stdout).unwrap();
+        for section in ["Arguments:", "Options:"] {
+            for (entry, documented) in help_entries(&help, section) {
+                if !documented {
+                    missing.push(format!("{} {entry}", path.join(" ")));
+                }
+            }
+        }
+        for (entry, documented) in help_entries(&help, "Commands:") {
+            let name = entry.split_whitespace().next().unwrap().to_owned();
+            if name == "help" {
+                continue;
+            }
+            if !documented {
+                missing.push(format!("{} {name}", path.join(" ")));
+            }
+            commands.push(path.iter().cloned().chain([name]).collect());
+        }
+    }
+    assert!(missing.is_empty(), "without help text: {missing:?}");
+}
