@@ -162,7 +162,7 @@ fn check_agent_gateway(words: &[&str]) -> Option<String> {
         } else if !word.starts_with('-') && help.contains("\nCommands:") {
             let listed = help
                 .lines()
-                .any(|l| l.trim_start().split_whitespace().next() == Some(*word));
+                .any(|l| l.split_whitespace().next() == Some(*word));
             if !listed {
                 return Some(format!(
                     "no command {word} in `agent-gateway {}`",
