@@ -205,6 +205,7 @@ fn check_config(text: &str) -> std::process::Output {
     cli([
         "check-config".as_ref(),
         "--no-resolve".as_ref(),
+        "--config".as_ref(),
         file.as_os_str(),
     ])
 }

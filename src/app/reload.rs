@@ -54,9 +54,14 @@ pub struct ReloadReport {
     pub problems: Vec<ProblemReport>,
 }
 
+/// One problem of a refused file: its key path, and where the file has it.
 #[derive(Debug, Clone, Serialize)]
 pub struct ProblemReport {
     pub key: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub column: Option<usize>,
     pub message: String,
 }
 
@@ -64,6 +69,8 @@ impl From<Problem> for ProblemReport {
     fn from(p: Problem) -> Self {
         Self {
             key: p.key,
+            line: p.at.map(|a| a.line),
+            column: p.at.map(|a| a.column),
             message: p.message,
         }
     }

@@ -1,6 +1,7 @@
-//! `agent-gateway check-config`: exit 0 when a config file is valid, else print every problem
-//! and exit 1. A valid file may also get warnings on stderr about its credentials (an agent on
-//! a token published with agent-gateway, no agent at all), which do not fail it.
+//! `agent-gateway check-config`: exit 0 when a config file is valid, else print every problem,
+//! in the order of the file, and exit 1. A valid file may also get warnings on stderr about
+//! its credentials (an agent on a token published with agent-gateway, no agent at all), which
+//! do not fail it.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -8,6 +9,8 @@ use std::process::ExitCode;
 use agent_gateway::config::{ConfigError, FileConfig, Snapshot, TokenDigest};
 
 use super::credentials::credential_warnings;
+
+use super::print_problems;
 
 pub fn run(file: &Path, no_resolve: bool) -> anyhow::Result<ExitCode> {
     match check(file, no_resolve) {
@@ -19,10 +22,7 @@ pub fn run(file: &Path, no_resolve: bool) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
-            eprintln!("{}: invalid", file.display());
-            for p in e.problems() {
-                eprintln!("  {p}");
-            }
+            print_problems(file, &e);
             Ok(ExitCode::FAILURE)
         }
     }
@@ -31,7 +31,7 @@ pub fn run(file: &Path, no_resolve: bool) -> anyhow::Result<ExitCode> {
 /// Validates the file at `path`, looking upstream names up unless `no_resolve`.
 fn check(path: &Path, no_resolve: bool) -> Result<(), ConfigError> {
     if no_resolve {
-        Snapshot::check_file_without_lookup(path)
+        Snapshot::load_unresolved(path).map(drop)
     } else {
         Snapshot::load(path).map(drop)
     }

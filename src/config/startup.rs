@@ -32,6 +32,9 @@ pub fn cpus_available() -> usize {
 }
 
 fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    if s.is_empty() {
+        return Err("required: the ip:port to listen on".into());
+    }
     s.parse()
         .map_err(|_| format!("{s:?} is not an ip:port address"))
 }

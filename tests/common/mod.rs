@@ -13,7 +13,8 @@
 //! - [`ports`]: ports no other process takes meanwhile, an address that refuses connections.
 //! - [`process`]: other programs, signals, and [`wait_until`] with one bounded deadline.
 //! - [`redis`], [`otlp`], [`python`], [`pki`]: a real Redis, a recording OTLP collector, the
-//!   pinned Python tools, a test CA; [`dashboard`] and [`traffic`] for the metrics tests.
+//!   pinned Python tools, a test CA; [`dashboard`] and [`traffic`] for the metrics tests;
+//!   [`markdown`]: the commands of the docs.
 // Each test binary uses a part of the harness.
 #![allow(dead_code, unused_imports)]
 
@@ -22,6 +23,7 @@ pub mod client;
 pub mod curl;
 pub mod dashboard;
 pub mod gateway;
+pub mod markdown;
 pub mod otlp;
 pub mod paused;
 pub mod pki;
