@@ -126,7 +126,8 @@ pub(super) fn upstream(f: &UpstreamFile, lookup: Lookup, p: &mut Problems) -> Up
                 None => host_of(written).to_owned(),
             };
             let mut peer = HttpPeer::new(addr, f.tls, sni);
-            peer.options.connection_timeout = Some(connect_timeout);
+            // No `connection_timeout`: the gateway limits a connect itself (see
+            // `proxy::connect`), on the runtime's timer.
             peer.options.idle_timeout = Some(idle_timeout);
             peer.options.verify_cert = f.tls_verify;
             peer.options.verify_hostname = f.tls_verify;

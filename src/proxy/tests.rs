@@ -74,7 +74,7 @@ struct ScriptedBackend {
 }
 
 impl Connect for ScriptedBackend {
-    fn connect<'a>(&'a self, _peer: &'a HttpPeer) -> ConnectFuture<'a> {
+    fn connect<'a>(&'a self, _peer: &'a HttpPeer, _limit: Duration) -> ConnectFuture<'a> {
         let connection = self.connects.fetch_add(1, Ordering::SeqCst);
         let (gateway_end, backend_end) = tokio::io::duplex(PIPE);
         tokio::spawn(serve_backend(

@@ -103,7 +103,7 @@ impl Upstream {
             record.attempt(backend.addr, started, reused);
             let mut conn = match pooled {
                 Some(conn) => conn,
-                None => match self.connector.connect(peer).await {
+                None => match self.connector.connect(peer, upstream.connect_timeout).await {
                     Ok(stream) => {
                         record.connect_time = Some(started.elapsed());
                         UpstreamConn::new(stream)
