@@ -22,6 +22,7 @@ use tokio::time::timeout;
 
 use super::downstream::Downstream;
 use super::h2::PREFACE;
+use super::timer::LazyTimer;
 use super::ProxyApp;
 use crate::api::failure::{BodyError, UnreadableHead};
 use crate::config::{LimitsConfig, Snapshot};
@@ -90,11 +91,15 @@ impl ProxyApp {
         let mut sniff_h2 = self.http2 && stream.get_ssl_digest().is_none();
         let mut c = H1Connection::new(stream);
         let mut config = Cache::new(&*self.config);
+        // One timer for every head the connection waits for.
+        let mut head_timer = LazyTimer::default();
         loop {
             // The whole head must arrive in time (a slowloris client is cut off), and an idle
             // kept-alive connection waits no longer, by the limits current when it starts.
             let limits = config.load().limits.clone();
-            let head = timeout(limits.client_header_timeout, c.read_head(&limits, sniff_h2)).await;
+            let head = head_timer
+                .limit(limits.client_header_timeout, c.read_head(&limits, sniff_h2))
+                .await;
             if std::mem::take(&mut sniff_h2) || c.requests == 0 {
                 if matches!(head, Ok(Ok(HeadRead::Http2Preface))) {
                     return c.into_rewound();

@@ -33,14 +33,17 @@ use pingora::services::background::BackgroundService;
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::sync::Notify;
 
+use super::timer::LazyTimer;
 use crate::config::Snapshot;
 use crate::http1::ResponseHead;
 
-/// A connection to a backend with its read buffer and parsed-head scratch space.
+/// A connection to a backend with its read buffer, parsed-head scratch space, and the timer
+/// of its reads and writes.
 pub struct UpstreamConn {
     pub stream: Stream,
     pub buf: BytesMut,
     pub head: ResponseHead,
+    pub timer: LazyTimer,
 }
 
 impl UpstreamConn {
@@ -49,6 +52,7 @@ impl UpstreamConn {
             stream,
             buf: BytesMut::with_capacity(4096),
             head: ResponseHead::default(),
+            timer: LazyTimer::default(),
         }
     }
 

@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 use bytes::Buf;
 use pingora::{Error, ErrorType};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::time::timeout;
 
 use super::connect::Connect;
 use super::forwarding::UpstreamRequest;
@@ -154,14 +153,15 @@ async fn send_and_read_head<R: RequestView>(
     read_timeout: Duration,
 ) -> Result<(), UpstreamError> {
     request.write_head(&mut up.buf);
+    let (stream, head) = (&mut up.stream, &up.buf);
     let write = async {
-        up.stream.write_all(&up.buf).await?;
+        stream.write_all(head).await?;
         if let Some(body) = request.separate_body() {
-            up.stream.write_all(body).await?;
+            stream.write_all(body).await?;
         }
-        up.stream.flush().await
+        stream.flush().await
     };
-    match timeout(read_timeout, write).await {
+    match up.timer.limit(read_timeout, write).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => return Err(UpstreamError::io("writing the request upstream", e)),
         Err(_) => {
@@ -203,7 +203,7 @@ async fn send_and_read_head<R: RequestView>(
         if up.buf.capacity() - up.buf.len() < 1024 {
             up.buf.reserve(4096);
         }
-        match timeout(read_timeout, up.stream.read_buf(&mut up.buf)).await {
+        match up.timer.limit(read_timeout, up.stream.read_buf(&mut up.buf)).await {
             Ok(Ok(n)) if n > 0 => {}
             Ok(Ok(_)) => {
                 return Err(UpstreamError::new(
