@@ -57,6 +57,9 @@ pub struct ReloadReport {
 /// One problem of a refused file: its key path, and where the file has it.
 #[derive(Debug, Clone, Serialize)]
 pub struct ProblemReport {
+    /// The file the key is in when it is not the config (the agents file).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
     pub key: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub line: Option<usize>,
@@ -68,6 +71,7 @@ pub struct ProblemReport {
 impl From<Problem> for ProblemReport {
     fn from(p: Problem) -> Self {
         Self {
+            file: p.file,
             key: p.key,
             line: p.at.map(|a| a.line),
             column: p.at.map(|a| a.column),
