@@ -114,6 +114,16 @@ fn proxy_protocol_v1_and_v2_name_the_client_and_a_broken_header_closes_the_conne
         forwarded,
         "nothing of a broken header is forwarded"
     );
+
+    // With trusted proxies, only they may send a header: any other peer is closed.
+    let mut cfg = gw.config.clone();
+    cfg.listen.trusted_proxies = vec!["10.0.0.0/8".into()];
+    gw.reload(&cfg);
+    assert!(
+        raw(gw.proxy, &v1).is_none(),
+        "a header from an untrusted peer"
+    );
+    assert_eq!(backend.count(), forwarded);
 }
 
 #[test]
