@@ -523,6 +523,7 @@ fn check_labels_are_bounded(samples: &[Sample], agents: &[&str]) {
                     "credential_values_required",
                 ]
                 .contains(&v.as_str()),
+                "token" => v.len() == 8 && v.bytes().all(|b| b.is_ascii_hexdigit()),
                 "le" => v == "+Inf" || v.parse::<f64>().is_ok(),
                 "version" => v == env!("CARGO_PKG_VERSION"),
                 _ => false,

@@ -30,11 +30,12 @@ const PROMETHEUS_YML: &str = concat!(
 );
 
 /// The alert rules alerts.yml must define.
-const ALERT_NAMES: [&str; 11] = [
+const ALERT_NAMES: [&str; 12] = [
     "AgentGatewayDown",
     "AgentGatewayUpstreamErrorRatioHigh",
     "AgentGatewayP99LatencyHigh",
     "AgentGatewayAuthFailureSpike",
+    "AgentGatewayAuthThrottling",
     "AgentGatewayConfigReloadFailed",
     "AgentGatewayRateLimitBackendFailing",
     "AgentGatewayDroppingLogLines",
@@ -188,6 +189,28 @@ tests:
             exp_annotations:
               summary: "agent-gateway gw-a: 2 auth failures/s"
               description: "More than 1 request/s and more than 20% of requests have been refused with 401 for 5 minutes: a misconfigured client, a rotated token not yet deployed, or credential guessing. The \"Auth failures/s by reason\" panel says which."
+
+  - interval: 1m
+    input_series:
+      # gw-a throttles an address at 2m; gw-b never does.
+      - series: 'agent_gateway_auth_throttled_total{job="agent-gateway", instance="gw-a"}'
+        values: '0 0 5x30'
+      - series: 'agent_gateway_auth_throttled_total{job="agent-gateway", instance="gw-b"}'
+        values: '0x32'
+    alert_rule_test:
+      - eval_time: 1m
+        alertname: AgentGatewayAuthThrottling
+        exp_alerts: []
+      - eval_time: 3m
+        alertname: AgentGatewayAuthThrottling
+        exp_alerts:
+          - exp_labels: {severity: warning, job: agent-gateway, instance: gw-a}
+            exp_annotations:
+              summary: "agent-gateway gw-a is refusing a guessing address"
+              description: "A client address failed to authenticate auth.max_failures_per_minute times in a minute, and its requests got 429 for the rest of it: credential guessing, or a client on a removed token. The gateway log names the address once per minute (\"too many failed authentications\", client_addr); its access log lines have auth \"throttled\"."
+      - eval_time: 20m
+        alertname: AgentGatewayAuthThrottling
+        exp_alerts: []
 
   - interval: 1m
     input_series:

@@ -86,6 +86,9 @@ pub enum Reply {
     RateLimited { retry_after_secs: u64 },
     /// The agent's limit could not be checked (Redis down) and `on_redis_error = "deny"`.
     RateLimitUnverified { retry_after_secs: u64 },
+    /// The client's address failed to authenticate `auth.max_failures_per_minute` times in
+    /// its current minute: refused without its credential being checked.
+    AuthThrottled { retry_after_secs: u64 },
     /// Headers over `limits.max_header_bytes` or `limits.max_headers`.
     HeadersTooLarge,
     /// The backend could not be connected to.
@@ -168,7 +171,7 @@ impl From<&Failure> for Reply {
 impl Reply {
     /// One of each kind, for documentation and tests; `all_codes_has_each_kind_once` holds it
     /// to the variants.
-    pub const ALL_CODES: [Reply; 22] = [
+    pub const ALL_CODES: [Reply; 23] = [
         Reply::BadPath,
         Reply::BadBody,
         Reply::InvalidBody,
@@ -191,6 +194,9 @@ impl Reply {
             retry_after_secs: 1,
         },
         Reply::RateLimitUnverified {
+            retry_after_secs: 1,
+        },
+        Reply::AuthThrottled {
             retry_after_secs: 1,
         },
         Reply::HeadersTooLarge,
@@ -262,6 +268,11 @@ impl Reply {
                 1,
                 "this agent's rate limit cannot be checked now; retry later",
             ),
+            Reply::AuthThrottled { .. } => ReplySpec::new(
+                429,
+                2,
+                "too many failed authentications from this address; retry later",
+            ),
             Reply::HeadersTooLarge => ReplySpec::new(
                 431,
                 0,
@@ -321,7 +332,8 @@ impl Reply {
                 headers.push(("allow", HeaderValue::from_static(allow)));
             }
             Reply::RateLimited { retry_after_secs }
-            | Reply::RateLimitUnverified { retry_after_secs } => {
+            | Reply::RateLimitUnverified { retry_after_secs }
+            | Reply::AuthThrottled { retry_after_secs } => {
                 headers.push(("retry-after", HeaderValue::from(retry_after_secs)));
             }
             Reply::V1Gone(V1Refusal::Brownout { until }) => {
@@ -409,10 +421,11 @@ mod tests {
             Reply::UnsupportedMediaType => 15,
             Reply::RateLimited { .. } => 16,
             Reply::RateLimitUnverified { .. } => 17,
-            Reply::HeadersTooLarge => 18,
-            Reply::UpstreamConnect => 19,
-            Reply::UpstreamBroken => 20,
-            Reply::UpstreamTimeout => 21,
+            Reply::AuthThrottled { .. } => 18,
+            Reply::HeadersTooLarge => 19,
+            Reply::UpstreamConnect => 20,
+            Reply::UpstreamBroken => 21,
+            Reply::UpstreamTimeout => 22,
         };
         let places: Vec<usize> = Reply::ALL_CODES.iter().map(|r| place(*r)).collect();
         assert_eq!(places, (0..Reply::ALL_CODES.len()).collect::<Vec<_>>());

@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod listeners;
 pub mod logging;
+pub mod proxy_protocol;
 pub mod reload;
 pub mod serve;
 pub mod server;

@@ -6,16 +6,16 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use agent_gateway::config::{ConfigError, FileConfig, Snapshot, TokenDigest};
+use agent_gateway::config::{ConfigError, Snapshot};
 
-use super::credentials::credential_warnings;
+use super::credentials::snapshot_credential_warnings;
 
 use super::print_problems;
 
 pub fn run(file: &Path, no_resolve: bool) -> anyhow::Result<ExitCode> {
     match check(file, no_resolve) {
-        Ok(()) => {
-            for warning in warnings(file) {
+        Ok(snapshot) => {
+            for warning in snapshot_credential_warnings(&snapshot) {
                 eprintln!("{}: warning: {warning}", file.display());
             }
             println!("{}: ok", file.display());
@@ -28,31 +28,12 @@ pub fn run(file: &Path, no_resolve: bool) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Validates the file at `path`, looking upstream names up unless `no_resolve`.
-fn check(path: &Path, no_resolve: bool) -> Result<(), ConfigError> {
+/// Validates the file at `path` (and the agents file it names), looking upstream names up
+/// unless `no_resolve`.
+fn check(path: &Path, no_resolve: bool) -> Result<Snapshot, ConfigError> {
     if no_resolve {
-        Snapshot::load_unresolved(path).map(drop)
+        Snapshot::load_unresolved(path).map(|u| u.snapshot().clone())
     } else {
-        Snapshot::load(path).map(drop)
+        Snapshot::load(path)
     }
-}
-
-/// The warnings about the credentials of the file at `path`, valid by now.
-fn warnings(path: &Path) -> Vec<String> {
-    let Some(config) = std::fs::read_to_string(path)
-        .ok()
-        .and_then(|text| FileConfig::parse(&text).ok())
-    else {
-        return Vec::new();
-    };
-    let agents: Vec<(&str, TokenDigest)> = config
-        .auth
-        .agents
-        .iter()
-        .filter_map(|a| Some((a.id.as_str(), TokenDigest::parse_hex(&a.token_sha256).ok()?)))
-        .collect();
-    credential_warnings(agents.iter().map(|(id, digest)| (*id, digest)))
-        .iter()
-        .map(ToString::to_string)
-        .collect()
 }

@@ -74,7 +74,11 @@ fn credentials(snapshot: &Snapshot) -> Option<(&Agent, String)> {
     let agents = &snapshot.auth.agents;
     let shipped = SHIPPED_AGENTS.iter().find_map(|&(id, token)| {
         let agent = agents.get(id)?;
-        (agent.token == TokenDigest::of(token.as_bytes())).then(|| (agent, token.to_string()))
+        agent
+            .tokens
+            .iter()
+            .any(|t| t.digest == TokenDigest::of(token.as_bytes()))
+            .then(|| (agent, token.to_string()))
     });
     shipped.or_else(|| {
         let agent = agents.values().min_by(|a, b| a.id.cmp(&b.id))?;
@@ -201,7 +205,13 @@ mod tests {
         let snapshot = shipped().snapshot();
         for (id, token) in SHIPPED_AGENTS {
             let agent = &snapshot.auth.agents[id];
-            assert!(agent.token == TokenDigest::of(token.as_bytes()), "{id}");
+            assert!(
+                agent
+                    .tokens
+                    .iter()
+                    .any(|t| t.digest == TokenDigest::of(token.as_bytes())),
+                "{id}"
+            );
         }
     }
 

@@ -181,6 +181,8 @@ impl ProtocolMetrics {
 /// Requests refused or failed, by reason: credentials, the backend, the body's schema.
 struct FailureMetrics {
     auth: [IntCounter; AuthFailure::COUNT],
+    /// Requests refused with 429 for their address's failed authentications.
+    auth_throttled: IntCounter,
     upstream: [IntCounter; UpstreamErrorKind::COUNT],
     validation: IntCounterVec,
 }
@@ -193,6 +195,10 @@ impl FailureMetrics {
                 "Requests refused with 401, by reason.",
             ),
             &["reason"],
+        )?;
+        let auth_throttled = IntCounter::new(
+            "agent_gateway_auth_throttled_total",
+            "Requests refused with 429 because their client address failed to authenticate auth.max_failures_per_minute times in its minute.",
         )?;
         let upstream = IntCounterVec::new(
             Opts::new(
@@ -209,10 +215,12 @@ impl FailureMetrics {
             &["operation", "rule"],
         )?;
         registry.register(Box::new(auth.clone()))?;
+        registry.register(Box::new(auth_throttled.clone()))?;
         registry.register(Box::new(upstream.clone()))?;
         registry.register(Box::new(validation.clone()))?;
         Ok(Self {
             auth: AuthFailure::ALL.map(|r| auth.with_label_values(&[r.as_str()])),
+            auth_throttled,
             upstream: UpstreamErrorKind::ALL.map(|k| upstream.with_label_values(&[k.as_str()])),
             validation,
         })
@@ -221,6 +229,9 @@ impl FailureMetrics {
     fn record(&self, ex: &Exchange, operation: &str) {
         if let Some(f) = ex.auth_failure {
             self.auth[f as usize].inc();
+        }
+        if ex.auth_throttled() {
+            self.auth_throttled.inc();
         }
         for kind in &ex.upstream.errors {
             self.upstream[*kind as usize].inc();
@@ -240,6 +251,9 @@ struct AgentMetrics {
     v1_refusals: IntCounterVec,
     v1_first_seen: GaugeVec,
     v1_last_seen: GaugeVec,
+    /// When each agent last authenticated with each of its tokens: when an old token stopped
+    /// being used, so that it can be removed.
+    token_last_used: GaugeVec,
 }
 
 impl AgentMetrics {
@@ -272,8 +286,16 @@ impl AgentMetrics {
             ),
             &["agent_id"],
         )?;
+        let token_last_used = GaugeVec::new(
+            Opts::new(
+                "agent_gateway_agent_token_last_used_timestamp_seconds",
+                "Unix time each agent last authenticated with each token (token: the first 8 hex digits of its SHA-256).",
+            ),
+            &["agent_id", "token"],
+        )?;
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(v1_refusals.clone()))?;
+        registry.register(Box::new(token_last_used.clone()))?;
         registry.register(Box::new(v1_first_seen.clone()))?;
         registry.register(Box::new(v1_last_seen.clone()))?;
         Ok(Self {
@@ -281,6 +303,7 @@ impl AgentMetrics {
             v1_refusals,
             v1_first_seen,
             v1_last_seen,
+            token_last_used,
         })
     }
 
@@ -308,6 +331,11 @@ impl AgentMetrics {
             .started_at
             .duration_since(UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
+        if let (Some(id), Some(token)) = (&ex.agent_id, &ex.token_label) {
+            self.token_last_used
+                .with_label_values(&[id, token])
+                .set(started_at);
+        }
         if v == ApiVersion::V1 {
             self.v1_last_seen
                 .with_label_values(&[agent])

@@ -5,8 +5,10 @@
 
 pub mod admit;
 pub mod auth;
+pub mod client;
 pub mod headers;
 pub mod rate_limit;
 pub mod request;
 pub mod request_id;
 pub mod retirement;
+pub mod throttle;

@@ -156,7 +156,7 @@ fn policy(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Dates, Recurrence, Terms, TokenDigest};
+    use crate::config::{Dates, Recurrence, Terms};
     use std::time::Duration;
 
     fn at(s: &str) -> SystemTime {
@@ -166,7 +166,7 @@ mod tests {
     fn agent(id: &str, policy: V1Policy) -> Agent {
         Agent {
             id: id.into(),
-            token: TokenDigest([0; 32]),
+            tokens: Vec::new(),
             default_service: None,
             services: None,
             v1_policy: policy,

@@ -10,6 +10,7 @@
 
 pub mod connect;
 mod downstream;
+mod failed_auths;
 mod forwarding;
 mod h1;
 mod h2;
@@ -45,6 +46,8 @@ pub struct ProxyApp {
     telemetry: Arc<Telemetry>,
     tracer: Arc<Tracer>,
     rate_limits: Arc<RateLimits>,
+    /// Each client address's failed authentications (`auth.max_failures_per_minute`).
+    failed_auths: failed_auths::FailedAuths,
     /// `listen.http2`: serve HTTP/2 to the clients that ask for it.
     http2: bool,
     /// `server.grace_period_seconds`: how long an HTTP/2 connection may drain after its GOAWAY.
@@ -77,6 +80,7 @@ impl ProxyApp {
             telemetry,
             tracer,
             rate_limits,
+            failed_auths: failed_auths::FailedAuths::default(),
             drain,
         }
     }
