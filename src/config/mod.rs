@@ -10,6 +10,7 @@
 //! re-checks.
 
 mod auth;
+pub mod client_tls;
 pub mod file;
 mod limits;
 mod problems;
