@@ -1,9 +1,10 @@
-//! The requests a run sends: bodies valid for each operation, paths, the bytes on the wire,
-//! and the transaction ids answers carry.
+//! The requests a run sends: which agent sends each and which operation it is, bodies valid
+//! for each operation, paths, the request as HTTP/1.1 bytes or an HTTP/2 request, and the
+//! transaction ids answers carry.
 
 use std::collections::VecDeque;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -12,7 +13,7 @@ use crate::api::route::build_path;
 use crate::http1::{percent_encode, RequestWriter};
 use crate::policy::auth::{AGENT_ID_HEADER, AUTH_TOKEN_HEADER};
 
-use super::args::{splitmix64, Mix};
+use super::args::{splitmix64, HeaderArg, Mix, Weights};
 
 /// A realistic JSON body for `op` (spec section 2), varied by request index `i`.
 /// `None` for the status read, which has no body.
@@ -90,25 +91,87 @@ pub fn request_path(
     )
 }
 
+/// Transaction ids remembered per agent on each connection, for status reads.
+const TX_POOL: usize = 64;
+
+/// One agent as the requests carry it.
+#[derive(Debug, Clone)]
+pub struct AgentScript {
+    pub id: String,
+    pub token: String,
+    /// The code in its v2 paths (empty for v1).
+    pub service: String,
+}
+
 /// Everything needed to write request `i`; shared by every connection.
 #[derive(Debug, Clone)]
 pub struct Script {
     pub authority: String,
     pub prefix: String,
     pub api: ApiVersion,
-    pub service: String,
-    pub agent_id: String,
-    pub token: String,
+    pub agents: Vec<AgentScript>,
+    /// The agents' weights (indexed like `agents`).
+    pub agent_weights: Weights,
+    /// `-H`, on every request, after the generator's own headers.
+    pub headers: Vec<HeaderArg>,
     pub mix: Mix,
     /// Distinguishes this run's request_uids and synthetic ids from another run's.
     pub run: u64,
 }
 
+/// The transaction ids answers returned on one connection, per agent: a status read asks for
+/// one its own agent was given.
+#[derive(Debug, Clone, Default)]
+pub struct TxIds {
+    by_agent: Vec<VecDeque<String>>,
+}
+
+impl TxIds {
+    fn of(&self, agent: usize) -> Option<&VecDeque<String>> {
+        self.by_agent.get(agent).filter(|ids| !ids.is_empty())
+    }
+
+    /// Remembers an id `agent` was given, forgetting its oldest beyond [`TX_POOL`].
+    pub fn remember(&mut self, agent: usize, id: String) {
+        if self.by_agent.len() <= agent {
+            self.by_agent.resize_with(agent + 1, VecDeque::new);
+        }
+        let ids = &mut self.by_agent[agent];
+        if ids.len() == TX_POOL {
+            ids.pop_front();
+        }
+        ids.push_back(id);
+    }
+}
+
+/// One request, made and not yet written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prepared {
+    /// Index into the script's agents.
+    pub agent: usize,
+    pub op: Operation,
+    pub path: String,
+    pub body: Option<String>,
+}
+
+/// Salt of the agent draw, so that which agent sends request `i` does not follow which
+/// operation it is.
+const AGENT_DRAW: u64 = 0x5bd1_e995_0000_0001;
+
 impl Script {
-    /// The operation request `i` performs. A status read needs a transaction id this
-    /// connection was given (`known_ids`); until there is one it is another operation of the
-    /// mix, drawn with the mix's weights, so that a run does not manufacture 404s. Only a mix
-    /// of status reads alone reads ids nobody issued.
+    /// The agent that sends request `i` (an index into `agents`): a deterministic draw with
+    /// their weights.
+    pub fn agent(&self, i: u64) -> usize {
+        match self.agents.len() {
+            1 => 0,
+            _ => self.agent_weights.pick(splitmix64(i ^ AGENT_DRAW)),
+        }
+    }
+
+    /// The operation request `i` performs. A status read needs a transaction id its agent
+    /// was given on this connection (`known_ids`); until there is one it is another
+    /// operation of the mix, drawn with the mix's weights, so that a run does not
+    /// manufacture 404s. Only a mix of status reads alone reads ids nobody issued.
     pub fn operation(&self, i: u64, known_ids: bool) -> Operation {
         match self.mix.pick(i) {
             Operation::TransactionStatus if !known_ids => self
@@ -119,46 +182,106 @@ impl Script {
         }
     }
 
-    /// Writes request `i` into `out` (cleared first) and returns its operation
-    /// ([`Self::operation`]). Status reads use a transaction id from `tx_ids`, or a synthetic
-    /// one when the mix has nothing else.
-    pub fn write_request(
-        &self,
-        i: u64,
-        tx_ids: &VecDeque<String>,
-        out: &mut BytesMut,
-    ) -> Operation {
-        let op = self.operation(i, !tx_ids.is_empty());
+    /// The agent and operation of request `i` without making it (what a request that is
+    /// never sent would have been).
+    pub fn draw(&self, i: u64, tx_ids: &TxIds) -> (usize, Operation) {
+        let agent = self.agent(i);
+        (agent, self.operation(i, tx_ids.of(agent).is_some()))
+    }
+
+    /// Request `i`: its agent, operation ([`Self::operation`]), path and body. Status reads
+    /// use a transaction id its agent was given, or a synthetic one when the mix has
+    /// nothing else.
+    pub fn prepare(&self, i: u64, tx_ids: &TxIds) -> Prepared {
+        let (agent, op) = self.draw(i, tx_ids);
         let synthetic;
         let tx = if op == Operation::TransactionStatus {
-            match tx_ids.len() {
-                0 => {
+            match tx_ids.of(agent) {
+                None => {
                     synthetic = format!("tx-load-{:08x}-{i}", self.run);
                     synthetic.as_str()
                 }
-                n => tx_ids[(splitmix64(i) % n as u64) as usize].as_str(),
+                Some(ids) => ids[(splitmix64(i) % ids.len() as u64) as usize].as_str(),
             }
         } else {
             ""
         };
-        let path = request_path(&self.prefix, self.api, &self.service, op, tx);
-        let body = request_body(op, i, self.run);
+        let a = &self.agents[agent];
+        Prepared {
+            agent,
+            op,
+            path: request_path(&self.prefix, self.api, &a.service, op, tx),
+            body: request_body(op, i, self.run),
+        }
+    }
+
+    /// Writes `req` as HTTP/1.1 into `out` (cleared first).
+    pub fn write_h1(&self, req: &Prepared, out: &mut BytesMut) {
+        let a = &self.agents[req.agent];
         out.clear();
-        let mut w = RequestWriter::new(out, op.method(), &path);
-        w.header("host", &self.authority)
-            .header("user-agent", "agent-gateway-load")
-            .header("accept", "application/json")
-            .header(AGENT_ID_HEADER, &self.agent_id)
-            .header(AUTH_TOKEN_HEADER, &self.token);
-        if let Some(b) = &body {
+        let mut w = RequestWriter::new(out, req.op.method(), &req.path);
+        w.header("host", &self.authority);
+        if !self.sets("user-agent") {
+            w.header("user-agent", "agent-gateway-load");
+        }
+        if !self.sets("accept") {
+            w.header("accept", "application/json");
+        }
+        w.header(AGENT_ID_HEADER, &a.id)
+            .header(AUTH_TOKEN_HEADER, &a.token);
+        for h in &self.headers {
+            w.header(h.name.as_str(), h.value.as_bytes());
+        }
+        if let Some(b) = &req.body {
             w.header("content-type", "application/json")
                 .number("content-length", b.len() as u64);
         }
         w.end();
-        if let Some(b) = body {
+        if let Some(b) = &req.body {
             out.extend_from_slice(b.as_bytes());
         }
-        op
+    }
+
+    /// `req` as an HTTP/2 request to `scheme://authority` and its body.
+    pub fn h2_request(
+        &self,
+        req: Prepared,
+        scheme: &http::uri::Scheme,
+    ) -> (http::Request<()>, Option<Bytes>) {
+        let a = &self.agents[req.agent];
+        let uri = http::Uri::builder()
+            .scheme(scheme.clone())
+            .authority(self.authority.as_str())
+            .path_and_query(req.path)
+            .build()
+            .expect("the target's authority and a path the gateway's routes build");
+        let mut b = http::Request::builder().method(req.op.method()).uri(uri);
+        if !self.sets("user-agent") {
+            b = b.header("user-agent", "agent-gateway-load");
+        }
+        if !self.sets("accept") {
+            b = b.header("accept", "application/json");
+        }
+        b = b
+            .header(AGENT_ID_HEADER, a.id.as_str())
+            .header(AUTH_TOKEN_HEADER, a.token.as_str());
+        for h in &self.headers {
+            b = b.header(&h.name, &h.value);
+        }
+        if let Some(body) = &req.body {
+            b = b
+                .header("content-type", "application/json")
+                .header("content-length", body.len());
+        }
+        let request = b
+            .body(())
+            .expect("header names and values checked when the run was planned");
+        (request, req.body.map(Bytes::from))
+    }
+
+    /// Whether `-H` sets header `name` (lower case), replacing the generator's own.
+    fn sets(&self, name: &str) -> bool {
+        self.headers.iter().any(|h| h.name == name)
     }
 }
 
