@@ -19,7 +19,7 @@ use crate::http1::client::{ClientError, ResponseReader};
 use super::args::HttpVersion;
 use super::plan::{Load, Plan};
 use super::report::{make_report, progress_line, Measured, ProgressTarget, Report};
-use super::request::{transaction_id, TxIds};
+use super::request::{transaction_id, H2Heads, TxIds};
 use super::save::{LineWriter, Saver};
 use super::schedule::Schedule;
 use super::stats::{micros, ConnErrorKind, End, Record, Stats};
@@ -52,8 +52,8 @@ struct Shared {
     /// no more.
     over: AtomicBool,
     timeline: Mutex<Timeline>,
-    /// `http` or `https`, for HTTP/2 requests.
-    scheme: http::uri::Scheme,
+    /// What every HTTP/2 request shares.
+    h2_heads: H2Heads,
 }
 
 /// Resolves when `stop` turns true; never if its sender is gone without doing so.
@@ -90,21 +90,18 @@ pub async fn execute(
     }
     let progress = plan.progress;
     let shared = Arc::new(Shared {
-        scheme: if plan.connector.is_tls() {
+        h2_heads: plan.script.h2_heads(if plan.connector.is_tls() {
             http::uri::Scheme::HTTPS
         } else {
             http::uri::Scheme::HTTP
-        },
-        wanted: plan
-            .setup
-            .requests
-            .map(|n| {
-                Semaphore::new(
-                    usize::try_from(n)
-                        .unwrap_or(usize::MAX)
-                        .min(Semaphore::MAX_PERMITS),
-                )
-            }),
+        }),
+        wanted: plan.setup.requests.map(|n| {
+            Semaphore::new(
+                usize::try_from(n)
+                    .unwrap_or(usize::MAX)
+                    .min(Semaphore::MAX_PERMITS),
+            )
+        }),
         plan,
         gate: Semaphore::new(0),
         ended: Notify::new(),
@@ -545,7 +542,7 @@ async fn h2_worker(
                         }
                     },
                 };
-                let (request, body) = plan.script.h2_request(prepared, &shared.scheme);
+                let (request, body) = plan.script.h2_request(prepared, &shared.h2_heads);
                 let keep_id = op != Operation::TransactionStatus;
                 let task = in_flight.spawn(async move {
                     let outcome = tokio::time::timeout(timeout, h2_exchange(send, request, body, keep_id))
