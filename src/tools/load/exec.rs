@@ -19,7 +19,7 @@ use crate::http1::client::{ClientError, ResponseReader};
 use super::args::HttpVersion;
 use super::plan::{Load, Plan};
 use super::report::{make_report, progress_line, Measured, ProgressTarget, Report};
-use super::request::{transaction_id, H2Heads, TxIds};
+use super::request::{transaction_id, H2Heads, Prepared, TxIds};
 use super::save::{LineWriter, Saver};
 use super::schedule::Schedule;
 use super::stats::{micros, ConnErrorKind, End, Record, Stats};
@@ -354,6 +354,48 @@ impl Counter {
     }
 }
 
+/// When a worker's run starts, stops taking requests (closed model) and gives up on sending.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    start: Instant,
+    /// The end of the schedule (or of the closed model's duration).
+    end: Instant,
+    /// Past this a taken request is not sent but counted as unsent.
+    hard_deadline: Instant,
+}
+
+impl Window {
+    fn new(start: Instant, plan: &Plan) -> Window {
+        let end = start + plan.setup.load.duration();
+        Window {
+            start,
+            end,
+            hard_deadline: end + plan.setup.timeout,
+        }
+    }
+}
+
+impl Shared {
+    /// Request `i`, taken now: made, or counted as unsent when the run's hard deadline has
+    /// passed.
+    fn take(
+        &self,
+        counter: &mut Counter,
+        window: &Window,
+        (i, due): (u64, Option<Instant>),
+        tx_ids: &TxIds,
+    ) -> Option<(Taken, Prepared)> {
+        let now = Instant::now();
+        let taken = Taken::new(window.start, due, now);
+        if now >= window.hard_deadline {
+            let (agent, op) = self.plan.script.draw(i, tx_ids);
+            counter.finish(self, taken.ended(End::Unsent, op, agent, now));
+            return None;
+        }
+        Some((taken, self.plan.script.prepare(i, tx_ids)))
+    }
+}
+
 /// A request taken from the run, before it is sent.
 #[derive(Debug, Clone, Copy)]
 struct Taken {
@@ -399,18 +441,12 @@ async fn h1_worker(
     let plan = &shared.plan;
     let mut tx_ids = TxIds::default();
     let mut req = BytesMut::with_capacity(1024);
-    let end = start + plan.setup.load.duration();
-    let hard_deadline = end + plan.setup.timeout;
+    let window = Window::new(start, plan);
     tokio::time::sleep_until(start.into()).await;
-    while let Some((i, due)) = shared.next_request(start, end).await {
-        let now = Instant::now();
-        let taken = Taken::new(start, due, now);
-        if now >= hard_deadline {
-            let (agent, op) = plan.script.draw(i, &tx_ids);
-            counter.finish(&shared, taken.ended(End::Unsent, op, agent, now));
+    while let Some(next) = shared.next_request(start, window.end).await {
+        let Some((taken, prepared)) = shared.take(&mut counter, &window, next, &tx_ids) else {
             continue;
-        }
-        let prepared = plan.script.prepare(i, &tx_ids);
+        };
         plan.script.write_h1(&prepared, &mut req);
         let (op, agent) = (prepared.op, prepared.agent);
         let outcome = tokio::select! {
@@ -478,8 +514,7 @@ async fn h2_worker(
     let mut in_flight: JoinSet<StreamEnd> = JoinSet::new();
     let mut meta: HashMap<tokio::task::Id, InFlight> = HashMap::with_capacity(streams);
     let mut exhausted = false;
-    let end = start + plan.setup.load.duration();
-    let hard_deadline = end + timeout;
+    let window = Window::new(start, plan);
     tokio::time::sleep_until(start.into()).await;
     loop {
         if exhausted && in_flight.is_empty() {
@@ -512,19 +547,14 @@ async fn h2_worker(
                     _ => {}
                 }
             }
-            next = shared.next_request(start, end), if !exhausted && in_flight.len() < streams => {
-                let Some((i, due)) = next else {
+            next = shared.next_request(start, window.end), if !exhausted && in_flight.len() < streams => {
+                let Some(next) = next else {
                     exhausted = true;
                     continue;
                 };
-                let now = Instant::now();
-                let taken = Taken::new(start, due, now);
-                if now >= hard_deadline {
-                    let (agent, op) = plan.script.draw(i, &tx_ids);
-                    counter.finish(&shared, taken.ended(End::Unsent, op, agent, now));
+                let Some((taken, prepared)) = shared.take(&mut counter, &window, next, &tx_ids) else {
                     continue;
-                }
-                let prepared = plan.script.prepare(i, &tx_ids);
+                };
                 let (op, agent) = (prepared.op, prepared.agent);
                 let send = match &connection {
                     Some(send) => send.clone(),

@@ -3,6 +3,8 @@
 
 use std::path::Path;
 
+use serde::Serialize;
+
 use super::html;
 use super::report::{format_knee, format_report, KneeReport, Report};
 use super::LoadError;
@@ -31,11 +33,29 @@ impl Outcome {
     }
 }
 
-fn write_html(path: &Path, html: &str) -> Result<(), LoadError> {
-    std::fs::write(path, html).map_err(|source| LoadError::Report {
-        path: path.display().to_string(),
-        source,
-    })
+/// Prints `report` on stdout, as JSON or as its `text`, and writes its `page` to `html_path`.
+fn emit<T: Serialize>(
+    report: &T,
+    json: bool,
+    text: impl FnOnce(&T) -> String,
+    html_path: Option<&Path>,
+    page: impl FnOnce(&T) -> String,
+) -> Result<(), LoadError> {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string(report).expect("a report always serializes")
+        );
+    } else {
+        print!("{}", text(report));
+    }
+    match html_path {
+        Some(path) => std::fs::write(path, page(report)).map_err(|source| LoadError::Report {
+            path: path.display().to_string(),
+            source,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Prints a run's report (text or JSON), writes its HTML page, names failed thresholds on
@@ -47,17 +67,7 @@ pub fn print_run(
     html_path: Option<&Path>,
     interruption_counts: bool,
 ) -> Result<Outcome, LoadError> {
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string(report).expect("a report always serializes")
-        );
-    } else {
-        print!("{}", format_report(report));
-    }
-    if let Some(path) = html_path {
-        write_html(path, &html::run_page(report))?;
-    }
+    emit(report, json, format_report, html_path, html::run_page)?;
     let failed: Vec<String> = report
         .thresholds
         .iter()
@@ -85,17 +95,7 @@ pub fn print_knee(
     json: bool,
     html_path: Option<&Path>,
 ) -> Result<Outcome, LoadError> {
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string(knee).expect("a report always serializes")
-        );
-    } else {
-        print!("{}", format_knee(knee));
-    }
-    if let Some(path) = html_path {
-        write_html(path, &html::knee_page(knee))?;
-    }
+    emit(knee, json, format_knee, html_path, html::knee_page)?;
     Ok(match knee.max_rate_held {
         None => {
             eprintln!("find-max: no rate held the SLO");
