@@ -1,12 +1,15 @@
 //! `agent-gateway demo` on the shipped config (its ports moved to ones the harness chooses):
-//! once it listens it prints the commands to try, and each works as printed, run by `sh`.
+//! once it listens it prints the commands to try, and each works as printed, run by `sh`; and
+//! the README's five-minute tour works as printed against it (its ports and `cargo run --`
+//! aside).
 
 mod common;
 
 use std::process::Command;
 
 use agent_gateway::config::FileConfig;
-use common::{free_port, loopback, metric_value, Gateway, ANY_PORT};
+use common::markdown::commands;
+use common::{free_port, loopback, metric_value, Gateway, ANY_PORT, BIN};
 
 const SHIPPED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/gateway.toml");
 
@@ -28,15 +31,64 @@ fn body_of(answer: &str) -> serde_json::Value {
     serde_json::from_str(body).unwrap()
 }
 
-#[test]
-fn the_demo_prints_once_it_listens_commands_that_work_as_printed() {
-    let mut cfg: FileConfig = toml::from_str(&std::fs::read_to_string(SHIPPED).unwrap()).unwrap();
+/// The demo on the shipped config, on ports the harness chose, once it has printed its
+/// commands.
+fn demo() -> Gateway {
+    let mut cfg = FileConfig::parse(&std::fs::read_to_string(SHIPPED).unwrap()).unwrap();
     cfg.listen.proxy = ANY_PORT.into();
     cfg.listen.admin = Some(ANY_PORT.into());
     // The demo's gateway forwards to the address configured: its mock backend's needs a port.
     cfg.upstream.addresses = vec![loopback(free_port()).to_string()];
     let gw = Gateway::builder(cfg).demo().start();
     gw.wait_until("the demo's commands", || gw.stdout().contains(" v1-usage "));
+    gw
+}
+
+#[test]
+fn the_readme_tour_works_as_printed_against_the_demo() {
+    let gw = demo();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let tour = &readme[readme.find("## A five-minute tour").unwrap()..];
+    let tour = &tour[..tour.find("\n## ").unwrap()];
+    // The shipped config's ports, as the README prints them, and where the demo listens here.
+    let here = |command: &str| {
+        command
+            .replace("127.0.0.1:8080", &gw.proxy.to_string())
+            .replace("127.0.0.1:9090", &gw.admin.to_string())
+            .replace("cargo run -- ", &format!("{BIN} "))
+    };
+    let outputs: Vec<(String, String)> = commands(tour)
+        .iter()
+        .map(|c| (c.clone(), sh(&here(c))))
+        .collect();
+    assert_eq!(outputs.len(), 8, "{outputs:#?}");
+    let shown = format!("{outputs:#?}");
+    let answer = |i: usize| outputs[i].1.as_str();
+    assert!(answer(0).starts_with("HTTP/1.1 200 "), "{shown}");
+    assert!(
+        answer(0).to_ascii_lowercase().contains("\r\ndeprecation: "),
+        "{shown}"
+    );
+    assert_eq!(body_of(answer(0))["transaction_id"], "tx-1", "{shown}");
+    let v2: serde_json::Value = serde_json::from_str(answer(1)).unwrap();
+    assert!(v2["transaction_id"].is_string(), "{shown}");
+    let status: serde_json::Value = serde_json::from_str(answer(2)).unwrap();
+    assert_eq!(status["transaction_id"], "tx-1", "{shown}");
+    assert!(answer(3).starts_with("HTTP/1.1 401 "), "{shown}");
+    let h2: serde_json::Value = serde_json::from_str(answer(4)).unwrap();
+    assert!(h2["transaction_id"].is_string(), "{shown}");
+    assert!(answer(5).contains("\"ready\""), "{shown}");
+    assert!(
+        answer(6).contains("agent_gateway_requests_total{"),
+        "{shown}"
+    );
+    assert!(answer(7).contains("demo-agent"), "{shown}");
+}
+
+#[test]
+fn the_demo_prints_once_it_listens_commands_that_work_as_printed() {
+    let gw = demo();
     let text = gw.stdout();
     let commands: Vec<&str> = text
         .lines()

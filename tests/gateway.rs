@@ -7,7 +7,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 
 use agent_gateway::config::file::AgentFile;
-use agent_gateway::config::testing::TOKEN;
+use agent_gateway::config::testing::{AGENT_ID, TOKEN};
 use agent_gateway::config::FileConfig;
 use common::*;
 use sha2::{Digest, Sha256};
@@ -507,7 +507,11 @@ fn check_config_reports_every_problem_by_key_path() {
         AgentFile::new("a", TOKEN),
     ];
     std::fs::write(&path, bad.to_toml()).unwrap();
-    let out = cli(["check-config".as_ref(), path.as_os_str()]);
+    let out = cli([
+        "check-config".as_ref(),
+        "--config".as_ref(),
+        path.as_os_str(),
+    ]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     for key in [
@@ -523,11 +527,92 @@ fn check_config_reports_every_problem_by_key_path() {
     let run = Gateway::builder(bad).config_path(&path).exit_status();
     assert!(!run.success());
 
-    // Unknown keys are refused (a typed config cannot have one, so this file is text).
-    std::fs::write(&path, "[listen]\nproxy = \"127.0.0.1:1\"\nprxy = 1\n[upstream]\naddresses=[\"127.0.0.1:2\"]\n[v1]\ndefault_service=\"X\"\n").unwrap();
+    // Unknown keys and values of the wrong type are refused with the rest, in the order of the
+    // file, each with its line and column (a typed config cannot have them: this file is text).
+    std::fs::write(
+        &path,
+        "[listen]\nproxy = \"127.0.0.1:1\"\nprxy = 1\n[upstream]\naddresses=[\"127.0.0.1:2\"]\n\
+         read_timeout = \"soon\"\n[v1]\ndefault_service=\"a b\"\n[retirement]\nquiet_days = \"14\"\n",
+    )
+    .unwrap();
+    let out = cli([
+        "check-config".as_ref(),
+        "--config".as_ref(),
+        path.as_os_str(),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().skip(1).map(str::trim).collect();
+    let starts = [
+        "listen.prxy (line 3, column 1): unknown key; did you mean proxy?",
+        "upstream.read_timeout (line 6, column 1): \"soon\" is not a duration",
+        "v1.default_service (line 8, column 1): ",
+        "retirement.quiet_days (line 10, column 14): invalid type: string \"14\"",
+    ];
+    assert_eq!(lines.len(), starts.len(), "{err}");
+    for (line, start) in lines.iter().zip(starts) {
+        assert!(
+            line.starts_with(start),
+            "{start} is not the start of {line}:\n{err}"
+        );
+    }
+
+    // The form of earlier builds, FILE without --config, works with a note.
     let out = cli(["check-config".as_ref(), path.as_os_str()]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("prxy"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("note: `check-config "), "{err}");
+    assert!(err.contains("listen.prxy (line 3"), "{err}");
+}
+
+#[test]
+fn config_dump_prints_the_effective_config_without_secrets_and_openapi_needs_no_dns() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    let mut cfg = FileConfig::for_test(loopback(1), &[loopback(2)]);
+    // A backend by a name only a cluster's DNS knows.
+    cfg.upstream.addresses = vec!["backend.agent-gateway.svc.cluster.invalid:8080".into()];
+    cfg.retirement.sunset_at = Some("2027-06-01T02:00:00+02:00".into());
+    std::fs::write(&path, cfg.to_toml()).unwrap();
+    let config = ["--config".as_ref(), path.as_os_str()];
+
+    let out = cli([["config".as_ref(), "dump".as_ref()].as_slice(), &config].concat());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("sunset_at = \"2027-06-01T00:00:00Z\""),
+        "{text}"
+    );
+    assert!(text.contains("token_sha256 = \"<redacted>\""), "{text}");
+    assert!(text.contains("max_body_bytes = 1048576"), "{text}");
+    let json = cli([
+        ["config".as_ref(), "dump".as_ref(), "--json".as_ref()].as_slice(),
+        &config,
+    ]
+    .concat());
+    let json: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(json["upstream"]["read_timeout_ms"], 30_000);
+
+    let openapi = cli([["openapi".as_ref()].as_slice(), &config].concat());
+    assert!(
+        openapi.status.success(),
+        "{}",
+        String::from_utf8_lossy(&openapi.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&openapi.stdout).unwrap();
+    assert_eq!(doc["openapi"], "3.1.0");
+
+    // An invalid file: every problem, exit 1.
+    std::fs::write(&path, "[listen]\nproxy = 1\n").unwrap();
+    let out = cli([["config".as_ref(), "dump".as_ref()].as_slice(), &config].concat());
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("listen.proxy (line 2, column 9)"), "{err}");
+    assert!(err.contains("upstream.addresses"), "{err}");
 }
 
 #[test]
@@ -537,7 +622,11 @@ fn every_shipped_config_passes_check_config() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "toml") {
             checked += 1;
-            let out = cli(["check-config".as_ref(), path.as_os_str()]);
+            let out = cli([
+                "check-config".as_ref(),
+                "--config".as_ref(),
+                path.as_os_str(),
+            ]);
             assert!(
                 out.status.success(),
                 "{}: {}",
@@ -547,6 +636,34 @@ fn every_shipped_config_passes_check_config() {
         }
     }
     assert!(checked > 0, "no config found to check");
+}
+
+#[test]
+fn an_agent_on_the_demo_token_is_warned_about_at_start_and_by_check_config_not_refused() {
+    let backend = Backend::start();
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.auth
+        .agents
+        .push(AgentFile::new("copied-agent", "demo-token"));
+    let warning = r#"agent "copied-agent" accepts the token "demo-token""#;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, cfg.to_toml()).unwrap();
+    let out = cli(["check-config".as_ref(), path.as_os_str()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains(warning), "{stderr}");
+    assert!(!stderr.contains(AGENT_ID), "only that agent: {stderr}");
+
+    let gw = Gateway::builder(cfg).process().start();
+    let warned = gw.log().lines().any(|line| {
+        serde_json::from_str::<serde_json::Value>(line).is_ok_and(|l| {
+            l["level"] == "WARN" && l["message"].as_str().is_some_and(|m| m.contains(warning))
+        })
+    });
+    assert!(warned, "{}", gw.log());
+    assert_eq!(get(gw.proxy, STATUS_V1).status, 200, "the gateway serves");
 }
 
 #[test]
@@ -590,4 +707,58 @@ fn the_mock_backend_serves_the_v2_operations_behind_the_gateway() {
         r#"{"organization_name":"o"}"#,
     );
     assert_eq!(resp.status, 400);
+}
+
+/// The entries of a `--help` section (`Options:`, `Arguments:`, `Commands:`): each entry's
+/// first line and whether text follows it (on its line, or indented on the next).
+fn help_entries<'t>(help: &'t str, section: &str) -> Vec<(&'t str, bool)> {
+    let lines: Vec<&str> = help.lines().collect();
+    let Some(start) = lines.iter().position(|l| *l == section) else {
+        return Vec::new();
+    };
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let mut entries = Vec::new();
+    for (i, line) in lines.iter().enumerate().skip(start + 1) {
+        if line.is_empty() || !line.starts_with(' ') {
+            break;
+        }
+        if indent(line) > 6 {
+            continue;
+        }
+        let inline = line.trim().contains("  ");
+        let next = lines
+            .get(i + 1)
+            .is_some_and(|n| indent(n) > indent(line) + 2);
+        entries.push((line.trim(), inline || next));
+    }
+    entries
+}
+
+#[test]
+fn every_command_and_flag_has_help_text() {
+    let mut missing = Vec::new();
+    let mut commands = vec![Vec::<String>::new()];
+    while let Some(path) = commands.pop() {
+        let out = cli(path.iter().map(String::as_str).chain(["--help"]));
+        assert!(out.status.success(), "{path:?} --help");
+        let help = String::from_utf8(out.stdout).unwrap();
+        for section in ["Arguments:", "Options:"] {
+            for (entry, documented) in help_entries(&help, section) {
+                if !documented {
+                    missing.push(format!("{} {entry}", path.join(" ")));
+                }
+            }
+        }
+        for (entry, documented) in help_entries(&help, "Commands:") {
+            let name = entry.split_whitespace().next().unwrap().to_owned();
+            if name == "help" {
+                continue;
+            }
+            if !documented {
+                missing.push(format!("{} {name}", path.join(" ")));
+            }
+            commands.push(path.iter().cloned().chain([name]).collect());
+        }
+    }
+    assert!(missing.is_empty(), "without help text: {missing:?}");
 }

@@ -1,11 +1,15 @@
 //! The Kubernetes manifests in `deploy/kubernetes/`, rendered with `kubectl kustomize` as a
-//! platform team would apply them, checked against the binary: the ConfigMap's config passes
-//! `agent-gateway check-config`, the probes, ports and paths are the ones a gateway running
-//! that config answers on, the PrometheusRule carries `config/prometheus/alerts.yml` (and
-//! passes promtool), the dashboard ConfigMap carries `config/grafana/agent-gateway.json`, and
-//! the Redis overlay is the base plus a shared rate limit that works.
+//! platform team would apply them, checked against the binary and the image: the ConfigMap's
+//! config passes `agent-gateway check-config` and holds no agent (nothing shipped accepts a
+//! known token), the probes, ports and paths are the ones a gateway running that config
+//! answers on, the image, its user and its config path are the Containerfile's, every object
+//! has the recommended labels, the NetworkPolicy opens only the proxy port to all, the
+//! PrometheusRule carries `config/prometheus/alerts.yml` (and passes promtool), the dashboard
+//! ConfigMap carries `config/grafana/agent-gateway.json`, the example-agents overlay cannot
+//! run until its placeholder digest is replaced, and the Redis overlay is the base plus a
+//! shared rate limit that works.
 //!
-//! kustomize reads only files under a kustomization's root, so three files there are copies
+//! kustomize reads only files under a kustomization's root, so four files there are copies
 //! made from their sources by this test. When a source changes, regenerate them with
 //! `UPDATE_KUBERNETES=1 cargo test --test kubernetes` (then commit the result).
 
@@ -15,6 +19,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use agent_gateway::config::file::AgentFile;
 use agent_gateway::config::{FileConfig, OnRedisError, RateLimitBackend};
 use serde::Deserialize;
 use serde_json::Value;
@@ -25,12 +30,22 @@ use common::*;
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const BASE: &str = "deploy/kubernetes/base";
 const REDIS_OVERLAY: &str = "deploy/kubernetes/overlays/redis";
+const EXAMPLE_OVERLAY: &str = "deploy/kubernetes/overlays/example-agents";
+const CONTAINERFILE: &str = "Containerfile";
 const ALERTS: &str = "config/prometheus/alerts.yml";
 const DASHBOARD_SOURCE: &str = "config/grafana/agent-gateway.json";
 /// The key (file name) of the gateway's config in its ConfigMap.
 const CONFIG_KEY: &str = "gateway.toml";
-/// The token whose digest the example agent has (the demo's, `config/gateway.toml`).
-const EXAMPLE_TOKEN: &str = "demo-token";
+/// The recommended labels every object carries, and their values (`None`: any, not empty).
+fn recommended_labels() -> [(&'static str, Option<&'static str>); 5] {
+    [
+        ("app.kubernetes.io/name", Some("agent-gateway")),
+        ("app.kubernetes.io/part-of", Some("agent-gateway")),
+        ("app.kubernetes.io/managed-by", Some("kustomize")),
+        ("app.kubernetes.io/version", Some(env!("CARGO_PKG_VERSION"))),
+        ("app.kubernetes.io/component", None),
+    ]
+}
 
 fn path(relative: &str) -> PathBuf {
     Path::new(ROOT).join(relative)
@@ -57,6 +72,19 @@ timeout_ms = 50
 key_prefix = "agent-gateway:"
 "#;
 
+/// What the example-agents overlay appends to the base's config: an agent whose digest is a
+/// placeholder the gateway refuses.
+const EXAMPLE_AGENTS_SECTION: &str = r#"
+# Added by the example-agents overlay: your agents, one [[auth.agents]] entry each, each with a
+# token of its own. The token_sha256 below is a placeholder the gateway refuses: replace it with
+# the output of   printf '%s' "$TOKEN" | agent-gateway hash-token
+[[auth.agents]]
+id = "example-agent"
+token_sha256 = "REPLACE-with-the-output-of-agent-gateway-hash-token"
+rate_limit_per_second = 50
+burst = 100
+"#;
+
 /// Each generated file (relative path) and the text it must hold.
 fn generated() -> Vec<(String, String)> {
     let alerts = read(ALERTS);
@@ -78,6 +106,8 @@ fn generated() -> Vec<(String, String)> {
          kind: PrometheusRule\n\
          metadata:\n\
          \x20 name: agent-gateway\n\
+         \x20 labels:\n\
+         \x20   app.kubernetes.io/component: monitoring\n\
          spec:\n\
          {indented}"
     );
@@ -90,6 +120,10 @@ fn generated() -> Vec<(String, String)> {
         (
             format!("{REDIS_OVERLAY}/{CONFIG_KEY}"),
             read(&format!("{BASE}/{CONFIG_KEY}")) + REDIS_SECTION,
+        ),
+        (
+            format!("{EXAMPLE_OVERLAY}/{CONFIG_KEY}"),
+            read(&format!("{BASE}/{CONFIG_KEY}")) + EXAMPLE_AGENTS_SECTION,
         ),
     ]
 }
@@ -163,21 +197,72 @@ fn configmap_config(objects: &[Value]) -> (String, FileConfig) {
 }
 
 /// `agent-gateway check-config --no-resolve` on `text` (the ConfigMap names its backend by a
-/// Service name, which resolves only in the cluster).
-fn check_config(text: &str) {
+/// Service name, which resolves only in the cluster): its output.
+fn check_config(text: &str) -> std::process::Output {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join(CONFIG_KEY);
     std::fs::write(&file, text).unwrap();
-    let out = cli([
+    cli([
         "check-config".as_ref(),
         "--no-resolve".as_ref(),
+        "--config".as_ref(),
         file.as_os_str(),
-    ]);
+    ])
+}
+
+/// [`check_config`], which must pass; what it wrote to stderr (its warnings).
+fn check_config_passes(text: &str) -> String {
+    let out = check_config(text);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(
         out.status.success(),
-        "check-config refused the ConfigMap's config: {}",
-        String::from_utf8_lossy(&out.stderr)
+        "check-config refused the ConfigMap's config: {stderr}"
     );
+    stderr
+}
+
+/// The value of the Containerfile's instruction `name` (`USER`, `CMD`) in its last stage.
+fn containerfile(name: &str) -> String {
+    let text = read(CONTAINERFILE);
+    let prefix = format!("{name} ");
+    text.lines()
+        .rev()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no {name} in the Containerfile"))
+        .to_string()
+}
+
+/// Every object of the base is among an overlay's `objects`, unchanged but for the config.
+fn assert_base_objects_unchanged(base: &[Value], objects: &[Value]) {
+    for o in base {
+        let name = o["metadata"]["name"].as_str().unwrap();
+        if name != "agent-gateway-config" {
+            assert_eq!(object(objects, o["kind"].as_str().unwrap(), name), o);
+        }
+    }
+}
+
+/// Every rendered object carries the recommended labels.
+fn assert_recommended_labels(objects: &[Value]) {
+    for o in objects {
+        let labels = &o["metadata"]["labels"];
+        for (key, want) in recommended_labels() {
+            let got = labels[key].as_str().unwrap_or_default();
+            match want {
+                Some(want) => assert_eq!(
+                    got, want,
+                    "{key} of {} {}",
+                    o["kind"], o["metadata"]["name"]
+                ),
+                None => assert!(
+                    !got.is_empty(),
+                    "no {key} on {} {}",
+                    o["kind"],
+                    o["metadata"]["name"]
+                ),
+            }
+        }
+    }
 }
 
 fn port_of(address: &str) -> u64 {
@@ -224,6 +309,7 @@ fn the_base_renders_every_object_and_each_agrees_with_the_gateway_and_the_others
             "ConfigMap",
             "Deployment",
             "HorizontalPodAutoscaler",
+            "NetworkPolicy",
             "PodDisruptionBudget",
             "PrometheusRule",
             "Service",
@@ -231,8 +317,13 @@ fn the_base_renders_every_object_and_each_agrees_with_the_gateway_and_the_others
             "ServiceMonitor"
         ]
     );
+    assert_recommended_labels(&objects);
     let (text, cfg) = configmap_config(&objects);
-    check_config(&text);
+    // No agent ships: every call is refused until the user adds theirs, and check-config says
+    // so without failing.
+    assert!(cfg.auth.agents.is_empty());
+    let warnings = check_config_passes(&text);
+    assert!(warnings.contains("no agent is configured"), "{warnings}");
 
     let deployment = object(&objects, "Deployment", "agent-gateway");
     let pod = &deployment["spec"]["template"];
@@ -241,8 +332,23 @@ fn the_base_renders_every_object_and_each_agrees_with_the_gateway_and_the_others
         &deployment["spec"]["selector"]["matchLabels"],
         pod_labels
     ));
-    assert!(deployment["spec"]["replicas"].as_u64().unwrap() >= 2);
+    // The HorizontalPodAutoscaler owns the replicas: an apply must not reset them.
+    assert!(deployment["spec"].get("replicas").is_none());
     let c = gateway_container(deployment);
+
+    // The image `cargo xtask image` tags, run by its own entrypoint as its own user.
+    assert_eq!(
+        c["image"],
+        format!("agent-gateway:{}", env!("CARGO_PKG_VERSION"))
+    );
+    assert!(c.get("command").is_none(), "the image's entrypoint runs");
+    let image_user = containerfile("USER");
+    let (uid, gid) = image_user.split_once(':').unwrap();
+    assert_eq!(pod["spec"]["securityContext"]["runAsUser"].to_string(), uid);
+    assert_eq!(
+        pod["spec"]["securityContext"]["runAsGroup"].to_string(),
+        gid
+    );
 
     // The container runs the ConfigMap's file, mounted as a directory (a subPath mount would
     // never see an update).
@@ -253,6 +359,8 @@ fn the_base_renders_every_object_and_each_agrees_with_the_gateway_and_the_others
         .map(|a| a.as_str().unwrap())
         .collect();
     assert_eq!(args[..2], ["run", "--config"]);
+    let image_cmd: Vec<String> = serde_json::from_str(&containerfile("CMD")).unwrap();
+    assert_eq!(args, image_cmd, "the image's own CMD");
     let config_path = Path::new(args[2]);
     let volumes = pod["spec"]["volumes"].as_array().unwrap();
     let mount_of = |volume: &str| {
@@ -428,7 +536,7 @@ fn probes(objects: &[Value]) -> Vec<(String, String)> {
 }
 
 /// Starts the rendered config here and checks that each probe answers 200 on the listener its
-/// port names, and that the example agent's requests go through.
+/// port names.
 fn run_and_probe(objects: &[Value], cfg: FileConfig) -> (Gateway, Backend) {
     let backend = Backend::start();
     let dir = tempfile::tempdir().unwrap();
@@ -440,25 +548,121 @@ fn run_and_probe(objects: &[Value], cfg: FileConfig) -> (Gateway, Backend) {
             request(addr, "GET", &probe_path, &[], b"").status == 200
         });
     }
-    let example = request(
-        gw.proxy,
-        "GET",
-        "/api/v2/transaction/tx-1/status",
-        &[
-            ("X-Service-Agent-Id", "example-agent"),
-            ("X-Auth-Token", EXAMPLE_TOKEN),
-        ],
-        b"",
-    );
-    assert_eq!(example.status, 200, "{}", example.text());
     (gw, backend)
 }
 
+/// The status of a v2 status call through `gw` by agent `id` with `token`.
+fn call_as(gw: &Gateway, id: &str, token: &str) -> u16 {
+    let answer = request(
+        gw.proxy,
+        "GET",
+        "/api/v2/transaction/tx-1/status",
+        &[("X-Service-Agent-Id", id), ("X-Auth-Token", token)],
+        b"",
+    );
+    answer.status
+}
+
+/// An agent a user adds, with a token of its own and a rate limit.
+fn users_agent(token: &str) -> AgentFile {
+    AgentFile {
+        rate_limit_per_second: Some(50.0),
+        burst: Some(100),
+        ..AgentFile::new("team-agent", token)
+    }
+}
+
 #[test]
-fn the_probes_answer_on_a_gateway_running_the_configmaps_config() {
+fn the_probes_answer_on_a_gateway_running_the_configmaps_config_which_lets_no_one_in() {
     let objects = kustomize(BASE);
     let (_, cfg) = configmap_config(&objects);
     let (gw, _backend) = run_and_probe(&objects, cfg);
+    // The README's demo token, and any other, are refused: the base has no agent.
+    assert_eq!(call_as(&gw, "example-agent", "demo-token"), 401);
+    assert_eq!(call_as(&gw, "demo-agent", "demo-token"), 401);
+}
+
+#[test]
+fn the_network_policy_lets_anyone_reach_the_proxy_port_and_only_monitoring_the_admin_port() {
+    let objects = kustomize(BASE);
+    let policy = object(&objects, "NetworkPolicy", "agent-gateway");
+    let gateway_pod = &object(&objects, "Deployment", "agent-gateway")["spec"]["template"];
+    assert!(selects(
+        &policy["spec"]["podSelector"]["matchLabels"],
+        &gateway_pod["metadata"]["labels"]
+    ));
+    assert_eq!(
+        policy["spec"]["policyTypes"],
+        serde_json::json!(["Ingress"])
+    );
+    let rules = policy["spec"]["ingress"].as_array().unwrap();
+    let rule_for = |port: &str| {
+        let found: Vec<&Value> = rules
+            .iter()
+            .filter(|r| {
+                r["ports"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|p| p["port"] == port)
+            })
+            .collect();
+        assert_eq!(found.len(), 1, "one rule opens {port}");
+        assert_eq!(
+            found[0]["ports"].as_array().unwrap().len(),
+            1,
+            "{port} alone"
+        );
+        found[0]
+    };
+    // The named ports are the container's: a rule on a name the pod lacks would open nothing.
+    let c = gateway_container(object(&objects, "Deployment", "agent-gateway"));
+    container_port(c, "http");
+    container_port(c, "admin");
+    assert!(rule_for("http").get("from").is_none(), "from anywhere");
+    let from = rule_for("admin")["from"].as_array().unwrap();
+    assert_eq!(
+        from,
+        &[
+            serde_json::json!({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}})
+        ]
+    );
+    assert_eq!(rules.len(), 2, "no other way in: {rules:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The example-agents overlay
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn the_example_agents_overlay_runs_only_once_its_placeholder_is_replaced_by_a_digest() {
+    let base = kustomize(BASE);
+    let objects = kustomize(EXAMPLE_OVERLAY);
+    assert_recommended_labels(&objects);
+    let (text, cfg) = configmap_config(&objects);
+    // As shipped, it is refused: the placeholder is no digest, so no token gets in.
+    let out = check_config(&text);
+    assert!(!out.status.success());
+    let problems = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        problems.contains("auth.agents[0].token_sha256"),
+        "{problems}"
+    );
+    // It is the base's config plus the agent.
+    let (_, base_cfg) = configmap_config(&base);
+    let mut expected = base_cfg.clone();
+    expected.auth.agents = cfg.auth.agents.clone();
+    assert_eq!(cfg.to_toml(), expected.to_toml());
+    assert_base_objects_unchanged(&base, &objects);
+
+    // With a digest of the user's token in its place, that agent, and only it, gets in.
+    let mut filled = cfg.clone();
+    filled.auth.agents[0].token_sha256 = AgentFile::new("", "their-own-token").token_sha256;
+    let warnings = check_config_passes(&filled.to_toml());
+    assert!(warnings.is_empty(), "{warnings}");
+    let (gw, _backend) = run_and_probe(&objects, filled);
+    assert_eq!(call_as(&gw, "example-agent", "their-own-token"), 200);
+    assert_eq!(call_as(&gw, "example-agent", "demo-token"), 401);
     gw.wait_for_metric(
         "agent_gateway_rate_limit_decisions_total{backend=\"local\",result=\"allowed\"}",
         1.0,
@@ -473,8 +677,9 @@ fn the_probes_answer_on_a_gateway_running_the_configmaps_config() {
 fn the_redis_overlay_is_the_base_with_a_shared_limit_that_works() {
     let base = kustomize(BASE);
     let objects = kustomize(REDIS_OVERLAY);
+    assert_recommended_labels(&objects);
     let (text, cfg) = configmap_config(&objects);
-    check_config(&text);
+    check_config_passes(&text);
 
     // The same config as the base's, but for [rate_limit].
     let (_, base_cfg) = configmap_config(&base);
@@ -483,13 +688,7 @@ fn the_redis_overlay_is_the_base_with_a_shared_limit_that_works() {
     let mut expected = base_cfg.clone();
     expected.rate_limit = cfg.rate_limit.clone();
     assert_eq!(cfg.to_toml(), expected.to_toml());
-    // Every object of the base is there, unchanged but for the config.
-    for o in &base {
-        let name = o["metadata"]["name"].as_str().unwrap();
-        if name != "agent-gateway-config" {
-            assert_eq!(object(&objects, o["kind"].as_str().unwrap(), name), o);
-        }
-    }
+    assert_base_objects_unchanged(&base, &objects);
 
     // redis_url names the overlay's Redis Service and port, which reach the Redis pod.
     let url = cfg.rate_limit.redis_url.clone().unwrap();
@@ -532,14 +731,17 @@ fn the_redis_overlay_is_the_base_with_a_shared_limit_that_works() {
         &gateway_pod["metadata"]["labels"]
     ));
 
-    // Run it with the Redis URL pointed at a real one: the limit is decided there.
+    // Run it with the Redis URL pointed at a real one, and an agent of the user's with a rate
+    // limit: the limit is decided there.
     let server = RedisServer::start();
     let mut here = cfg.clone();
+    here.auth.agents.push(users_agent("team-token"));
     here.rate_limit.redis_url = Some(server.url());
     // The overlay's 50 ms is for a Redis beside the pods; a busy test machine needs longer
     // for the decision to be Redis'.
     here.rate_limit.timeout_ms = REDIS_TIMEOUT_MS;
     let (gw, _backend) = run_and_probe(&objects, here);
+    assert_eq!(call_as(&gw, "team-agent", "team-token"), 200);
     gw.wait_for_metric(
         "agent_gateway_rate_limit_decisions_total{backend=\"redis\",result=\"allowed\"}",
         1.0,

@@ -1,6 +1,6 @@
 //! What ops see, against real processes: exact metric values after a known mix of requests,
-//! readiness following the upstream, and the shipped Grafana dashboard reading only metrics
-//! the gateway exports. The logs are `tests/access_log.rs`'s.
+//! readiness (the gateway's own, or following the upstream when asked), and the shipped
+//! Grafana dashboard reading only metrics the gateway exports. The logs are `tests/access_log.rs`'s.
 
 mod common;
 
@@ -591,43 +591,124 @@ fn a_dead_upstream_address_is_a_502_counted_as_a_connect_error() {
 // Admin endpoints
 // ---------------------------------------------------------------------------------------------
 
+/// `path` on `gw`'s admin listener, with its JSON body.
+fn admin_json(gw: &Gateway, path: &str) -> (u16, serde_json::Value) {
+    let answer = admin_get(gw.admin, path);
+    assert_eq!(answer.header("content-type"), Some("application/json"));
+    (answer.status, answer.json())
+}
+
 #[test]
-fn readiness_follows_the_upstream_and_liveness_does_not() {
+fn a_backend_outage_is_answered_and_alerted_on_and_leaves_the_gateway_ready() {
     // The upstream's port is held for the test: no other process can take it while the
     // backend is gone.
     let upstream = ClosedPort::new();
     let backend = Backend::start_on(&upstream);
-    let gw = Gateway::start(&[upstream.addr]);
-    gw.wait_until("/readyz 200 with a live backend", || {
-        admin_get(gw.admin, "/readyz").status == 200
+    let mut cfg = test_config(&[upstream.addr]);
+    cfg.upstream.health_check_interval_ms = 100;
+    let gw = Gateway::builder(cfg).start();
+    gw.wait_until("the first health check", || {
+        admin_json(&gw, "/readyz").1["upstream"] == "reachable"
     });
-    let ready = admin_get(gw.admin, "/readyz");
-    assert_eq!(ready.header("content-type"), Some("application/json"));
-    assert_eq!(ready.json()["status"], "ready");
+    assert_eq!(
+        admin_json(&gw, "/readyz"),
+        (
+            200,
+            serde_json::json!({"status": "ready", "upstream": "reachable"})
+        )
+    );
 
     // Dropped, the backend's listener is closed: connections are refused.
     drop(backend);
     assert!(TcpStream::connect(upstream.addr).is_err());
+    gw.wait_until("the health check to notice", || {
+        admin_json(&gw, "/readyz").1["upstream"] != "reachable"
+    });
+    // Still ready: the gateway answers for the backend, which a pod out of its Service could not.
+    let (status, body) = admin_json(&gw, "/readyz");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "ready");
+    assert!(
+        body["upstream"].as_str().unwrap().contains("reachable"),
+        "{body}"
+    );
+    // Clients get the gateway's JSON error, counted where AgentGatewayUpstreamErrorRatioHigh
+    // reads it.
+    let answer = post(gw.proxy, VERIFY_V1, BODY);
+    assert_eq!(answer.status, 502, "{}", answer.text());
+    assert_eq!(answer.json()["message_code"], 50200);
+    gw.wait_for_metric("agent_gateway_upstream_errors_total{kind=\"connect\"}", 1.0);
+    gw.wait_for_metric(
+        "agent_gateway_requests_total{api_version=\"v1\",code=\"502\",operation=\"verify_request\"}",
+        1.0,
+    );
+
+    // Liveness is about the process, not the upstream.
+    assert_eq!(
+        admin_json(&gw, "/healthz"),
+        (200, serde_json::json!({"status": "ok"}))
+    );
+
+    // Anything listening on the address again, and the check says so.
+    let _listener = upstream.listen();
+    gw.wait_until("upstream reachable again", || {
+        admin_json(&gw, "/readyz").1["upstream"] == "reachable"
+    });
+}
+
+#[test]
+fn readiness_requires_upstream_makes_the_pod_unready_while_no_backend_answers() {
+    let upstream = ClosedPort::new();
+    let backend = Backend::start_on(&upstream);
+    let mut cfg = test_config(&[upstream.addr]);
+    cfg.upstream.health_check_interval_ms = 100;
+    cfg.server.readiness_requires_upstream = true;
+    let gw = Gateway::builder(cfg).start();
+    gw.wait_until("/readyz 200 with a live backend", || {
+        admin_get(gw.admin, "/readyz").status == 200
+    });
+
+    drop(backend);
     gw.wait_until("/readyz 503 once the only upstream is gone", || {
         admin_get(gw.admin, "/readyz").status == 503
     });
-    let not_ready = admin_get(gw.admin, "/readyz");
-    assert_eq!(not_ready.header("content-type"), Some("application/json"));
-    let body = not_ready.json();
+    let (_, body) = admin_json(&gw, "/readyz");
     assert_eq!(body["status"], "not_ready");
-    let reason = body["reason"].as_str().expect("a reason string");
-    assert!(reason.contains("reachable"), "{reason}");
+    assert_eq!(body["reason"], "no upstream address is reachable");
+    assert_eq!(body["upstream"], body["reason"]);
+    assert_eq!(admin_get(gw.admin, "/healthz").status, 200);
 
-    // Liveness is about the process, not the upstream.
-    let health = admin_get(gw.admin, "/healthz");
-    assert_eq!(health.status, 200);
-    assert_eq!(health.json()["status"], "ok");
-
-    // Anything listening on the address again makes the gateway ready again.
     let _listener = upstream.listen();
     gw.wait_until("/readyz 200 again", || {
         admin_get(gw.admin, "/readyz").status == 200
     });
+}
+
+#[test]
+fn readiness_is_503_while_the_gateway_drains_its_requests() {
+    // A request held by the backend keeps the gateway draining after SIGTERM.
+    let gate = Gate::new();
+    let held = gate.clone();
+    let backend = Backend::with(move |_| Action::AfterGate(held.clone(), "{}".into()));
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.server.grace_period_seconds = 30;
+    let gw = Gateway::builder(cfg).process().start();
+    assert_eq!(admin_get(gw.admin, "/readyz").status, 200);
+    let proxy = gw.proxy;
+    let slow = std::thread::spawn(move || get(proxy, STATUS_V1));
+    wait_until("the request to reach the backend", || backend.count() == 1);
+    gw.terminate();
+    gw.wait_until("/readyz 503 draining", || {
+        let answer = admin_get(gw.admin, "/readyz");
+        answer.status == 503 && answer.json()["reason"] == "draining"
+    });
+    // The admin listener still serves metrics; the proxy listener takes no new connection.
+    assert_eq!(admin_get(gw.admin, "/metrics").status, 200);
+    gw.wait_until("the proxy listener to close", || {
+        TcpStream::connect(proxy).is_err()
+    });
+    gate.open();
+    assert_eq!(slow.join().unwrap().status, 200);
 }
 
 #[test]

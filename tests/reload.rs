@@ -334,3 +334,43 @@ fn sigquit_hands_the_listeners_to_a_process_started_with_upgrade() {
         "the new process must still be serving"
     );
 }
+
+#[test]
+fn get_config_shows_the_running_snapshot_with_its_load_time_and_file_hash() {
+    use sha2::{Digest, Sha256};
+    let backend = Backend::start();
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.retirement.sunset_at = Some("2027-06-01T02:00:00+02:00".into());
+    let gw = Gateway::builder(cfg.clone()).start();
+    let sha256 = |path: &std::path::Path| hex::encode(Sha256::digest(std::fs::read(path).unwrap()));
+
+    let answer = admin_get(gw.admin, "/config");
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(answer.header("cache-control"), Some("no-store"));
+    let first = answer.json();
+    assert_eq!(first["generation"], 1);
+    assert_eq!(first["sha256"], sha256(&gw.config_path));
+    assert!(
+        first["loaded_at"].as_str().unwrap().ends_with('Z'),
+        "{first}"
+    );
+    let config = &first["config"];
+    assert_eq!(
+        config["listen"]["proxy"], ANY_PORT,
+        "as configured, not as bound"
+    );
+    assert_eq!(config["retirement"]["sunset_at"], "2027-06-01T00:00:00Z");
+    assert_eq!(config["auth"]["agents"][0]["token_sha256"], "<redacted>");
+    assert_eq!(config["upstream"]["read_timeout_ms"], 2000);
+
+    // A live change shows at once; a change that needs a restart shows the running value.
+    cfg.retirement.quiet_days = 3;
+    cfg.server.grace_period_seconds = 9;
+    gw.reload(&cfg);
+    let second = admin_get(gw.admin, "/config").json();
+    assert_eq!(second["generation"], 2);
+    assert_eq!(second["sha256"], sha256(&gw.config_path));
+    assert_ne!(second["sha256"], first["sha256"]);
+    assert_eq!(second["config"]["retirement"]["quiet_days"], 3);
+    assert_eq!(second["config"]["server"]["grace_period_seconds"], 1);
+}

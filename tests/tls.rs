@@ -155,6 +155,8 @@ fn http_health_checks_work_over_tls() {
         let mut cfg = tls_upstream_config(backend, Some(&pki.ca), None);
         cfg.upstream.health_check_path = Some(path.into());
         cfg.upstream.health_check_interval_ms = 100;
+        // Readiness then follows the health checks' verdict.
+        cfg.server.readiness_requires_upstream = true;
         let gw = Gateway::builder(cfg).start();
         let mut verdict = admin_get(gw.admin, "/readyz");
         // "Not checked yet" is a 503 too: wait for the checker's first verdict.
@@ -207,4 +209,80 @@ fn an_untrusted_or_misnamed_backend_certificate_is_refused() {
         0,
         "no request may cross an unverified connection"
     );
+}
+
+/// `v1-usage --prometheus` with `args` against a Prometheus behind TLS that wants
+/// `authorization` (tests/common/fake_prometheus.py): the command's output.
+fn v1_usage_over_tls(authorization: &str, url_auth: &str, args: &[&str]) -> std::process::Output {
+    let pki = TestPki::localhost("prometheus");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/common/fake_prometheus.py"
+    );
+    let mut server = std::process::Command::new("python3")
+        .args([script, &pki.cert, &pki.key, authorization])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut port = String::new();
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut port)
+        .unwrap();
+    let url = format!("https://{url_auth}localhost:{}", port.trim());
+    let out = cli([
+        "v1-usage",
+        "--prometheus",
+        &url,
+        "--prometheus-ca-file",
+        &pki.ca,
+    ]
+    .iter()
+    .chain(args));
+    let _ = server.kill();
+    let _ = server.wait();
+    out
+}
+
+#[test]
+fn v1_usage_reads_a_prometheus_over_https_with_a_token_or_basic_auth() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "t0ken\n").unwrap();
+    let pair = dir.path().join("basic");
+    std::fs::write(&pair, "reader:s3cret\n").unwrap();
+    let text = |out: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    let token_file = token.to_str().unwrap();
+    let out = v1_usage_over_tls("Bearer t0ken", "", &["--prometheus-token-file", token_file]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("(every replica https://localhost:"),
+        "{}",
+        text(&out)
+    );
+
+    // "reader:s3cret" in base64, from a file or from the URL.
+    let basic = "Basic cmVhZGVyOnMzY3JldA==";
+    let pair_file = pair.to_str().unwrap();
+    let out = v1_usage_over_tls(basic, "", &["--prometheus-basic-auth-file", pair_file]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = v1_usage_over_tls(basic, "reader:s3cret@", &["--json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["agents"], serde_json::json!([]));
+
+    // Refused credentials are named as such, and the password is never shown.
+    let out = v1_usage_over_tls(basic, "reader:wrong@", &[]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("answered 401 (check the credentials)"),
+        "{}",
+        text(&out)
+    );
+    assert!(!text(&out).contains("wrong"), "{}", text(&out));
 }

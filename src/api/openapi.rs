@@ -62,7 +62,7 @@ fn legacy_sunset(snapshot: &Snapshot) -> Option<String> {
         .terms
         .dates
         .sunset_at
-        .map(|t| humantime::format_rfc3339_seconds(t).to_string())
+        .map(crate::config::format_time)
 }
 
 /// The document, with `sunset` as the legacy v1 interface's configured sunset date.

@@ -307,9 +307,15 @@ impl Reply {
     }
 
     /// The answer as data: status, headers and body, for each client protocol to render.
-    /// `hint` (what to do instead) is appended to the message.
+    /// `hint` (what to do instead) is appended to the message. Every one is a decision about
+    /// this request at this moment (credentials, a policy that reloads, a brownout window, a
+    /// rate limit), so none may be stored by a cache: a 410 or 404 would otherwise be
+    /// heuristically cacheable (RFC 9111 §4.2.2), and outlive the window that refused it.
     pub fn answer(self, hint: Option<&str>) -> Answer {
-        let mut headers = vec![("content-type", HeaderValue::from_static("application/json"))];
+        let mut headers = vec![
+            ("content-type", HeaderValue::from_static("application/json")),
+            ("cache-control", HeaderValue::from_static("no-store")),
+        ];
         match self {
             Reply::MethodNotAllowed { allow } => {
                 headers.push(("allow", HeaderValue::from_static(allow)));
@@ -473,7 +479,10 @@ mod tests {
         let readme = include_str!("../../docs/requests.md");
         for r in Reply::ALL_CODES {
             let row = format!("| {} | {} |", r.status(), r.message_code());
-            assert!(readme.contains(&row), "docs/requests.md lacks the row starting {row}");
+            assert!(
+                readme.contains(&row),
+                "docs/requests.md lacks the row starting {row}"
+            );
         }
     }
 }

@@ -1,7 +1,22 @@
 //! The admin listener, separate from proxy traffic: `/metrics`, `/healthz`, `/readyz`,
-//! `POST /-/reload`, `/v1-usage` and `/openapi.json`.
+//! `POST /-/reload`, `/v1-usage`, `/openapi.json` and `/config`.
 //!
-//! `/readyz` reads the last result of [`crate::proxy::health`]'s checks: a scrape never causes a probe.
+//! Each endpoint is a row of [`ENDPOINTS`]: its method, its path and who may call it
+//! ([`Access`]), and every request passes [`authorize`] with its endpoint's access before it
+//! is served: that is the one place where admin authorization is decided, and where the admin
+//! token (issue 26) will be checked. Until then the listener has no authentication; its
+//! network is its protection (`listen.admin` in docs/configuration.md).
+//!
+//! Every answer is computed when it is asked for (a metric, a reload's result, the usage
+//! report, the running config), so each carries `Cache-Control: no-store`: a cache between an
+//! operator and the gateway must never serve an old `safe_to_block`. pingora adds `Date`.
+//!
+//! `/readyz` is about the gateway itself ([`readiness`]): it answers 200 while the process
+//! serves (its config loaded, its listeners open) and 503 once it drains. A backend outage
+//! does not make it unready, since the gateway answers for the backend (502/504 JSON, counted
+//! and alerted on) and a pod taken out of its Service could not; `server.readiness_requires_upstream`
+//! makes the last health check's result ([`crate::proxy::health`]) part of it again. Every
+//! answer also says that result, read from the checker: a probe never causes a check.
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -9,13 +24,16 @@ use std::time::SystemTime;
 use async_trait::async_trait;
 use http::Response;
 use pingora::apps::http_app::ServeHttp;
+use pingora::http::RequestHeader;
 use pingora::protocols::http::ServerSession;
 use prometheus::{Encoder, Registry, TextEncoder};
 use serde_json::json;
 
 use crate::app::reload::{ConfigStore, Trigger};
+use crate::config::{dump, format_time};
 use crate::observe::telemetry::Telemetry;
 use crate::proxy::health::UpstreamHealth;
+use crate::proxy::Drain;
 
 /// The admin HTTP service.
 pub struct AdminApp {
@@ -23,25 +41,132 @@ pub struct AdminApp {
     pub health: Arc<UpstreamHealth>,
     pub store: Arc<ConfigStore>,
     pub telemetry: Arc<Telemetry>,
+    /// Started when the gateway stops taking connections: `/readyz` then answers 503.
+    pub drain: Drain,
 }
 
-fn json_response(status: u16, body: serde_json::Value) -> Response<Vec<u8>> {
-    let body = body.to_string().into_bytes();
+/// What `/readyz` answers, from the gateway's state: `Err` with the reason when it should not
+/// be sent traffic. `upstream` is the last health check's result, which counts only when
+/// `requires_upstream` (`server.readiness_requires_upstream`).
+pub fn readiness(
+    draining: bool,
+    upstream: Result<(), &'static str>,
+    requires_upstream: bool,
+) -> Result<(), &'static str> {
+    if draining {
+        return Err("draining");
+    }
+    if requires_upstream {
+        upstream?;
+    }
+    Ok(())
+}
+
+/// What the admin listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Endpoint {
+    Metrics,
+    Healthz,
+    Readyz,
+    Reload,
+    V1Usage,
+    OpenApi,
+    Config,
+}
+
+/// Who may call an endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    /// Probes, scrapes and documents that show nothing of the config's secrets.
+    Open,
+    /// What changes the gateway or shows its configuration: behind the admin token once there
+    /// is one.
+    Admin,
+}
+
+/// Every endpoint: method, path, access.
+const ENDPOINTS: [(&str, &str, Endpoint, Access); 7] = [
+    ("GET", "/metrics", Endpoint::Metrics, Access::Open),
+    ("GET", "/healthz", Endpoint::Healthz, Access::Open),
+    ("GET", "/readyz", Endpoint::Readyz, Access::Open),
+    ("POST", "/-/reload", Endpoint::Reload, Access::Admin),
+    ("GET", "/v1-usage", Endpoint::V1Usage, Access::Open),
+    ("GET", "/openapi.json", Endpoint::OpenApi, Access::Open),
+    ("GET", "/config", Endpoint::Config, Access::Admin),
+];
+
+/// Why a request reaches no endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    NotFound,
+    /// The path's endpoint takes `allow`.
+    MethodNotAllowed {
+        allow: &'static str,
+    },
+}
+
+impl Refusal {
+    fn response(self) -> Response<Vec<u8>> {
+        match self {
+            Refusal::NotFound => json_response(
+                404,
+                json!({"status_code": 404, "message_code": 40400, "message": "no such admin endpoint"}),
+            ),
+            Refusal::MethodNotAllowed { allow } => {
+                let mut r = json_response(
+                    405,
+                    json!({"status_code": 405, "message_code": 40500, "message": "method not allowed for this admin endpoint"}),
+                );
+                let allow = http::HeaderValue::from_static(allow);
+                r.headers_mut().insert(http::header::ALLOW, allow);
+                r
+            }
+        }
+    }
+}
+
+/// The endpoint `method` and `path` name, with who may call it.
+fn route(method: &str, path: &str) -> Result<(Endpoint, Access), Refusal> {
+    let at_path = || ENDPOINTS.iter().filter(move |(_, p, ..)| *p == path);
+    // A HEAD is answered as its GET is; pingora sends no body.
+    let method = if method == "HEAD" { "GET" } else { method };
+    if let Some((_, _, endpoint, access)) = at_path().find(|(m, ..)| *m == method) {
+        return Ok((*endpoint, *access));
+    }
+    match at_path().next() {
+        Some((allow, ..)) => Err(Refusal::MethodNotAllowed { allow }),
+        None => Err(Refusal::NotFound),
+    }
+}
+
+/// Whether `req` may reach an endpoint of `access`: the one place where admin authorization
+/// is decided. The admin token (issue 26) will be checked here for [`Access::Admin`]; until
+/// then whoever reaches the listener may call every endpoint.
+fn authorize(access: Access, _req: &RequestHeader) -> Result<(), Refusal> {
+    match access {
+        Access::Open | Access::Admin => Ok(()),
+    }
+}
+
+/// An answer computed now: never to be stored by a cache.
+fn response(status: u16, content_type: &str, body: Vec<u8>) -> Response<Vec<u8>> {
     Response::builder()
         .status(status)
-        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::CONTENT_TYPE, content_type)
         .header(http::header::CONTENT_LENGTH, body.len())
+        .header(http::header::CACHE_CONTROL, "no-store")
         .body(body)
         .expect("static response parts are valid")
 }
 
-#[async_trait]
-impl ServeHttp for AdminApp {
-    async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
-        let _ = session.drain_request_body().await;
-        let req = session.req_header();
-        match (req.method.as_str(), req.uri.path()) {
-            ("GET", "/metrics") => {
+fn json_response(status: u16, body: serde_json::Value) -> Response<Vec<u8>> {
+    response(status, "application/json", body.to_string().into_bytes())
+}
+
+impl AdminApp {
+    async fn serve(&self, endpoint: Endpoint) -> Response<Vec<u8>> {
+        match endpoint {
+            Endpoint::Metrics => {
                 self.telemetry
                     .publish(&self.store.current().load(), SystemTime::now());
                 let mut out = Vec::new();
@@ -49,14 +174,9 @@ impl ServeHttp for AdminApp {
                 if let Err(e) = encoder.encode(&self.registry.gather(), &mut out) {
                     return json_response(500, json!({"error": e.to_string()}));
                 }
-                Response::builder()
-                    .status(200)
-                    .header(http::header::CONTENT_TYPE, encoder.format_type())
-                    .header(http::header::CONTENT_LENGTH, out.len())
-                    .body(out)
-                    .expect("static response parts are valid")
+                response(200, encoder.format_type(), out)
             }
-            ("POST", "/-/reload") => {
+            Endpoint::Reload => {
                 let store = self.store.clone();
                 let report =
                     tokio::task::spawn_blocking(move || store.reload(Trigger::Admin, false)).await;
@@ -75,26 +195,112 @@ impl ServeHttp for AdminApp {
                     ),
                 }
             }
-            ("GET", "/v1-usage") => {
+            Endpoint::V1Usage => {
                 let report = self
                     .telemetry
                     .usage
                     .report(&self.store.current().load(), SystemTime::now());
                 json_response(200, serde_json::to_value(&report).unwrap_or_default())
             }
-            ("GET", "/openapi.json") => json_response(
+            Endpoint::OpenApi => json_response(
                 200,
                 crate::api::openapi::document(&self.store.current().load()),
             ),
-            ("GET", "/healthz") => json_response(200, json!({"status": "ok"})),
-            ("GET", "/readyz") => match self.health.readiness() {
-                Ok(()) => json_response(200, json!({"status": "ready"})),
-                Err(reason) => json_response(503, json!({"status": "not_ready", "reason": reason})),
-            },
-            _ => json_response(
-                404,
-                json!({"status_code": 404, "message_code": 40400, "message": "no such admin endpoint"}),
-            ),
+            Endpoint::Config => json_response(200, self.running_config()),
+            Endpoint::Healthz => json_response(200, json!({"status": "ok"})),
+            Endpoint::Readyz => {
+                let upstream = self.health.reachable();
+                let requires_upstream = self
+                    .store
+                    .current()
+                    .load()
+                    .startup
+                    .readiness_requires_upstream;
+                let upstream_text = upstream.err().unwrap_or("reachable");
+                match readiness(self.drain.started(), upstream, requires_upstream) {
+                    Ok(()) => {
+                        json_response(200, json!({"status": "ready", "upstream": upstream_text}))
+                    }
+                    Err(reason) => json_response(
+                        503,
+                        json!({"status": "not_ready", "reason": reason, "upstream": upstream_text}),
+                    ),
+                }
+            }
         }
+    }
+
+    /// `/config`: the running snapshot's effective config ([`dump::effective`]), when it was
+    /// loaded and from what.
+    fn running_config(&self) -> serde_json::Value {
+        let snapshot = self.store.current().load();
+        let source = &snapshot.source;
+        json!({
+            "generation": self.store.generation(),
+            "loaded_at": format_time(source.loaded_at),
+            "path": self.store.path().map(|p| p.display().to_string()),
+            "sha256": source.sha256.map(hex::encode),
+            "config": dump::to_json(&snapshot),
+        })
+    }
+}
+
+#[async_trait]
+impl ServeHttp for AdminApp {
+    async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        let _ = session.drain_request_body().await;
+        let req = session.req_header();
+        let routed = route(req.method.as_str(), req.uri.path())
+            .and_then(|(endpoint, access)| authorize(access, req).map(|()| endpoint));
+        match routed {
+            Ok(endpoint) => self.serve(endpoint).await,
+            Err(refusal) => refusal.response(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DOWN: Result<(), &str> = Err("no upstream address is reachable");
+
+    #[test]
+    fn the_gateway_is_ready_whatever_its_backend_does_until_it_drains() {
+        for upstream in [Ok(()), DOWN, Err("upstream addresses not checked yet")] {
+            assert_eq!(readiness(false, upstream, false), Ok(()));
+            assert_eq!(readiness(true, upstream, false), Err("draining"));
+        }
+    }
+
+    #[test]
+    fn requiring_the_upstream_makes_its_outage_the_reason() {
+        assert_eq!(readiness(false, Ok(()), true), Ok(()));
+        assert_eq!(readiness(false, DOWN, true), DOWN);
+        assert_eq!(readiness(true, DOWN, true), Err("draining"));
+    }
+
+    #[test]
+    fn every_endpoint_is_routed_and_other_methods_get_405_with_allow() {
+        for (method, path, endpoint, access) in ENDPOINTS {
+            assert_eq!(route(method, path).unwrap(), (endpoint, access));
+        }
+        assert_eq!(route("HEAD", "/metrics").unwrap().0, Endpoint::Metrics);
+        let refused = route("GET", "/-/reload").unwrap_err();
+        assert_eq!(refused, Refusal::MethodNotAllowed { allow: "POST" });
+        let answer = refused.response();
+        assert_eq!(answer.status(), 405);
+        assert_eq!(answer.headers()["allow"], "POST");
+        assert_eq!(route("GET", "/nothing"), Err(Refusal::NotFound));
+    }
+
+    #[test]
+    fn the_config_and_reload_are_admin_endpoints() {
+        let admin: Vec<&str> = ENDPOINTS
+            .iter()
+            .filter(|(.., access)| *access == Access::Admin)
+            .map(|(_, path, ..)| *path)
+            .collect();
+        assert_eq!(admin, ["/-/reload", "/config"]);
     }
 }

@@ -54,9 +54,14 @@ pub struct ReloadReport {
     pub problems: Vec<ProblemReport>,
 }
 
+/// One problem of a refused file: its key path, and where the file has it.
 #[derive(Debug, Clone, Serialize)]
 pub struct ProblemReport {
     pub key: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub column: Option<usize>,
     pub message: String,
 }
 
@@ -64,6 +69,8 @@ impl From<Problem> for ProblemReport {
     fn from(p: Problem) -> Self {
         Self {
             key: p.key,
+            line: p.at.map(|a| a.line),
+            column: p.at.map(|a| a.column),
             message: p.message,
         }
     }
@@ -83,6 +90,7 @@ pub fn restart_only_changes(running: &StartupConfig, new: &StartupConfig) -> Vec
         upstream_keepalive_pool_size,
         watch_config,
         upgrade_sock,
+        readiness_requires_upstream,
     } = running;
     let (tls, new_tls) = (proxy_tls.as_ref(), new.proxy_tls.as_ref());
     [
@@ -106,6 +114,10 @@ pub fn restart_only_changes(running: &StartupConfig, new: &StartupConfig) -> Vec
         ),
         (*watch_config != new.watch_config, "server.watch_config"),
         (*upgrade_sock != new.upgrade_sock, "server.upgrade_sock"),
+        (
+            *readiness_requires_upstream != new.readiness_requires_upstream,
+            "server.readiness_requires_upstream",
+        ),
     ]
     .into_iter()
     .filter_map(|(changed, key)| changed.then_some(key))

@@ -76,10 +76,12 @@ pub struct Gateway {
     pub(crate) store: Arc<ConfigStore>,
 }
 
-/// Serves `gateway` on `listeners` until `shutdown` resolves, then drains: stops accepting,
-/// tells client connections to wind down (HTTP/2 GOAWAY, HTTP/1.1 `Connection: close`),
-/// waits for the requests in flight (at most `server.grace_period_seconds`) and sends out
-/// the spans and log lines still queued. Must run inside a tokio runtime.
+/// Serves `gateway` on `listeners` until `shutdown` resolves, then drains: stops accepting
+/// clients, tells client connections to wind down (HTTP/2 GOAWAY, HTTP/1.1 `Connection:
+/// close`), waits for the requests in flight (at most `server.grace_period_seconds`) and
+/// sends out the spans and log lines still queued. The admin listener serves until the drain
+/// is over: a probe reads `/readyz` 503 (draining), a scrape sees the last requests end. Must
+/// run inside a tokio runtime.
 pub async fn serve(listeners: Listeners, gateway: Gateway, shutdown: impl Future<Output = ()>) {
     match listeners.local_addrs() {
         Ok(at) => tracing::info!(
@@ -91,6 +93,7 @@ pub async fn serve(listeners: Listeners, gateway: Gateway, shutdown: impl Future
         Err(e) => tracing::warn!(error = %e, "cannot tell where the listeners are"),
     }
     let (stop, stopped) = watch::channel(false);
+    let (stop_admin, admin_stopped) = watch::channel(false);
     let mut tasks = JoinSet::new();
     let Gateway {
         proxy,
@@ -112,7 +115,7 @@ pub async fn serve(listeners: Listeners, gateway: Gateway, shutdown: impl Future
         stopped.clone(),
     ));
     if let Some((l, app)) = paired("admin", listeners.admin, admin) {
-        tasks.spawn(accept_app(listener_of(l), app, stopped.clone()));
+        tasks.spawn(accept_app(listener_of(l), app, admin_stopped));
     }
     if let Some((l, app)) = paired("mock backend", listeners.mock_backend, mock_backend) {
         tasks.spawn(accept_app(listener_of(l), app, stopped.clone()));
@@ -134,6 +137,7 @@ pub async fn serve(listeners: Listeners, gateway: Gateway, shutdown: impl Future
         tokio::time::sleep(DRAIN_POLL).await;
     }
     tracing::info!(in_flight = in_flight.count(), "drained");
+    stop_admin.send_replace(true);
     // The accept loops and background tasks have seen the stop; idle connections end with
     // the runtime (or the process).
     drop(tasks);

@@ -149,6 +149,7 @@ pub fn build(
             health,
             store: store.clone(),
             telemetry,
+            drain: drain.clone(),
         }))
     });
     let mock_backend = options.mock_backend.then(|| {

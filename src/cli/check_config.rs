@@ -1,22 +1,28 @@
-//! `agent-gateway check-config`: exit 0 when a config file is valid, else print every problem
-//! and exit 1.
+//! `agent-gateway check-config`: exit 0 when a config file is valid, else print every problem,
+//! in the order of the file, and exit 1. A valid file may also get warnings on stderr about
+//! its credentials (an agent on a token published with agent-gateway, no agent at all), which
+//! do not fail it.
 
 use std::path::Path;
 use std::process::ExitCode;
 
-use agent_gateway::config::{ConfigError, Snapshot};
+use agent_gateway::config::{ConfigError, FileConfig, Snapshot, TokenDigest};
+
+use super::credentials::credential_warnings;
+
+use super::print_problems;
 
 pub fn run(file: &Path, no_resolve: bool) -> anyhow::Result<ExitCode> {
     match check(file, no_resolve) {
         Ok(()) => {
+            for warning in warnings(file) {
+                eprintln!("{}: warning: {warning}", file.display());
+            }
             println!("{}: ok", file.display());
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
-            eprintln!("{}: invalid", file.display());
-            for p in e.problems() {
-                eprintln!("  {p}");
-            }
+            print_problems(file, &e);
             Ok(ExitCode::FAILURE)
         }
     }
@@ -25,8 +31,28 @@ pub fn run(file: &Path, no_resolve: bool) -> anyhow::Result<ExitCode> {
 /// Validates the file at `path`, looking upstream names up unless `no_resolve`.
 fn check(path: &Path, no_resolve: bool) -> Result<(), ConfigError> {
     if no_resolve {
-        Snapshot::check_file_without_lookup(path)
+        Snapshot::load_unresolved(path).map(drop)
     } else {
         Snapshot::load(path).map(drop)
     }
+}
+
+/// The warnings about the credentials of the file at `path`, valid by now.
+fn warnings(path: &Path) -> Vec<String> {
+    let Some(config) = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|text| FileConfig::parse(&text).ok())
+    else {
+        return Vec::new();
+    };
+    let agents: Vec<(&str, TokenDigest)> = config
+        .auth
+        .agents
+        .iter()
+        .filter_map(|a| Some((a.id.as_str(), TokenDigest::parse_hex(&a.token_sha256).ok()?)))
+        .collect();
+    credential_warnings(agents.iter().map(|(id, digest)| (*id, digest)))
+        .iter()
+        .map(ToString::to_string)
+        .collect()
 }

@@ -1,8 +1,11 @@
 //! The binary's commands, one file each (`main.rs` parses the command line and calls the
 //! command's `run`), and what several of them share: the log flags, a config file loaded into
-//! a live store, pingora's options, writing to stdout.
+//! a live store, the warnings about its credentials ([`credentials`]), pingora's options,
+//! writing to stdout.
 
 pub mod check_config;
+pub mod config_dump;
+pub mod credentials;
 pub mod demo;
 pub mod hash_token;
 pub mod load;
@@ -12,14 +15,28 @@ pub mod run;
 pub mod v1_usage;
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
 
 use agent_gateway::app::logging::{self, LogFormat, Logs};
 use agent_gateway::app::reload::ConfigStore;
-use agent_gateway::config::Snapshot;
+use agent_gateway::config::{ConfigError, Snapshot};
+
+/// `--config FILE`, defaulting to the shipped config: what `demo`, `openapi` and `config dump`
+/// read (`run` requires its own, `check-config` takes one or, for one release, a FILE).
+#[derive(Args)]
+pub struct ConfigFile {
+    /// The TOML config file.
+    #[arg(
+        long,
+        short,
+        value_name = "FILE",
+        default_value = "config/gateway.toml"
+    )]
+    pub config: PathBuf,
+}
 
 #[derive(Args)]
 pub struct LogArgs {
@@ -55,6 +72,14 @@ fn load_store(path: &Path) -> anyhow::Result<ConfigStore> {
         text,
         prometheus::default_registry(),
     )?)
+}
+
+/// Prints every problem of the config file at `path` on stderr, in the order of the file.
+fn print_problems(path: &Path, e: &ConfigError) {
+    eprintln!("{}: invalid", path.display());
+    for p in e.problems() {
+        eprintln!("  {p}");
+    }
 }
 
 /// Writes `text` to stdout, reporting a closed pipe as an error rather than panicking.

@@ -1,4 +1,5 @@
-//! `agent-gateway run`: the gateway on a config file, until a signal ends the process.
+//! `agent-gateway run`: the gateway on a config file, until a signal ends the process. At
+//! start it warns about credentials that work but should not (a published token, no agent).
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -6,6 +7,7 @@ use std::process::ExitCode;
 use agent_gateway::app::listeners::{ListenAddrs, Listeners};
 use agent_gateway::app::server::{self, BuildOptions};
 
+use super::credentials::snapshot_credential_warnings;
 use super::{load_store, LogArgs};
 
 /// With `upgrade`, the listeners are taken over from the running process (after its SIGQUIT)
@@ -13,6 +15,9 @@ use super::{load_store, LogArgs};
 pub fn run(config: &Path, upgrade: bool, log: &LogArgs) -> anyhow::Result<ExitCode> {
     let logs = log.init();
     let store = load_store(config)?;
+    for warning in snapshot_credential_warnings(&store.current().load()) {
+        tracing::warn!("{warning}");
+    }
     let startup = store.current().load().startup.clone();
     let addrs = ListenAddrs::configured(&startup, None);
     let listeners = if upgrade {

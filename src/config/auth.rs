@@ -72,7 +72,12 @@ pub(super) fn auth(f: &AuthFile, p: &mut Problems) -> AuthConfig {
 
 /// One agent's fields, every problem reported under `key`.
 fn check_fields(a: &AgentFile, key: &str, p: &mut Problems) -> Option<Agent> {
-    if a.id.is_empty() || a.id.len() > 128 || !a.id.bytes().all(|b| b.is_ascii_graphic()) {
+    if a.id.is_empty() {
+        p.push(
+            format!("{key}.id"),
+            "required: what the agent sends as X-Service-Agent-Id",
+        );
+    } else if a.id.len() > 128 || !a.id.bytes().all(|b| b.is_ascii_graphic()) {
         p.push(
             format!("{key}.id"),
             "must be 1 to 128 visible ASCII characters",

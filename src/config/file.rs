@@ -1,23 +1,24 @@
 //! The config file as written: serde structs that mirror the TOML one to one, each refusing
-//! keys it does not know.
+//! keys it does not know. They are also the file's schema ([`super::schema`]): a key that
+//! takes milliseconds is named `*_ms`, and gets its duration sibling (`read_timeout = "2s"`)
+//! from that name alone ([`super::document`] reads a file's text into these).
 //!
-//! Every default is written once, here: a section with a required key (`[listen]`,
-//! `[upstream]`) gives each optional key its own `default_*` function, every other section is
-//! `#[serde(default)]` with a `Default` impl. Nothing here is trusted:
-//! [`super::Snapshot::from_file`] turns a [`FileConfig`] into the validated snapshot that the
-//! gateway actually runs on.
+//! Every default is written once, here: each section is `#[serde(default)]` with a `Default`
+//! impl, and a key the file must set (`listen.proxy`, `upstream.addresses`, an agent's `id`)
+//! defaults to empty, which validation refuses as missing, with the file's other problems.
+//! Nothing here is trusted: [`super::Snapshot::from_file`] turns a [`FileConfig`] into the
+//! validated snapshot that the gateway actually runs on.
 
 use serde::{Deserialize, Serialize};
-
-use super::problems::ConfigError;
 
 /// The public v2 base, which is also the backend's unless `upstream.base_path` says otherwise.
 const V2_BASE: &str = "/api/v2";
 
 /// The whole TOML document.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
+    #[serde(default)]
     pub listen: ListenFile,
     #[serde(default)]
     pub server: ServerFile,
@@ -25,6 +26,7 @@ pub struct FileConfig {
     pub v1: V1File,
     #[serde(default)]
     pub v2: V2File,
+    #[serde(default)]
     pub upstream: UpstreamFile,
     #[serde(default)]
     pub auth: AuthFile,
@@ -40,16 +42,9 @@ pub struct FileConfig {
     pub tracing: TracingFile,
 }
 
-impl FileConfig {
-    /// The file layer of a config's text: its shape checked, none of its values.
-    pub fn parse(text: &str) -> Result<Self, ConfigError> {
-        Ok(toml::from_str(text)?)
-    }
-}
-
 /// `[listen]`: where the gateway accepts connections.
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct ListenFile {
     /// `ip:port` of the proxy listener (required).
     pub proxy: String,
@@ -62,8 +57,19 @@ pub struct ListenFile {
     pub tls_key: Option<String>,
     /// Serve HTTP/2 to clients that ask for it: ALPN `h2` on the TLS listener, the HTTP/2
     /// preface (prior knowledge, h2c) on a plaintext one. Every other connection is HTTP/1.1.
-    #[serde(default = "default_true")]
     pub http2: bool,
+}
+
+impl Default for ListenFile {
+    fn default() -> Self {
+        Self {
+            proxy: String::new(),
+            admin: None,
+            tls_cert: None,
+            tls_key: None,
+            http2: true,
+        }
+    }
 }
 
 /// `[server]`: the process: threads, runtimes, shutdown and upgrades.
@@ -83,6 +89,9 @@ pub struct ServerFile {
     pub watch_config: bool,
     /// Unix socket over which SIGQUIT hands the listeners to a process started with `--upgrade`.
     pub upgrade_sock: String,
+    /// `/readyz` also fails while no upstream address passes its health check. Off by default:
+    /// a backend outage is the gateway's to answer (502/504), not a reason to leave the Service.
+    pub readiness_requires_upstream: bool,
 }
 
 impl Default for ServerFile {
@@ -96,6 +105,7 @@ impl Default for ServerFile {
             upstream_keepalive_pool_size: 256,
             watch_config: true,
             upgrade_sock: "/tmp/agent-gateway-upgrade.sock".into(),
+            readiness_requires_upstream: false,
         }
     }
 }
@@ -138,39 +148,29 @@ impl Default for V2File {
 
 /// `[upstream]`: the v2 backend.
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct UpstreamFile {
     /// One or more `host:port`, resolved at load (required).
     pub addresses: Vec<String>,
     /// Speak TLS to the backend.
-    #[serde(default)]
     pub tls: bool,
     /// PEM CA certificates the backend's certificate must chain to (default: the system's).
-    #[serde(default)]
     pub tls_ca_file: Option<String>,
     /// Server name sent and verified (default: the host part of each address).
-    #[serde(default)]
     pub tls_sni: Option<String>,
     /// Verify the backend's certificate and name. Turning this off is for tests only.
-    #[serde(default = "default_true")]
     pub tls_verify: bool,
     /// The backend's v2 base, under which requests are forwarded.
-    #[serde(default = "default_upstream_base")]
     pub base_path: String,
     /// Time allowed to connect (and complete a TLS handshake) to the backend.
-    #[serde(default = "default_connect_timeout_ms")]
     pub connect_timeout_ms: u64,
     /// Time allowed for each read from the backend.
-    #[serde(default = "default_read_timeout_ms")]
     pub read_timeout_ms: u64,
     /// How long an idle kept-alive upstream connection stays in the pool.
-    #[serde(default = "default_idle_timeout_ms")]
     pub idle_timeout_ms: u64,
     /// How often each address is health-checked.
-    #[serde(default = "default_health_check_interval_ms")]
     pub health_check_interval_ms: u64,
     /// `GET` this path for the check (a 2xx or 3xx answer is healthy); absent: a TCP connect.
-    #[serde(default)]
     pub health_check_path: Option<String>,
 }
 
@@ -179,37 +179,27 @@ impl UpstreamFile {
     pub fn new(addresses: Vec<String>) -> Self {
         Self {
             addresses,
-            tls: false,
-            tls_ca_file: None,
-            tls_sni: None,
-            tls_verify: default_true(),
-            base_path: default_upstream_base(),
-            connect_timeout_ms: default_connect_timeout_ms(),
-            read_timeout_ms: default_read_timeout_ms(),
-            idle_timeout_ms: default_idle_timeout_ms(),
-            health_check_interval_ms: default_health_check_interval_ms(),
-            health_check_path: None,
+            ..Self::default()
         }
     }
 }
 
-fn default_true() -> bool {
-    true
-}
-fn default_upstream_base() -> String {
-    V2_BASE.into()
-}
-fn default_connect_timeout_ms() -> u64 {
-    1000
-}
-fn default_read_timeout_ms() -> u64 {
-    30_000
-}
-fn default_idle_timeout_ms() -> u64 {
-    60_000
-}
-fn default_health_check_interval_ms() -> u64 {
-    1000
+impl Default for UpstreamFile {
+    fn default() -> Self {
+        Self {
+            addresses: Vec::new(),
+            tls: false,
+            tls_ca_file: None,
+            tls_sni: None,
+            tls_verify: true,
+            base_path: V2_BASE.into(),
+            connect_timeout_ms: 1000,
+            read_timeout_ms: 30_000,
+            idle_timeout_ms: 60_000,
+            health_check_interval_ms: 1000,
+            health_check_path: None,
+        }
+    }
 }
 
 /// `[auth]`: who may call, and with what.
@@ -235,9 +225,13 @@ impl Default for AuthFile {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AgentFile {
-    /// What it sends as `X-Service-Agent-Id`: 1 to 128 visible ASCII characters, unique.
+    /// What it sends as `X-Service-Agent-Id`: 1 to 128 visible ASCII characters, unique
+    /// (required).
+    #[serde(default)]
     pub id: String,
-    /// The SHA-256 of its `X-Auth-Token`, in hex; the token itself is never configured.
+    /// The SHA-256 of its `X-Auth-Token`, in hex; the token itself is never configured
+    /// (required).
+    #[serde(default)]
     pub token_sha256: String,
     /// Its business code for v1 calls, instead of `v1.default_service`.
     pub default_service: Option<String>,
@@ -341,9 +335,11 @@ impl Default for RetirementFile {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct BrownoutFile {
-    /// RFC 3339 time: the (first) window's start.
+    /// RFC 3339 time: the (first) window's start (required).
+    #[serde(default)]
     pub start: String,
-    /// RFC 3339 time: the (first) window's end.
+    /// RFC 3339 time: the (first) window's end (required).
+    #[serde(default)]
     pub end: String,
     /// Share of v1 calls refused at `start`, 1 to 100 (default 100).
     pub percent: Option<u8>,

@@ -1,7 +1,9 @@
 //! Configuration: the file layer ([`mod@file`]) and the validated [`Snapshot`] the gateway runs on.
 //!
 //! A snapshot can only be built by [`Snapshot::from_file`] (or [`Snapshot::load`]), which
-//! checks every value and reports every problem at once, by key path ([`Problem`]). Each
+//! checks every value and reports every problem at once, by key path ([`Problem`]); from a
+//! file's text, with the problems of its shape too, each with its line and column, in the
+//! order of the file (`document.rs`, against the keys `schema.rs` reads from `file.rs`). Each
 //! section is validated next to its own types (`startup.rs`, `upstream.rs`, `auth.rs`,
 //! `retirement.rs`, `limits.rs`, `rate_limit.rs`, `tracing.rs`), each validated type named
 //! after its section (`[upstream]` is an [`UpstreamConfig`]); the value types they share are
@@ -10,12 +12,14 @@
 //! re-checks.
 
 mod auth;
-pub mod client_tls;
+mod document;
+pub mod dump;
 pub mod file;
 mod limits;
 mod problems;
 mod rate_limit;
 mod retirement;
+pub mod schema;
 mod startup;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
@@ -24,21 +28,26 @@ mod types;
 mod upstream;
 
 use std::path::Path;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use sha2::{Digest, Sha256};
 
 pub use auth::{Agent, AuthConfig, RateLimit};
 pub use file::{FileConfig, DEFAULT_QUIET_DAYS};
 pub use limits::LimitsConfig;
-pub use problems::{ConfigError, Problem};
+pub use problems::{ConfigError, Place, Problem};
 pub use rate_limit::{RateLimitConfig, RedisLimitConfig, RedisUrl};
 pub use retirement::{Brownout, Recurrence, RetirementConfig, Terms};
 pub use startup::{cpus_available, StartupConfig};
 pub use tracing::TracingConfig;
 pub use types::{
-    unix_seconds, BasePath, Bases, BusinessCode, Dates, OnRedisError, RateLimitBackend, Repeat,
-    TokenDigest, V1Policy, ValidationMode, Weekday,
+    format_time, unix_seconds, BasePath, Bases, BusinessCode, Dates, OnRedisError,
+    RateLimitBackend, Repeat, TokenDigest, V1Policy, ValidationMode, Weekday,
 };
 pub use upstream::{Backend, UpstreamConfig};
 
+use document::Parsed;
 use problems::Problems;
 use upstream::Lookup;
 
@@ -56,6 +65,40 @@ pub struct Snapshot {
     pub rate_limit: RateLimitConfig,
     /// `None` when tracing is off (no `tracing.otlp_endpoint`).
     pub tracing: Option<TracingConfig>,
+    /// What it was built from.
+    pub source: Source,
+}
+
+/// What a snapshot was built from, for `config dump` and the admin listener's `/config`.
+#[derive(Clone)]
+pub struct Source {
+    /// The file as read, every default filled in ([`dump::effective`] adds what validation
+    /// settled and redacts the secrets).
+    pub file: Arc<FileConfig>,
+    /// SHA-256 of the file's text; `None` for a snapshot built from a typed config (tests).
+    pub sha256: Option<[u8; 32]>,
+    pub loaded_at: SystemTime,
+}
+
+/// By hand: the file holds token digests and maybe a Redis password.
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Source")
+            .field("sha256", &self.sha256.map(hex::encode))
+            .field("loaded_at", &self.loaded_at)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A snapshot whose upstream host names were not looked up (their `host:port` form only): to
+/// describe a config (its OpenAPI document, its effective values) away from the DNS it will
+/// run with, never to serve. Its backends' addresses are placeholders.
+pub struct Unresolved(Snapshot);
+
+impl Unresolved {
+    pub fn snapshot(&self) -> &Snapshot {
+        &self.0
+    }
 }
 
 fn read(path: &Path) -> Result<String, ConfigError> {
@@ -95,30 +138,44 @@ impl Snapshot {
     }
 
     /// Read and check a config file like [`Self::load`], without looking upstream host names
-    /// up ([`Self::check_without_lookup`]).
-    pub fn check_file_without_lookup(path: &Path) -> Result<(), ConfigError> {
-        Self::check_without_lookup(FileConfig::parse(&read(path)?)?)
+    /// up: for a config checked away from the DNS it will run with, such as a Kubernetes
+    /// ConfigMap whose backend is a Service name, checked in CI.
+    pub fn load_unresolved(path: &Path) -> Result<Unresolved, ConfigError> {
+        Self::from_text(&read(path)?, Lookup::Skip).map(Unresolved)
     }
 
     /// Parse and validate the text of a config file.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
-        Self::from_file(FileConfig::parse(text)?)
+        Self::from_text(text, Lookup::Resolve)
     }
 
     /// Validate a parsed file, reporting every problem at once.
     pub fn from_file(f: FileConfig) -> Result<Self, ConfigError> {
-        Self::validate(f, Lookup::Resolve)
+        Self::validate(f, Lookup::Resolve).map_err(ConfigError::Invalid)
     }
 
-    /// Checks a file without looking up upstream host names (only their `host:port` form):
-    /// for a config checked away from the DNS it will run with, such as a Kubernetes ConfigMap
-    /// whose backend is a Service name, checked in CI. Gives no snapshot: nothing may serve
-    /// unresolved addresses.
+    /// Checks a file without looking up upstream host names ([`Self::load_unresolved`]).
     pub fn check_without_lookup(f: FileConfig) -> Result<(), ConfigError> {
-        Self::validate(f, Lookup::Skip).map(drop)
+        Self::validate(f, Lookup::Skip)
+            .map(drop)
+            .map_err(ConfigError::Invalid)
     }
 
-    fn validate(f: FileConfig, lookup: Lookup) -> Result<Self, ConfigError> {
+    /// Every problem of `text`, its shape's and its values', in the order of the file.
+    fn from_text(text: &str, lookup: Lookup) -> Result<Self, ConfigError> {
+        let parsed = Parsed::read(text).map_err(ConfigError::Invalid)?;
+        match Self::validate(parsed.file.clone(), lookup) {
+            Ok(mut snapshot) if parsed.is_clean() => {
+                snapshot.source.sha256 = Some(Sha256::digest(text).into());
+                Ok(snapshot)
+            }
+            result => Err(ConfigError::Invalid(
+                parsed.merge(result.err().unwrap_or_default()),
+            )),
+        }
+    }
+
+    fn validate(f: FileConfig, lookup: Lookup) -> Result<Self, Vec<Problem>> {
         let mut p = Problems::default();
         let startup = startup::startup(&f.listen, &f.server, &mut p);
         let bases = bases(&f, &mut p);
@@ -144,6 +201,11 @@ impl Snapshot {
                 retirement,
                 rate_limit,
                 tracing,
+                source: Source {
+                    file: Arc::new(f),
+                    sha256: None,
+                    loaded_at: SystemTime::now(),
+                },
             }),
             _ => None,
         };
@@ -261,6 +323,43 @@ services = ["ok", "bad code"]
                 "upstream.addresses[2]"
             ]
         );
+    }
+
+    #[test]
+    fn problems_of_shape_and_of_value_come_together_in_the_order_of_the_file() {
+        let text = minimal_text().replace("proxy = \"127.0.0.1:8080\"", "proxy = 8080")
+            + "[retirement]\nsunset_at = \"2027-06-01\"\nquiet_dayz = 3\n\
+               [limits]\nclient_body_timeout = \"0s\"\n";
+        let problems = Snapshot::parse(&text).unwrap_err().problems();
+        let keys: Vec<&str> = problems.iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "listen.proxy",
+                "retirement.sunset_at",
+                "retirement.quiet_dayz",
+                "limits.client_body_timeout"
+            ],
+            "{problems:?}"
+        );
+        assert!(problems.iter().all(|p| p.at.is_some()), "{problems:?}");
+        assert_eq!(problems[3].message, "must be greater than 0");
+    }
+
+    #[test]
+    fn a_missing_section_is_a_missing_key() {
+        let keys = FileConfig::parse("[v1]\ndefault_service = \"X\"\n")
+            .unwrap()
+            .refused_keys();
+        assert_eq!(keys, ["listen.proxy", "upstream.addresses"]);
+    }
+
+    #[test]
+    fn a_snapshot_from_text_knows_the_texts_digest() {
+        let text = minimal_text();
+        let s = Snapshot::parse(&text).unwrap();
+        assert_eq!(s.source.sha256, Some(Sha256::digest(&text).into()));
+        assert_eq!(s.source.file.listen.proxy, "127.0.0.1:8080");
     }
 
     #[test]

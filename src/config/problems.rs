@@ -5,16 +5,32 @@
 use std::fmt;
 use std::time::Duration;
 
-/// One thing wrong with a config file, located by its key path (`auth.agents[2].id`).
+/// One thing wrong with a config file, located by its key path (`auth.agents[2].id`) and,
+/// when it comes from a file's text, by line and column.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
     pub key: String,
     pub message: String,
+    /// Where in the text the key (or, for a value of the wrong type, the value) is; `None` for
+    /// a key the file does not have, or a config that is no text.
+    pub at: Option<Place>,
+}
+
+/// A place in a file's text, both counted from 1 (the column in characters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Place {
+    pub line: usize,
+    pub column: usize,
 }
 
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.key, self.message)
+        f.write_str(&self.key)?;
+        if let Some(Place { line, column }) = self.at {
+            let space = if self.key.is_empty() { "" } else { " " };
+            write!(f, "{space}(line {line}, column {column})")?;
+        }
+        write!(f, ": {}", self.message)
     }
 }
 
@@ -26,21 +42,22 @@ pub enum ConfigError {
         path: String,
         source: std::io::Error,
     },
-    /// Not TOML, or not the file's shape (an unknown key, a value of the wrong type).
-    #[error("{0}")]
-    Parse(#[from] toml::de::Error),
+    /// Every problem: of the file's shape (not TOML, an unknown key, a value of the wrong
+    /// type) and of its values, in the order of the file.
     #[error("{} problem(s):\n{}", .0.len(), .0.iter().map(|p| format!("  {p}")).collect::<Vec<_>>().join("\n"))]
     Invalid(Vec<Problem>),
 }
 
 impl ConfigError {
-    /// Every problem, each with its key path; a read or parse error is one problem at the root.
+    /// Every problem, each with its key path; a file that cannot be read is one problem at
+    /// the root.
     pub fn problems(&self) -> Vec<Problem> {
         match self {
             ConfigError::Invalid(p) => p.clone(),
             other => vec![Problem {
                 key: String::new(),
                 message: other.to_string(),
+                at: None,
             }],
         }
     }
@@ -55,6 +72,7 @@ impl Problems {
         self.0.push(Problem {
             key: key.into(),
             message: message.into(),
+            at: None,
         });
     }
 
@@ -78,10 +96,10 @@ impl Problems {
     }
 
     /// `value` when nothing was recorded, else every problem.
-    pub(super) fn finish<T>(self, value: Option<T>) -> Result<T, ConfigError> {
+    pub(super) fn finish<T>(self, value: Option<T>) -> Result<T, Vec<Problem>> {
         match value {
             Some(value) if self.0.is_empty() => Ok(value),
-            _ => Err(ConfigError::Invalid(self.0)),
+            _ => Err(self.0),
         }
     }
 }

@@ -21,6 +21,8 @@ pub struct StartupConfig {
     pub upstream_keepalive_pool_size: usize,
     pub watch_config: bool,
     pub upgrade_sock: String,
+    /// `/readyz` needs an upstream address that passed its last health check.
+    pub readiness_requires_upstream: bool,
 }
 
 /// The CPUs this process may run on (its affinity mask and cgroup CPU quota): `server.threads`'
@@ -30,6 +32,9 @@ pub fn cpus_available() -> usize {
 }
 
 fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    if s.is_empty() {
+        return Err("required: the ip:port to listen on".into());
+    }
     s.parse()
         .map_err(|_| format!("{s:?} is not an ip:port address"))
 }
@@ -89,5 +94,6 @@ pub(super) fn startup(
         upstream_keepalive_pool_size: server.upstream_keepalive_pool_size,
         watch_config: server.watch_config,
         upgrade_sock: server.upgrade_sock.clone(),
+        readiness_requires_upstream: server.readiness_requires_upstream,
     })
 }

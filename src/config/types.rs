@@ -209,10 +209,59 @@ impl Weekday {
     }
 }
 
-/// An RFC 3339 UTC time, as every date in the file is written.
+/// An RFC 3339 time with any offset (`2027-06-01T00:00:00Z`, `2027-06-01T02:00:00+02:00`), as
+/// every date in the file is written. Every output writes it back in UTC ([`format_time`]).
 pub(super) fn parse_time(s: &str) -> Result<SystemTime, String> {
-    humantime::parse_rfc3339(s)
-        .map_err(|e| format!("{s:?} is not an RFC 3339 UTC time like 2027-06-01T00:00:00Z ({e})"))
+    let bad = |why: &str| {
+        format!(
+            "{s:?} is not an RFC 3339 time such as 2027-06-01T00:00:00Z or \
+             2027-06-01T02:00:00+02:00 ({why})"
+        )
+    };
+    if s.is_empty() {
+        return Err("required: an RFC 3339 time such as 2027-06-01T00:00:00Z".into());
+    }
+    let upper = s.to_ascii_uppercase();
+    let (local, east) = match upper.len().checked_sub(6).map(|i| upper.split_at(i)) {
+        Some((local, offset)) if offset.starts_with(['+', '-']) => {
+            let east = utc_offset(offset).ok_or_else(|| bad("offset is not +hh:mm or -hh:mm"))?;
+            (local, east)
+        }
+        _ => match upper.strip_suffix('Z') {
+            Some(local) => (local, 0),
+            None => return Err(bad("no offset: end it with Z for UTC, or +hh:mm")),
+        },
+    };
+    let as_utc = humantime::parse_rfc3339(&format!("{local}Z")).map_err(|e| bad(&e.to_string()))?;
+    let shift = Duration::from_secs(east.unsigned_abs());
+    let utc = if east >= 0 {
+        as_utc.checked_sub(shift)
+    } else {
+        as_utc.checked_add(shift)
+    };
+    utc.ok_or_else(|| bad("out of range"))
+}
+
+/// Seconds east of UTC of an RFC 3339 offset, `+hh:mm` or `-hh:mm`.
+fn utc_offset(offset: &str) -> Option<i64> {
+    let (sign, rest) = offset.split_at(1);
+    let (h, m) = rest.split_once(':')?;
+    let digits = |d: &str| {
+        (d.len() == 2 && d.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| d.parse::<i64>().ok())
+            .flatten()
+    };
+    let (h, m) = (digits(h)?, digits(m)?);
+    if h > 23 || m > 59 {
+        return None;
+    }
+    let secs = h * 3600 + m * 60;
+    Some(if sign == "-" { -secs } else { secs })
+}
+
+/// A time as every output writes it: RFC 3339, whole seconds, UTC.
+pub fn format_time(t: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(t).to_string()
 }
 
 /// Whole seconds since the Unix epoch (0 before it).
@@ -276,6 +325,29 @@ mod tests {
                 sunset_at: t(20)
             }
         );
+    }
+
+    #[test]
+    fn times_take_any_offset_and_are_kept_in_utc() {
+        let utc = parse_time("2027-06-01T00:00:00Z").unwrap();
+        for same in [
+            "2027-06-01T02:00:00+02:00",
+            "2027-05-31T19:30:00-04:30",
+            "2027-06-01t00:00:00z",
+            "2027-06-01T00:00:00-00:00",
+        ] {
+            assert_eq!(parse_time(same), Ok(utc), "{same}");
+        }
+        assert_eq!(format_time(utc), "2027-06-01T00:00:00Z");
+        for bad in [
+            "2027-06-01T00:00:00",
+            "2027-06-01T00:00:00+2:00",
+            "2027-06-01T00:00:00+24:00",
+            "tomorrow",
+            "",
+        ] {
+            assert!(parse_time(bad).is_err(), "{bad} accepted");
+        }
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The client side of HTTP/1.1 over any async stream (TCP, TLS, in-memory): responses read
 //! one after another from a kept-alive connection, with the same head parser and chunked
-//! decoder the proxy uses. The load generator, the health checker and the CLI's admin client
-//! all read their answers through [`ResponseReader`].
+//! decoder the proxy uses. The load generator and the health checker read their answers
+//! through [`ResponseReader`]. (The CLI and the Prometheus client, which need TLS roots and
+//! credentials, use [`crate::client`].)
 
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};

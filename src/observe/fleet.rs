@@ -3,9 +3,9 @@
 //! replica's restart loses nothing Prometheus scraped.
 //!
 //! [`fleet_report`] asks its [`Prometheus`] a few instant queries and builds the report from
-//! the answers; the HTTP is the caller's (`agent-gateway v1-usage --prometheus`), so the
-//! queries and the report are tested here against a scripted Prometheus, and against a real
-//! one in `tests/prometheus_e2e.rs`.
+//! the answers; the HTTP is [`crate::observe::prometheus`]'s, so the queries and the report
+//! are tested here against a scripted Prometheus, and against a real one in
+//! `tests/prometheus_e2e.rs`.
 //!
 //! Counts are exact where Prometheus holds them. `increase()` extrapolates to the ends of its
 //! range, so each replica's counters are read over a range that ends at that replica's own
@@ -17,6 +17,7 @@
 //! before its first scrape when its counter had not dropped below the last value scraped.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
 use std::time::{Duration, SystemTime};
 
 use serde::Deserialize;
@@ -57,7 +58,11 @@ impl Sample {
 pub trait Prometheus {
     /// The answer body of `GET /api/v1/query?query=promql[&time=at]` (Prometheus answers JSON
     /// on errors too), whatever its status.
-    fn query(&mut self, promql: &str, at: Option<SystemTime>) -> Result<Vec<u8>, FleetError>;
+    fn query(
+        &mut self,
+        promql: &str,
+        at: Option<SystemTime>,
+    ) -> impl Future<Output = Result<Vec<u8>, FleetError>> + Send;
 }
 
 /// The `/api/v1/query` answer.
@@ -85,12 +90,12 @@ struct VectorSample {
 }
 
 /// Runs `promql` at `at` and reads its instant vector.
-fn vector(
+async fn vector(
     prom: &mut impl Prometheus,
     promql: &str,
     at: Option<SystemTime>,
 ) -> Result<Vec<Sample>, FleetError> {
-    let body = prom.query(promql, at)?;
+    let body = prom.query(promql, at).await?;
     let bad = |reason: String| FleetError::BadAnswer {
         query: promql.to_owned(),
         reason,
@@ -282,26 +287,27 @@ struct Queries<'a, P> {
 }
 
 impl<P: Prometheus> Queries<'_, P> {
-    fn ask(&mut self, promql: &str) -> Result<Vec<Sample>, FleetError> {
-        vector(self.prom, promql, Some(self.at))
+    async fn ask(&mut self, promql: &str) -> Result<Vec<Sample>, FleetError> {
+        vector(self.prom, promql, Some(self.at)).await
     }
 
     /// Asks `promql` if there is one; a query over no replica has an empty answer.
-    fn ask_if(&mut self, promql: Option<String>) -> Result<Vec<Sample>, FleetError> {
+    async fn ask_if(&mut self, promql: Option<String>) -> Result<Vec<Sample>, FleetError> {
         match promql {
-            Some(q) => self.ask(&q),
+            Some(q) => self.ask(&q).await,
             None => Ok(Vec::new()),
         }
     }
 }
 
 /// The fleet's usage report for the `window` up to Prometheus' present.
-pub fn fleet_report(
+pub async fn fleet_report(
     prom: &mut impl Prometheus,
     window: Duration,
 ) -> Result<UsageReport, FleetError> {
     // Prometheus' clock, not ours: a range ending "now" must end where its data does.
-    let now = vector(prom, "vector(time())", None)?
+    let now = vector(prom, "vector(time())", None)
+        .await?
         .first()
         .map(|s| time_at(s.value))
         .ok_or_else(|| FleetError::BadAnswer {
@@ -310,19 +316,19 @@ pub fn fleet_report(
         })?;
     let mut q = Queries { prom, at: now };
     let window_start = now.checked_sub(window).unwrap_or(SystemTime::UNIX_EPOCH);
-    let replicas = replicas(&mut q, window, window_start)?;
-    let mut counts = q.ask_if(increase_query(&replicas, window_start))?;
+    let replicas = replicas(&mut q, window, window_start).await?;
+    let mut counts = q.ask_if(increase_query(&replicas, window_start)).await?;
     // What a replica that started inside the window had counted, from zero, by its first
     // scrape: calls it served before Prometheus first saw it.
     let born: Vec<&Replica> = replicas.iter().filter(|r| r.born).collect();
-    counts.extend(q.ask_if(first_scrape_query(&born))?);
+    counts.extend(q.ask_if(first_scrape_query(&born)).await?);
     Ok(assemble(Answers {
         now,
         window_start,
         coverage: replicas.iter().map(|r| r.first_scrape).min(),
         latest_scrape: replicas.iter().map(|r| r.last_scrape).max(),
         counts,
-        gauges: agent_gauges(&mut q, window)?,
+        gauges: agent_gauges(&mut q, window).await?,
     }))
 }
 
@@ -339,13 +345,13 @@ fn by_replica(samples: Vec<Sample>) -> BTreeMap<(String, String), SystemTime> {
 
 /// Every replica scraped in the window: its first and last scrape, and whether it started
 /// inside the window.
-fn replicas(
+async fn replicas(
     q: &mut Queries<'_, impl Prometheus>,
     window: Duration,
     window_start: SystemTime,
 ) -> Result<Vec<Replica>, FleetError> {
-    let lasts = by_replica(q.ask(&last_scrapes_query(window))?);
-    let firsts = by_replica(q.ask(&first_scrapes_query(window))?);
+    let lasts = by_replica(q.ask(&last_scrapes_query(window)).await?);
+    let firsts = by_replica(q.ask(&first_scrapes_query(window)).await?);
     let mut replicas: Vec<Replica> = lasts
         .into_iter()
         .map(|((job, instance), last_scrape)| Replica {
@@ -365,7 +371,7 @@ fn replicas(
         .iter()
         .filter(|r| r.first_scrape >= window_start)
         .collect();
-    let exact = by_replica(q.ask_if(exact_first_scrapes_query(&recent, window))?);
+    let exact = by_replica(q.ask_if(exact_first_scrapes_query(&recent, window)).await?);
     for r in &mut replicas {
         if let Some(t) = exact.get(&(r.job.clone(), r.instance.clone())) {
             r.first_scrape = *t;
@@ -375,7 +381,7 @@ fn replicas(
         .iter()
         .filter(|r| exact.contains_key(&(r.job.clone(), r.instance.clone())))
         .collect();
-    let started = by_replica(q.ask_if(start_times_query(&recent))?);
+    let started = by_replica(q.ask_if(start_times_query(&recent)).await?);
     for r in &mut replicas {
         let key = (r.job.clone(), r.instance.clone());
         r.born = started.get(&key).is_some_and(|t| *t >= window_start);
@@ -395,28 +401,40 @@ struct AgentGauges {
     quiet_days: Option<u32>,
 }
 
-fn agent_gauges(
+async fn agent_gauges(
     q: &mut Queries<'_, impl Prometheus>,
     window: Duration,
 ) -> Result<AgentGauges, FleetError> {
     let w = range(window);
-    let first = q.ask(&format!(
-        "min by (agent_id) (min_over_time(agent_gateway_v1_first_seen_timestamp_seconds[{w}]))"
-    ))?;
-    let last = q.ask(&format!(
-        "max by (agent_id) (max_over_time(agent_gateway_v1_last_seen_timestamp_seconds[{w}]))"
-    ))?;
-    let policies = q.ask(&format!(
-        "max by (agent_id, v1_policy) (timestamp(agent_gateway_agent_info)) or \
+    let first = q
+        .ask(&format!(
+            "min by (agent_id) (min_over_time(agent_gateway_v1_first_seen_timestamp_seconds[{w}]))"
+        ))
+        .await?;
+    let last = q
+        .ask(&format!(
+            "max by (agent_id) (max_over_time(agent_gateway_v1_last_seen_timestamp_seconds[{w}]))"
+        ))
+        .await?;
+    let policies = q
+        .ask(&format!(
+            "max by (agent_id, v1_policy) (timestamp(agent_gateway_agent_info)) or \
          max by (agent_id, v1_policy) (max_over_time(timestamp(agent_gateway_agent_info)[{w}:{}]))",
-        range(step(window))
-    ))?;
+            range(step(window))
+        ))
+        .await?;
     let dates = |name: &str| format!("max by (agent_id) (last_over_time({name}[{w}]))");
-    let deprecations = q.ask(&dates("agent_gateway_agent_deprecation_timestamp_seconds"))?;
-    let sunsets = q.ask(&dates("agent_gateway_agent_sunset_timestamp_seconds"))?;
-    let quiet_days = q.ask(&format!(
-        "max(last_over_time(agent_gateway_retirement_quiet_days[{w}]))"
-    ))?;
+    let deprecations = q
+        .ask(&dates("agent_gateway_agent_deprecation_timestamp_seconds"))
+        .await?;
+    let sunsets = q
+        .ask(&dates("agent_gateway_agent_sunset_timestamp_seconds"))
+        .await?;
+    let quiet_days = q
+        .ask(&format!(
+            "max(last_over_time(agent_gateway_retirement_quiet_days[{w}]))"
+        ))
+        .await?;
     Ok(AgentGauges {
         first,
         last,
@@ -549,6 +567,8 @@ mod tests {
         unix_seconds(at(t))
     }
 
+    use tokio_test::block_on;
+
     type Labels<'a> = Vec<(&'a str, &'a str)>;
 
     /// A Prometheus that answers each query from a script, by the start of its text, and
@@ -581,7 +601,11 @@ mod tests {
     }
 
     impl Prometheus for Scripted {
-        fn query(&mut self, promql: &str, at: Option<SystemTime>) -> Result<Vec<u8>, FleetError> {
+        async fn query(
+            &mut self,
+            promql: &str,
+            at: Option<SystemTime>,
+        ) -> Result<Vec<u8>, FleetError> {
             self.asked.push((promql.to_owned(), at));
             let answer = self
                 .answers
@@ -719,7 +743,7 @@ mod tests {
     #[test]
     fn each_replica_is_counted_up_to_its_own_last_scrape_at_prometheus_time() {
         let mut prom = fleet();
-        fleet_report(&mut prom, 30 * DAY).unwrap();
+        block_on(fleet_report(&mut prom, 30 * DAY)).unwrap();
         let now = at("2027-01-31T12:00:00Z");
         assert_eq!(prom.asked[0], ("vector(time())".into(), None));
         assert!(prom.asked[1..].iter().all(|(_, t)| *t == Some(now)));
@@ -760,7 +784,7 @@ mod tests {
 
     #[test]
     fn the_report_has_the_shape_of_v1_usage() {
-        let report = fleet_report(&mut fleet(), 30 * DAY).unwrap();
+        let report = block_on(fleet_report(&mut fleet(), 30 * DAY)).unwrap();
         let ids: Vec<&str> = report.agents.iter().map(|a| a.agent_id.as_str()).collect();
         assert_eq!(
             ids,
@@ -791,7 +815,7 @@ mod tests {
         let mut prom = fleet();
         prom.answers[1].1 = vector_json(&[(replica("gw-a:9090"), secs("2027-01-31T11:59:58Z"))]);
         prom.answers[2].1 = vector_json(&[(replica("gw-a:9090"), secs("2027-01-25T00:00:00Z"))]);
-        let report = fleet_report(&mut prom, 30 * DAY).unwrap();
+        let report = block_on(fleet_report(&mut prom, 30 * DAY)).unwrap();
         assert!(report.agents.iter().all(|a| !a.safe_to_block));
         let note = report.coverage_note.unwrap();
         assert!(
@@ -799,7 +823,7 @@ mod tests {
             "{note}"
         );
         // A window shorter than quiet_days cannot tell either.
-        let report = fleet_report(&mut fleet(), 7 * DAY).unwrap();
+        let report = block_on(fleet_report(&mut fleet(), 7 * DAY)).unwrap();
         assert!(report.agents.iter().all(|a| !a.safe_to_block));
         assert!(report.coverage_note.is_some());
     }
@@ -810,7 +834,7 @@ mod tests {
             answers: vec![("vector(time())", vector_json(&[(vec![], 1.8e9)]))],
             asked: Vec::new(),
         };
-        let report = fleet_report(&mut empty, 30 * DAY).unwrap();
+        let report = block_on(fleet_report(&mut empty, 30 * DAY)).unwrap();
         assert!(report.agents.is_empty());
         assert_eq!(empty.asked(INCREASE), None, "no replica, no count query");
         let mut refusing = Scripted {
@@ -820,7 +844,9 @@ mod tests {
             )],
             asked: Vec::new(),
         };
-        let e = fleet_report(&mut refusing, DAY).unwrap_err().to_string();
+        let e = block_on(fleet_report(&mut refusing, DAY))
+            .unwrap_err()
+            .to_string();
         assert_eq!(e, "Prometheus refused `vector(time())`: parse error");
     }
 

@@ -76,10 +76,7 @@ fn rfc3339(secs: u64) -> Option<String> {
     (secs > 0).then(|| format_time(SystemTime::UNIX_EPOCH + Duration::from_secs(secs)))
 }
 
-/// A time as the report writes it: RFC 3339, whole seconds, UTC.
-pub fn format_time(t: SystemTime) -> String {
-    humantime::format_rfc3339_seconds(t).to_string()
-}
+pub use crate::config::format_time;
 
 /// `quiet_days` as a duration.
 pub fn quiet_period(quiet_days: u32) -> Duration {

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use arc_swap::Cache;
 use bytes::{Buf, BufMut, BytesMut};
+use pingora::protocols::http::date::get_cached_date;
 use pingora::protocols::l4::stream::Stream as L4Stream;
 use pingora::protocols::Stream;
 use pingora::server::ShutdownWatch;
@@ -408,8 +409,10 @@ impl H1Connection {
         }
     }
 
-    /// Writes a response head into `out`: status, `headers`, then the framing and connection
-    /// headers, always the gateway's own: `body` says how the body that follows ends.
+    /// Writes a response head into `out`: status, `headers`, a `Date` when they have none
+    /// (RFC 9110 §6.6.1: the gateway's own answers, and a backend's answer without one), then
+    /// the framing and connection headers, always the gateway's own: `body` says how the body
+    /// that follows ends. (HTTP/2 answers get their `Date` from pingora's session.)
     fn write_head<'h>(
         &mut self,
         status: u16,
@@ -420,8 +423,13 @@ impl H1Connection {
         let connection = self.connection_header();
         self.out.clear();
         let mut w = ResponseWriter::new(&mut self.out, status, reason);
+        let mut dated = false;
         for (name, value) in headers {
+            dated |= name.eq_ignore_ascii_case(b"date");
             w.header(name, value);
+        }
+        if !dated {
+            w.header("date", get_cached_date().as_bytes());
         }
         match body {
             _ if is_bodiless_status(status) => {}

@@ -5,7 +5,7 @@
 //! when `upstream.health_check_path` is set, a `GET` of it answered 2xx or 3xx, over the
 //! same connector and HTTP/1.1 client the proxy uses. An address that fails leaves the
 //! rotation until it passes again. Requests and `/readyz` only read the last result: a
-//! scrape never causes a probe.
+//! probe of `/readyz` never causes a check.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,8 +37,8 @@ impl UpstreamHealth {
         !self.down.load().contains(addr)
     }
 
-    /// `Ok` when ready to serve, else the reason.
-    pub fn readiness(&self) -> Result<(), &'static str> {
+    /// `Ok` when an address passed its last check, else the reason.
+    pub fn reachable(&self) -> Result<(), &'static str> {
         if !self.probed.load(Ordering::Acquire) {
             return Err("upstream addresses not checked yet");
         }

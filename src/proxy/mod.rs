@@ -100,7 +100,8 @@ impl Drain {
         self.0.send_replace(true);
     }
 
-    fn started(&self) -> bool {
+    /// Whether the gateway is draining (SIGTERM, or SIGQUIT's handover).
+    pub fn started(&self) -> bool {
         *self.0.borrow()
     }
 

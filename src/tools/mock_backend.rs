@@ -3,7 +3,9 @@
 //! It serves the five v2 operations under a base path, checks the required fields of each
 //! request body (spec section 2), answers 200 with a ServiceAgentResponse-shaped body that
 //! carries a generated `transaction_id`, and answers GET status for the ids it issued
-//! (404 otherwise). POSTs without both auth headers get the spec's 401 string body.
+//! (404 otherwise). POSTs without both auth headers get the spec's 401 string body. Every
+//! answer is made for its request (a transaction's status changes), so it says
+//! `Cache-Control: no-store`, as a real backend's should: the gateway relays it.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -139,7 +141,8 @@ impl ServeHttp for MockBackend {
         let mut resp = Response::builder()
             .status(status)
             .header(http::header::CONTENT_TYPE, "application/json")
-            .header(http::header::CONTENT_LENGTH, out.len());
+            .header(http::header::CONTENT_LENGTH, out.len())
+            .header(http::header::CACHE_CONTROL, "no-store");
         if let Some(id) = req.headers.get(request_id::HEADER) {
             resp = resp.header(request_id::HEADER, id.clone());
         }

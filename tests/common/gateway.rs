@@ -499,7 +499,7 @@ fn read_line(pipe: &mut std::process::ChildStderr, into: &mut Vec<u8>) {
 }
 
 /// The addresses of the gateway's `listening` log line (JSON), if it has one.
-fn listening_line(log: &str) -> Option<ListenAddrs> {
+pub fn listening_line(log: &str) -> Option<ListenAddrs> {
     log.lines().find_map(|line| {
         let v: serde_json::Value = serde_json::from_str(line).ok()?;
         if v["message"] != "listening" {

@@ -13,7 +13,8 @@
 //! - [`ports`]: ports no other process takes meanwhile, an address that refuses connections.
 //! - [`process`]: other programs, signals, and [`wait_until`] with one bounded deadline.
 //! - [`redis`], [`otlp`], [`python`], [`pki`]: a real Redis, a recording OTLP collector, the
-//!   pinned Python tools, a test CA; [`dashboard`] and [`traffic`] for the metrics tests.
+//!   pinned Python tools, a test CA; [`dashboard`] and [`traffic`] for the metrics tests;
+//!   [`markdown`]: the commands of the docs.
 // Each test binary uses a part of the harness.
 #![allow(dead_code, unused_imports)]
 
@@ -22,6 +23,7 @@ pub mod client;
 pub mod curl;
 pub mod dashboard;
 pub mod gateway;
+pub mod markdown;
 pub mod otlp;
 pub mod paused;
 pub mod pki;
@@ -38,7 +40,9 @@ use agent_gateway::config::FileConfig;
 pub use backend::{backend_with_reset, Action, Backend, Gate, MockBackend, Recorded};
 pub use client::*;
 pub use dashboard::*;
-pub use gateway::{cli, metric_value, replace_file, Gateway, GatewayBuilder, ANY_PORT, BIN};
+pub use gateway::{
+    cli, listening_line, metric_value, replace_file, Gateway, GatewayBuilder, ANY_PORT, BIN,
+};
 pub use ports::{free_port, loopback, ClosedPort};
 pub use process::{signal, wait_until, which, PATIENCE};
 pub use traffic::*;

@@ -1,5 +1,5 @@
 //! A Python virtualenv with the pinned third-party tools some tests drive (the OpenAPI
-//! validator, schemathesis, the `h2` HTTP/2 library), built on first use under
+//! validator, schemathesis, the `h2` HTTP/2 library, REDbot), built on first use under
 //! `target/py-venv`.
 
 use std::path::{Path, PathBuf};
@@ -7,15 +7,16 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 /// What the virtualenv gets; bump a pin here to upgrade a tool.
-pub const PACKAGES: [&str; 3] = [
+pub const PACKAGES: [&str; 4] = [
     "openapi-spec-validator==0.9.0",
     "schemathesis==4.32.5",
     "h2==4.4.1",
+    "redbot==2.7.1",
 ];
 
 /// The modules that must import for the venv to count as complete.
-const IMPORTS: &str =
-    "import openapi_spec_validator, openapi_schema_validator, schemathesis, h2, hyperframe";
+const IMPORTS: &str = "import openapi_spec_validator, openapi_schema_validator, schemathesis, \
+                       h2, hyperframe, redbot, thor";
 
 /// Runs `cmd`, panicking with its output unless it succeeds.
 pub fn run(cmd: &mut Command) -> std::process::Output {

@@ -110,6 +110,27 @@ pub static PACKAGES: &[SystemPackage] = &[
         need: Need::Tests,
         why: "browser tests, headless",
     },
+    // tests/container.rs builds and runs the image. podman needs no daemon; runc because crun,
+    // which podman would otherwise pick, cannot run containers on some VMs' cgroups; the
+    // image's bases are made with debootstrap where no registry can be reached.
+    SystemPackage {
+        debian: "podman",
+        probe: Probe::Programs(&["podman"]),
+        need: Need::Tests,
+        why: "builds and runs the container image (tests/container.rs)",
+    },
+    SystemPackage {
+        debian: "runc",
+        probe: Probe::Programs(&["runc"]),
+        need: Need::Tests,
+        why: "the OCI runtime podman runs the image with",
+    },
+    SystemPackage {
+        debian: "debootstrap",
+        probe: Probe::Programs(&["debootstrap"]),
+        need: Need::Tests,
+        why: "makes the image's base images from Debian's packages, with no registry",
+    },
     // The tests build their pinned virtualenv themselves (tests/common/python.rs); what a
     // machine can lack for that is `venv`'s ensurepip, which Debian ships apart from python3.
     SystemPackage {

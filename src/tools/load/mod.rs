@@ -56,7 +56,7 @@ pub use output::Outcome;
 pub use run::run;
 pub use threshold::Threshold;
 
-use crate::config::client_tls::ClientTlsError;
+use crate::client::tls::TlsError;
 use transport::ConnectError;
 
 /// Why a load run failed.
@@ -104,7 +104,7 @@ pub enum LoadError {
     #[error("{0}")]
     Invalid(&'static str),
     #[error("TLS: {0}")]
-    Tls(#[from] ClientTlsError),
+    Tls(#[from] TlsError),
     #[error("cannot resolve {0}: {1}")]
     Resolve(String, std::io::Error),
     #[error("cannot connect to {0}: {1}")]

@@ -10,7 +10,7 @@ use std::time::Duration;
 use rustls::pki_types::ServerName;
 use serde::{Deserialize, Serialize};
 
-use crate::config::client_tls::{client_config, Trust};
+use crate::client::tls::{client_config, Trust};
 use crate::config::BusinessCode;
 
 use super::agents::{read_agents, single, Agent};

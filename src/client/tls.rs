@@ -2,10 +2,9 @@
 //! default), the CA certificates of one PEM file (curl's `--cacert`: they replace the
 //! platform's), or nothing at all (curl's `--insecure`: the certificate is not checked, the
 //! handshake's signatures still are). Made into a rustls [`ClientConfig`] on the rustls 0.23
-//! and ring that pingora already links (its platform roots through pingora's re-export of
-//! rustls-native-certs). For every client that is not the gateway's own
-//! upstream connector (which pingora configures from `[upstream]`): the load generator, and
-//! any client of the command line.
+//! and ring that pingora already links. For every client that is not the gateway's own
+//! upstream connector (which pingora configures from `[upstream]`): this layer's HTTP(S)
+//! client and the load generator.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -28,7 +27,7 @@ pub enum Trust {
 
 /// Why a client TLS configuration could not be made.
 #[derive(Debug, thiserror::Error)]
-pub enum ClientTlsError {
+pub enum TlsError {
     #[error("cannot read the CA file {path}: {source}")]
     CaRead {
         path: String,
@@ -36,20 +35,18 @@ pub enum ClientTlsError {
     },
     #[error("the CA file {path}: {message}")]
     CaFormat { path: String, message: String },
-    #[error("the platform's CA store holds no usable certificate: give --cacert FILE")]
-    NoPlatformRoots,
 }
 
 /// A rustls client configuration trusting `trust`, offering `alpn` (e.g. `[b"h2"]`) in the
 /// handshake.
-pub fn client_config(trust: &Trust, alpn: &[&[u8]]) -> Result<Arc<ClientConfig>, ClientTlsError> {
+pub fn client_config(trust: &Trust, alpn: &[&[u8]]) -> Result<Arc<ClientConfig>, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .expect("ring supports the default protocol versions");
     let mut config = match trust {
         Trust::Platform => builder
-            .with_root_certificates(platform_roots()?)
+            .with_root_certificates(platform_roots())
             .with_no_client_auth(),
         Trust::CaFile(path) => builder
             .with_root_certificates(ca_file_roots(path)?)
@@ -63,26 +60,22 @@ pub fn client_config(trust: &Trust, alpn: &[&[u8]]) -> Result<Arc<ClientConfig>,
     Ok(Arc::new(config))
 }
 
-/// The system's CA store; certificates it cannot parse are skipped (as curl does).
-fn platform_roots() -> Result<RootCertStore, ClientTlsError> {
+/// The system's CA store; certificates it cannot parse are skipped (as curl does). A store
+/// that holds none makes every handshake fail with an unknown issuer, which names the cause.
+fn platform_roots() -> RootCertStore {
     let mut store = RootCertStore::empty();
-    // A store that cannot be read at all is the same as an empty one for the user: no root.
-    let certs = pingora::tls::load_native_certs().unwrap_or_default();
-    let (added, _ignored) = store.add_parsable_certificates(certs);
-    if added == 0 {
-        return Err(ClientTlsError::NoPlatformRoots);
-    }
-    Ok(store)
+    store.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+    store
 }
 
 /// Every certificate of a PEM file, each one a usable trust anchor.
-fn ca_file_roots(path: &Path) -> Result<RootCertStore, ClientTlsError> {
+fn ca_file_roots(path: &Path) -> Result<RootCertStore, TlsError> {
     let shown = path.display().to_string();
-    let format = |message: String| ClientTlsError::CaFormat {
+    let format = |message: String| TlsError::CaFormat {
         path: shown.clone(),
         message,
     };
-    let pem = std::fs::read(path).map_err(|source| ClientTlsError::CaRead {
+    let pem = std::fs::read(path).map_err(|source| TlsError::CaRead {
         path: shown.clone(),
         source,
     })?;
@@ -159,7 +152,7 @@ mod tests {
         let missing = dir.path().join("missing.pem");
         assert!(matches!(
             client_config(&Trust::CaFile(missing), &[]),
-            Err(ClientTlsError::CaRead { .. })
+            Err(TlsError::CaRead { .. })
         ));
         let empty = dir.path().join("empty.pem");
         std::fs::write(&empty, "not a certificate\n").unwrap();

@@ -1,0 +1,142 @@
+//! The effective config of a snapshot, as `agent-gateway config dump` prints it and the admin
+//! listener's `GET /config` answers it: the file it was built from with every default filled
+//! in, the values validation settled written back (`server.threads`, every date in UTC, each
+//! brownout's shares, each agent's burst), the start-up settings the process runs with (a
+//! reload keeps the running ones until a restart), durations in milliseconds, and no secret:
+//! token digests and a Redis password are redacted.
+
+use super::file::FileConfig;
+use super::rate_limit::RedisUrl;
+use super::types::format_time;
+use super::Snapshot;
+
+/// What a redacted value reads.
+pub const REDACTED: &str = "<redacted>";
+
+/// The effective config of `snapshot`, in the file's own shape.
+pub fn effective(snapshot: &Snapshot) -> FileConfig {
+    let mut f = FileConfig::clone(&snapshot.source.file);
+    running_startup(snapshot, &mut f);
+    let time = |t: Option<std::time::SystemTime>| t.map(format_time);
+    let dates = snapshot.retirement.terms.dates;
+    f.retirement.deprecated_at = time(dates.deprecated_at);
+    f.retirement.sunset_at = time(dates.sunset_at);
+    for (file, b) in f
+        .retirement
+        .brownouts
+        .iter_mut()
+        .zip(&snapshot.retirement.brownouts)
+    {
+        file.start = format_time(b.start);
+        file.end = format_time(b.end);
+        file.until = time(b.repeat.as_ref().map(|r| r.until));
+        file.percent = Some(b.percent);
+        file.percent_end = Some(b.percent_end);
+    }
+    for agent in &mut f.auth.agents {
+        agent.token_sha256 = REDACTED.into();
+        if let Some(valid) = snapshot.auth.agents.get(&agent.id) {
+            agent.deprecated_at = time(valid.dates.deprecated_at);
+            agent.sunset_at = time(valid.dates.sunset_at);
+            agent.burst = valid.rate_limit.map(|r| r.burst);
+        }
+    }
+    f.rate_limit.redis_url = f
+        .rate_limit
+        .redis_url
+        .as_deref()
+        .map(|url| RedisUrl::parse(url).map_or_else(|_| REDACTED.into(), |u| u.to_string()));
+    f
+}
+
+/// `[listen]` and `[server]` as the process runs them.
+fn running_startup(snapshot: &Snapshot, f: &mut FileConfig) {
+    // Every field, without `..`: a new start-up setting does not compile until it is shown.
+    let super::StartupConfig {
+        proxy_listen,
+        proxy_tls,
+        http2,
+        admin_listen,
+        threads,
+        grace_period_seconds,
+        work_stealing,
+        upstream_keepalive_pool_size,
+        watch_config,
+        upgrade_sock,
+        readiness_requires_upstream,
+    } = &snapshot.startup;
+    f.listen.proxy = proxy_listen.to_string();
+    f.listen.tls_cert = proxy_tls.as_ref().map(|(cert, _)| cert.clone());
+    f.listen.tls_key = proxy_tls.as_ref().map(|(_, key)| key.clone());
+    f.listen.http2 = *http2;
+    f.listen.admin = admin_listen.map(|a| a.to_string());
+    f.server.threads = Some(*threads);
+    f.server.grace_period_seconds = *grace_period_seconds;
+    f.server.work_stealing = *work_stealing;
+    f.server.upstream_keepalive_pool_size = *upstream_keepalive_pool_size;
+    f.server.watch_config = *watch_config;
+    f.server.upgrade_sock = upgrade_sock.clone();
+    f.server.readiness_requires_upstream = *readiness_requires_upstream;
+}
+
+/// The effective config as TOML.
+pub fn to_toml(snapshot: &Snapshot) -> String {
+    toml::to_string(&effective(snapshot)).expect("a config of plain values serializes")
+}
+
+/// The effective config as JSON.
+pub fn to_json(snapshot: &Snapshot) -> serde_json::Value {
+    serde_json::to_value(effective(snapshot)).expect("a config of plain values serializes")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::file::BrownoutFile;
+    use crate::config::file::RateLimitFile;
+    use crate::config::testing::{self, AGENT_ID};
+    use crate::config::RateLimitBackend;
+
+    #[test]
+    fn the_dump_fills_defaults_writes_dates_in_utc_and_hides_secrets() {
+        let mut f = testing::config();
+        f.retirement.sunset_at = Some("2027-06-01T02:00:00+02:00".into());
+        f.agent_mut(AGENT_ID).rate_limit_per_second = Some(2.5);
+        f.retirement.brownouts.push(BrownoutFile::new(
+            "2026-12-01T10:00:00-01:00",
+            "2026-12-01T12:00:00Z",
+        ));
+        f.rate_limit = RateLimitFile {
+            backend: RateLimitBackend::Redis,
+            redis_url: Some("redis://:hunter2@127.0.0.1:6379/0".into()),
+            ..RateLimitFile::default()
+        };
+        let snapshot = f.snapshot();
+        let text = to_toml(&snapshot);
+        for want in [
+            "sunset_at = \"2027-06-01T00:00:00Z\"",
+            "start = \"2026-12-01T11:00:00Z\"",
+            "percent = 100",
+            "burst = 3",
+            &format!("threads = {}", snapshot.startup.threads),
+            "read_timeout_ms = 30000",
+            "token_sha256 = \"<redacted>\"",
+            "redis_url = \"redis://:***@127.0.0.1:6379/0\"",
+        ] {
+            assert!(text.contains(want), "{want} missing from:\n{text}");
+        }
+        assert!(!text.contains("hunter2"), "{text}");
+        let digest = &snapshot.auth.agents[AGENT_ID].token.to_hex();
+        assert!(!text.contains(digest.as_str()), "{text}");
+        let back: FileConfig = toml::from_str(&text).unwrap();
+        assert_eq!(back.upstream.addresses, ["127.0.0.1:9000"]);
+        assert_eq!(to_json(&snapshot)["limits"]["max_body_bytes"], 1048576);
+    }
+
+    #[test]
+    fn the_dump_shows_the_start_up_settings_the_process_runs_with() {
+        let mut snapshot = testing::snapshot();
+        snapshot.startup.proxy_listen = "127.0.0.1:1".parse().unwrap();
+        assert_eq!(effective(&snapshot).listen.proxy, "127.0.0.1:1");
+    }
+}
