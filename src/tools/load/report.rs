@@ -485,9 +485,14 @@ pub fn format_report(r: &Report) -> String {
         );
     }
     if r.late_starts > 0 {
+        let more = if r.http == "2" {
+            "--connections or --streams"
+        } else {
+            "--connections"
+        };
         let _ = writeln!(
             out,
-            "  late starts {} requests started > 1 ms after due (more --connections may help)",
+            "  late starts {} requests started > 1 ms after due (more {more} may help)",
             r.late_starts
         );
     }
