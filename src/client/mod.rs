@@ -44,7 +44,8 @@ pub enum ClientError {
     },
     #[error("{0}")]
     Credentials(String),
-    #[error("TLS: {0}")]
+    /// Its message names the CA file, or the certificate, it is about.
+    #[error(transparent)]
     Tls(#[from] TlsError),
     #[error("GET {url}: {source}")]
     Request {

@@ -103,7 +103,8 @@ pub enum LoadError {
     AgentsFormat { path: String, message: String },
     #[error("{0}")]
     Invalid(&'static str),
-    #[error("TLS: {0}")]
+    /// Its message names the CA file, or the certificate, it is about.
+    #[error(transparent)]
     Tls(#[from] TlsError),
     #[error("cannot resolve {0}: {1}")]
     Resolve(String, std::io::Error),
