@@ -35,9 +35,20 @@ const TOKEN_2: &str = "secret-2";
 /// Its rate limit: 20 requests a second, 5 at once above that.
 const LIMITED: (f64, u32) = (20.0, 5);
 
-/// A gateway in front of the mock v2 backend with two agents: the test agent, unlimited, and
-/// [`AGENT_2`], limited to [`LIMITED`]; serving TLS with `pki`'s certificate when given.
-fn gateway_with_agents(pki: Option<&TestPki>) -> (MockBackend, Gateway) {
+/// A gateway in front of the mock v2 backend with two agents, and the `--agents` file that
+/// sends as both ([`agents_file`]).
+struct TwoAgents {
+    mock: MockBackend,
+    gw: Gateway,
+    /// Holds the agents file and whatever else a test writes.
+    dir: tempfile::TempDir,
+    /// The agents file's path.
+    agents: String,
+}
+
+/// [`TwoAgents`]: the test agent, unlimited, and [`AGENT_2`], limited to [`LIMITED`]; the
+/// gateway serving TLS with `pki`'s certificate when given.
+fn gateway_with_agents(pki: Option<&TestPki>) -> TwoAgents {
     let mock = MockBackend::start();
     let mut cfg = test_config(&[mock.addr]);
     let mut limited = AgentFile::new(AGENT_2, TOKEN_2);
@@ -47,7 +58,14 @@ fn gateway_with_agents(pki: Option<&TestPki>) -> (MockBackend, Gateway) {
     if let Some(pki) = pki {
         pki.serve_on(&mut cfg);
     }
-    (mock, Gateway::builder(cfg).start())
+    let dir = tempfile::tempdir().unwrap();
+    let agents = agents_file(dir.path());
+    TwoAgents {
+        mock,
+        gw: Gateway::builder(cfg).start(),
+        dir,
+        agents,
+    }
 }
 
 /// An `--agents` file in `dir`: the test agent with weight 3, [`AGENT_2`] (its token in a
@@ -367,9 +385,12 @@ fn assert_agents_counted(r: &serde_json::Value, total: u64) -> u64 {
 #[test]
 fn over_tls_several_agents_share_the_load_and_only_the_limited_one_is_refused() {
     let pki = TestPki::for_host("load", "127.0.0.1");
-    let (_mock, gw) = gateway_with_agents(Some(&pki));
-    let dir = tempfile::tempdir().unwrap();
-    let agents = agents_file(dir.path());
+    let TwoAgents {
+        mock: _mock,
+        gw,
+        dir: _dir,
+        agents,
+    } = gateway_with_agents(Some(&pki));
     let target = format!("https://{}", gw.proxy);
     let quick = ["--agents", &agents, "--rate", "20", "--duration", "1s"];
 
@@ -418,9 +439,12 @@ fn over_tls_several_agents_share_the_load_and_only_the_limited_one_is_refused() 
 
 #[test]
 fn h2c_streams_through_two_agents_end_after_the_answers_asked_for_and_judge_each_operation() {
-    let (_mock, gw) = gateway_with_agents(None);
-    let dir = tempfile::tempdir().unwrap();
-    let agents = agents_file(dir.path());
+    let TwoAgents {
+        mock: _mock,
+        gw,
+        dir: _dir,
+        agents,
+    } = gateway_with_agents(None);
     // 400 req/s through both agents for up to 10 s, ended at 300 answers; a threshold on one
     // operation's latency that holds, one on another's that cannot.
     let out = load_at(
@@ -496,9 +520,12 @@ fn h2c_streams_through_two_agents_end_after_the_answers_asked_for_and_judge_each
 
 #[test]
 fn a_saved_run_is_redrawn_the_same_without_the_target() {
-    let (mock, gw) = gateway_with_agents(None);
-    let dir = tempfile::tempdir().unwrap();
-    let agents = agents_file(dir.path());
+    let TwoAgents {
+        mock,
+        gw,
+        dir,
+        agents,
+    } = gateway_with_agents(None);
     let saved = dir.path().join("run.jsonl").display().to_string();
     let live = load_json_at(
         &format!("http://{}", gw.proxy),
@@ -920,9 +947,12 @@ impl Screenshot {
 #[test]
 fn the_html_report_draws_its_charts_in_a_headless_browser() {
     // A ramp through two agents, the second over its limit at the top.
-    let (_mock, gw) = gateway_with_agents(None);
-    let dir = tempfile::tempdir().unwrap();
-    let agents = agents_file(dir.path());
+    let TwoAgents {
+        mock: _mock,
+        gw,
+        dir,
+        agents,
+    } = gateway_with_agents(None);
     let html: PathBuf = dir.path().join("report.html");
     let r = load_json_at(
         &format!("http://{}", gw.proxy),
