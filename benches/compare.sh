@@ -40,11 +40,15 @@
 #   LOAD_CPU); agent-gateway is the same gateway with tracing off. Name them in TARGETS, e.g.
 #   TARGETS="agent-gateway agent-gateway-trace-0.01 agent-gateway-trace-1"; the table then
 #   also gives their ratios to agent-gateway, and the spans each exported and dropped.
-#   RESULTS (a file to keep the per-round TSV in) LOAD_VS_WRK (1)
+#   RESULTS (a file to keep the per-round TSV in) LOAD_VS_WRK (1) LOAD_VS_H2LOAD (1)
 #   HTTP/2: H2_TARGETS (none by default; "agent-gateway nginx-h2" measures the gateway and nginx
 #   doing the same job over h2c, nginx-h2 being the peer config with `listen ... http2`) with
 #   h2load -c H2_CONNS (8) -m H2_STREAMS (32) for DURATION seconds, in ROUNDS alternating rounds:
-#   req/s and CPU s/100k, in a table of their own.
+#   req/s and CPU s/100k, in a table of their own. Right after each h2load run, h2load's job
+#   done by the load generator (`agent-gateway load --http2 --rate max`, closed model, one
+#   thread, H2_CONNS connections × H2_STREAMS streams, POST v1 verify only) on the same CPU and
+#   target: its req/s over h2load's, per round (LOAD_VS_H2LOAD=0 skips it). Only the h2 table:
+#   TARGETS="" H2_TARGETS=agent-gateway.
 #   The per-agent rate limit's two backends, on the same binary: rl-local (:8085, in-process
 #   buckets) and rl-redis (:8086, a redis-server on 127.0.0.1:6399 pinned to LOAD_CPU, with the
 #   load), each with the benchmark's agent limited far above what it can send, so that every
@@ -66,6 +70,7 @@ LOAD_CPU=${LOAD_CPU:-1}
 GATEWAY_SERVER=${GATEWAY_SERVER:-}
 GATEWAY_LOG_LEVEL=${GATEWAY_LOG_LEVEL:-warn}
 LOAD_VS_WRK=${LOAD_VS_WRK:-1}
+LOAD_VS_H2LOAD=${LOAD_VS_H2LOAD:-1}
 B_ENABLED=0
 if [ -n "${GATEWAY_B_BIN:-}${GATEWAY_B_SERVER:-}${GATEWAY_B_LOG_LEVEL:-}" ]; then
   B_ENABLED=1
@@ -357,6 +362,21 @@ with open(ready, "w") as f:
 time.sleep(60)
 EOF
 
+# The load generator's JSON report on stdin, doing another tool's job: its req/s and errors as
+# PREFIX_rps and PREFIX_errors, and its req/s over the other tool's as RATIO.
+record_load_vs() { # round, target, the other tool's req/s, PREFIX, RATIO
+  python3 -c '
+import json, sys
+r, t, other_rps, prefix, ratio, path = sys.argv[1:7]
+rep = json.load(sys.stdin)
+rps, errors = rep["throughput_rps"], rep["errors"]["total"]
+with open(path, "a") as f:
+    f.write(f"{r}\t{t}\t{prefix}_rps\t{rps:.1f}\n")
+    f.write(f"{r}\t{t}\t{prefix}_errors\t{errors}\n")
+    f.write(f"{r}\t{t}\t{ratio}\t{rps / float(other_rps):.4f}\n")
+' "$1" "$2" "$3" "$4" "$5" "$RESULTS_TSV"
+}
+
 # --- the rounds -------------------------------------------------------------------------------
 measure() { # round, target
   local r=$1 t=$2 port=${PORT[$2]} url out c0 c1 reqs rps errs
@@ -380,16 +400,7 @@ measure() { # round, target
     out=$(taskset -c "$LOAD_CPU" "$LOAD_BIN" load --target "$url" --rate max \
       --duration "${DURATION}s" --connections "$CONNS" --threads 1 --api v1 \
       --mix verify_request=1 --agent-id agent-1 --token secret --json 2>/dev/null)
-    python3 -c '
-import json, sys
-r, t, wrk_rps, path = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
-rep = json.load(sys.stdin)
-rps, errors = rep["throughput_rps"], rep["errors"]["total"]
-with open(path, "a") as f:
-    f.write(f"{r}\t{t}\tload_max_rps\t{rps:.1f}\n")
-    f.write(f"{r}\t{t}\tload_max_errors\t{errors}\n")
-    f.write(f"{r}\t{t}\tload_vs_wrk\t{rps / wrk_rps:.4f}\n")
-' "$r" "$t" "$rps" "$RESULTS_TSV" <<<"$out"
+    record_load_vs "$r" "$t" "$rps" load_max load_vs_wrk <<<"$out"
   fi
 
   c0=$(cpu_ticks "$t")
@@ -444,6 +455,17 @@ measure_h2() { # round, target
   record "$r" "$t" h2_cpu_s_per_100k \
     "$(awk -v d=$((c1 - c0)) -v n="$reqs" -v hz="$HZ" 'BEGIN {printf "%.3f", d / hz / n * 100000}')"
   log "round $r $t (h2): $rps req/s"
+
+  if [ "$LOAD_VS_H2LOAD" = 1 ]; then
+    # h2load's job done by the load generator: closed model, one thread, the same connections
+    # and streams.
+    out=$(taskset -c "$LOAD_CPU" "$LOAD_BIN" load --target "http://127.0.0.1:${PORT[$t]}" \
+      --http2 --connections "$H2_CONNS" --streams "$H2_STREAMS" --rate max \
+      --duration "${DURATION}s" --threads 1 --api v1 --mix verify_request=1 \
+      --agent-id agent-1 --token secret --json 2>/dev/null)
+    record_load_vs "$r" "$t" "$rps" load_h2 load_vs_h2load <<<"$out"
+    log "round $r $t (h2): load generator $(awk -v t="$t" '$2 == t && $3 == "load_h2_rps" {v = $4} END {print v}' "$RESULTS_TSV") req/s"
+  fi
 }
 
 for r in $(seq "$ROUNDS"); do
@@ -558,16 +580,24 @@ for line in open(path):
 print()
 print(f"HTTP/2 (h2c): medians of ${ROUNDS} rounds of h2load -c ${H2_CONNS} -m ${H2_STREAMS} -D ${DURATION}, "
       f"proxies on CPU ${PROXY_CPU}, h2load and backend on CPU ${LOAD_CPU}")
-print("target".ljust(16) + "req/s".rjust(12) + "CPU s/100k".rjust(14) + "errors".rjust(10))
+print("target".ljust(16) + "req/s".rjust(12) + "CPU s/100k".rjust(14) + "errors".rjust(10)
+      + "load req/s".rjust(14) + "load/h2load".rjust(14))
 med = {}
 for t in targets:
     rps, cpu = statistics.median(vals[(t, "h2_rps")]), statistics.median(vals[(t, "h2_cpu_s_per_100k")])
     med[t] = (rps, cpu)
-    print(t.ljust(16) + f"{rps:.0f}".rjust(12) + f"{cpu:.3f}".rjust(14) + f"{sum(vals[(t, 'h2_errors')]):.0f}".rjust(10))
+    load = (f"{statistics.median(vals[(t, 'load_h2_rps')]):.0f}".rjust(14)
+            + f"{statistics.median(vals[(t, 'load_vs_h2load')]):.2f}x".rjust(14)) if vals[(t, "load_h2_rps")] else ""
+    print(t.ljust(16) + f"{rps:.0f}".rjust(12) + f"{cpu:.3f}".rjust(14) + f"{sum(vals[(t, 'h2_errors')]):.0f}".rjust(10) + load)
 if "nginx-h2" in med:
     base = med["nginx-h2"]
     for t in targets:
         if t != "nginx-h2":
             print(f"{t} to nginx-h2: {med[t][0] / base[0]:.2f}x req/s, {med[t][1] / base[1]:.2f}x CPU per request")
 print("per round req/s:", "; ".join(f"{t} " + " ".join(f"{v:.0f}" for v in vals[(t, 'h2_rps')]) for t in targets))
+if any(vals[(t, "load_vs_h2load")] for t in targets):
+    print("load generator / h2load req/s, same job, connections, streams and CPU, per round:",
+          "; ".join(f"{t} " + " ".join(f"{v:.2f}x" for v in vals[(t, 'load_vs_h2load')]) for t in targets))
+    print("load generator errors (all rounds):",
+          ", ".join(f"{t} {sum(vals[(t, 'load_h2_errors')]):.0f}" for t in targets))
 EOF

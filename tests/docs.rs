@@ -153,13 +153,23 @@ fn help_of(path: &[&str]) -> String {
 fn check_agent_gateway(words: &[&str]) -> Option<String> {
     let mut path: Vec<&str> = Vec::new();
     let mut help = help_of(&path);
+    let mut a_value_is_next = false;
     for word in words {
+        if std::mem::take(&mut a_value_is_next) {
+            continue;
+        }
         if let Some(flag) = word.strip_prefix("--") {
-            let flag = flag.split('=').next().unwrap();
+            let (flag, value) = match flag.split_once('=') {
+                Some((flag, _)) => (flag, true),
+                None => (flag, false),
+            };
             if !help.contains(&format!("--{flag} ")) && !help.contains(&format!("--{flag}\n")) {
                 return Some(format!("no --{flag} in `agent-gateway {}`", path.join(" ")));
             }
-        } else if !word.starts_with('-') && help.contains("\nCommands:") {
+            a_value_is_next = !value && takes_value(&help, &format!("--{flag}"));
+        } else if word.starts_with('-') {
+            a_value_is_next = takes_value(&help, word);
+        } else if help.contains("\nCommands:") {
             let listed = help
                 .lines()
                 .any(|l| l.split_whitespace().next() == Some(*word));
@@ -174,6 +184,15 @@ fn check_agent_gateway(words: &[&str]) -> Option<String> {
         }
     }
     None
+}
+
+/// Whether `option` (`--flag` or `-f`) takes a value in `help`: its line names one
+/// (`-H, --header <NAME: VALUE>`), so the next word is that value, not a command.
+fn takes_value(help: &str, option: &str) -> bool {
+    help.lines().any(|line| {
+        let spec = line.trim_start().split("  ").next().unwrap_or("");
+        spec.contains('<') && spec.split([',', ' ']).any(|part| part == option)
+    })
 }
 
 /// Splits a command line into words as `sh` would, for the quoting the docs use.
