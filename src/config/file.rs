@@ -316,6 +316,9 @@ pub struct RetirementFile {
     pub quiet_days: u32,
     /// `[[retirement.brownouts]]`: scheduled windows that refuse a share of v1 calls.
     pub brownouts: Vec<BrownoutFile>,
+    /// A Prometheus that scrapes every replica: the admin listener's retirement board shows
+    /// the fleet's figures from it, as `v1-usage --prometheus` does.
+    pub prometheus_url: Option<String>,
 }
 
 impl Default for RetirementFile {
@@ -327,6 +330,7 @@ impl Default for RetirementFile {
             enforce_sunset: false,
             quiet_days: DEFAULT_QUIET_DAYS,
             brownouts: Vec::new(),
+            prometheus_url: None,
         }
     }
 }

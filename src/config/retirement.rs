@@ -107,6 +107,8 @@ pub struct RetirementConfig {
     pub enforce_sunset: bool,
     pub brownouts: Vec<Brownout>,
     pub quiet_days: u32,
+    /// Where the retirement board reads the fleet's figures; `None`: this gateway's own.
+    pub prometheus_url: Option<String>,
 }
 
 impl RetirementConfig {
@@ -168,6 +170,11 @@ pub(super) fn retirement(
             "needs retirement.sunset_at or an agent's sunset_at",
         );
     }
+    if let Some(url) = &f.prometheus_url {
+        if let Err(e) = crate::client::check_url_without_credentials(url) {
+            p.push("retirement.prometheus_url", e.to_string());
+        }
+    }
     let brownouts = f
         .brownouts
         .iter()
@@ -180,6 +187,7 @@ pub(super) fn retirement(
         enforce_sunset: f.enforce_sunset,
         brownouts,
         quiet_days: f.quiet_days,
+        prometheus_url: f.prometheus_url.clone(),
     }
 }
 
@@ -354,6 +362,26 @@ mod tests {
         f.retirement.enforce_sunset = true;
         f.agent_mut(AGENT_ID).sunset_at = Some("2026-12-01T00:00:00Z".into());
         assert!(Snapshot::from_file(f).is_ok());
+    }
+
+    #[test]
+    fn the_prometheus_url_is_a_url_without_credentials() {
+        let with = |url: &str| {
+            let mut f = testing::config();
+            f.retirement.prometheus_url = Some(url.into());
+            f
+        };
+        let s = with("https://prometheus.example:9090/prom").snapshot();
+        assert_eq!(
+            s.retirement.prometheus_url.as_deref(),
+            Some("https://prometheus.example:9090/prom")
+        );
+        let with = |url: &str| with(url).refused_keys();
+        assert_eq!(with("prometheus:9090"), ["retirement.prometheus_url"]);
+        assert_eq!(
+            with("http://ops:secret@prometheus:9090"),
+            ["retirement.prometheus_url"]
+        );
     }
 
     #[test]
