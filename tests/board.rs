@@ -97,15 +97,6 @@ fn plan(backend: &Backend) -> Gateway {
     gw
 }
 
-/// The table row of `agent`, from its start tag to its end tag.
-fn row<'a>(dom: &'a str, agent: &str) -> &'a str {
-    let start = dom
-        .find(&format!("<tr data-agent=\"{agent}\">"))
-        .unwrap_or_else(|| panic!("no row for {agent} in\n{dom}"));
-    let rest = &dom[start..];
-    &rest[..rest.find("</tr>").unwrap() + "</tr>".len()]
-}
-
 #[test]
 fn the_board_answers_html_with_a_strict_policy_and_is_an_admin_endpoint() {
     let backend = Backend::start();
@@ -165,13 +156,13 @@ fn chromium_shows_every_agent_its_dates_and_figures_and_the_script_adds_no_conte
     let report = admin_get(gw.admin, "/v1-usage").json();
     for agent in report["agents"].as_array().unwrap() {
         let id = agent["agent_id"].as_str().unwrap();
-        assert_eq!(row(&dom, id), row(&served, id));
+        assert_eq!(board_row(&dom, id), board_row(&served, id));
     }
     for dom in [&dom, &served] {
         // Every configured agent, with the dates /v1-usage gives it.
         for agent in report["agents"].as_array().unwrap() {
             let id = agent["agent_id"].as_str().unwrap();
-            let tr = row(dom, id);
+            let tr = board_row(dom, id);
             for key in ["deprecated_at", "sunset_at"] {
                 let at = agent[key].as_str().unwrap();
                 assert!(
@@ -182,29 +173,29 @@ fn chromium_shows_every_agent_its_dates_and_figures_and_the_script_adds_no_conte
             assert!(tr.contains(agent["v1_policy"].as_str().unwrap()), "{tr}");
         }
         // The figures: calls by version, the 429, the refusal counted as a v1 call.
-        assert!(row(dom, "agent-1")
+        assert!(board_row(dom, "agent-1")
             .contains("<td class=\"num calling\">2</td><td class=\"num\">1</td>"));
         assert!(
-            row(dom, "billing").contains("<td class=\"num\">1</td></tr>"),
+            board_row(dom, "billing").contains("<td class=\"num\">1</td></tr>"),
             "{}",
-            row(dom, "billing")
+            board_row(dom, "billing")
         );
-        assert!(row(dom, "legacy-crm").contains("<td class=\"num calling\">1</td>"));
-        assert!(row(dom, "mobile-app").contains("never"));
+        assert!(board_row(dom, "legacy-crm").contains("<td class=\"num calling\">1</td>"));
+        assert!(board_row(dom, "mobile-app").contains("never"));
         // billing's own window in three hours is the plan's next brownout; its own sunset the
         // next sunset; the daily ramp is the others' next window.
         assert!(
-            row(dom, "billing").contains("80 % <time"),
+            board_row(dom, "billing").contains("80 % <time"),
             "{}",
-            row(dom, "billing")
+            board_row(dom, "billing")
         );
         assert!(
-            row(dom, "mobile-app").contains("10 % <time"),
+            board_row(dom, "mobile-app").contains("10 % <time"),
             "{}",
-            row(dom, "mobile-app")
+            board_row(dom, "mobile-app")
         );
         assert!(
-            row(dom, "partner").contains("<td>none</td>"),
+            board_row(dom, "partner").contains("<td>none</td>"),
             "exempt: no brownout"
         );
         assert!(dom.contains("refuses 80 % of v1 calls of billing"), "{dom}");

@@ -90,8 +90,8 @@ enum Endpoint {
 enum Access {
     /// Probes, scrapes and documents that show nothing of the config's secrets.
     Open,
-    /// What changes the gateway or shows its configuration: behind the admin token once there
-    /// is one.
+    /// What changes the gateway or shows its configuration (the retirement board shows the
+    /// plan of every agent): behind the admin token once there is one.
     Admin,
 }
 
