@@ -33,7 +33,6 @@ use serde_json::json;
 
 use crate::app::board;
 use crate::app::reload::{ConfigStore, Trigger};
-use crate::client::ClientOptions;
 use crate::config::{dump, format_time, Snapshot};
 use crate::observe::board::{self as observe_board, Figures, Source};
 use crate::observe::prometheus::PrometheusApi;
@@ -278,8 +277,8 @@ impl AdminApp {
             return own(Source::Gateway);
         };
         let fleet = async {
-            let mut api =
-                PrometheusApi::new(url, &ClientOptions::default()).map_err(|e| e.to_string())?;
+            let options = &snapshot.retirement.prometheus_client;
+            let mut api = PrometheusApi::new(url, options).map_err(|e| e.to_string())?;
             let base = api.base();
             observe_board::fleet_figures(&mut api, base)
                 .await

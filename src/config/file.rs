@@ -319,6 +319,12 @@ pub struct RetirementFile {
     /// A Prometheus that scrapes every replica: the admin listener's retirement board shows
     /// the fleet's figures from it, as `v1-usage --prometheus` does.
     pub prometheus_url: Option<String>,
+    /// PEM CA certificates `prometheus_url`'s certificate must chain to.
+    pub prometheus_ca_file: Option<String>,
+    /// A file holding a bearer token for `prometheus_url`, read at each use.
+    pub prometheus_token_file: Option<String>,
+    /// A file holding `user:password` for `prometheus_url`, read at each use.
+    pub prometheus_basic_auth_file: Option<String>,
 }
 
 impl Default for RetirementFile {
@@ -331,6 +337,9 @@ impl Default for RetirementFile {
             quiet_days: DEFAULT_QUIET_DAYS,
             brownouts: Vec::new(),
             prometheus_url: None,
+            prometheus_ca_file: None,
+            prometheus_token_file: None,
+            prometheus_basic_auth_file: None,
         }
     }
 }

@@ -3,6 +3,7 @@
 //! once here. The decisions made from them are [`crate::policy::retirement`]'s.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use http::HeaderValue;
@@ -11,6 +12,7 @@ use super::auth::Agent;
 use super::file::{AuthFile, BrownoutFile, RetirementFile};
 use super::problems::Problems;
 use super::types::{parse_time, unix_seconds, Dates, Repeat, Weekday};
+use crate::client::ClientOptions;
 
 /// How a brownout window recurs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,6 +111,8 @@ pub struct RetirementConfig {
     pub quiet_days: u32,
     /// Where the retirement board reads the fleet's figures; `None`: this gateway's own.
     pub prometheus_url: Option<String>,
+    /// How it is reached: a CA file, a token or basic auth from a file.
+    pub prometheus_client: ClientOptions,
 }
 
 impl RetirementConfig {
@@ -175,6 +179,25 @@ pub(super) fn retirement(
             p.push("retirement.prometheus_url", e.to_string());
         }
     }
+    let files = [
+        ("prometheus_ca_file", &f.prometheus_ca_file),
+        ("prometheus_token_file", &f.prometheus_token_file),
+        ("prometheus_basic_auth_file", &f.prometheus_basic_auth_file),
+    ];
+    for (key, value) in files {
+        if value.is_some() && f.prometheus_url.is_none() {
+            p.push(
+                format!("retirement.{key}"),
+                "needs retirement.prometheus_url",
+            );
+        }
+    }
+    if f.prometheus_token_file.is_some() && f.prometheus_basic_auth_file.is_some() {
+        p.push(
+            "retirement.prometheus_basic_auth_file",
+            "a bearer token and basic auth: give one of the two",
+        );
+    }
     let brownouts = f
         .brownouts
         .iter()
@@ -188,6 +211,11 @@ pub(super) fn retirement(
         brownouts,
         quiet_days: f.quiet_days,
         prometheus_url: f.prometheus_url.clone(),
+        prometheus_client: ClientOptions {
+            ca_file: f.prometheus_ca_file.as_ref().map(PathBuf::from),
+            token_file: f.prometheus_token_file.as_ref().map(PathBuf::from),
+            basic_auth_file: f.prometheus_basic_auth_file.as_ref().map(PathBuf::from),
+        },
     }
 }
 
@@ -382,6 +410,15 @@ mod tests {
             with("http://ops:secret@prometheus:9090"),
             ["retirement.prometheus_url"]
         );
+        // Credentials come from files, one kind at a time, and only with a URL.
+        let mut f = testing::config();
+        f.retirement.prometheus_token_file = Some("token".into());
+        assert_eq!(f.refused_keys(), ["retirement.prometheus_token_file"]);
+        let mut f = testing::config();
+        f.retirement.prometheus_url = Some("https://prometheus:9090".into());
+        f.retirement.prometheus_token_file = Some("token".into());
+        f.retirement.prometheus_basic_auth_file = Some("pair".into());
+        assert_eq!(f.refused_keys(), ["retirement.prometheus_basic_auth_file"]);
     }
 
     #[test]
