@@ -292,3 +292,43 @@ fn every_config_key_has_its_row_in_configuration_md() {
         "the duration siblings of the {MS_SUFFIX} keys are explained"
     );
 }
+
+#[test]
+fn every_alert_links_its_runbook_section_and_every_section_is_an_alert_s() {
+    let rules: serde_json::Value =
+        serde_norway::from_str(&read(Path::new("config/prometheus/alerts.yml"))).unwrap();
+    let runbooks = read(Path::new("docs/runbooks.md"));
+    let anchors = anchors(&runbooks);
+    let mut alerts = Vec::new();
+    for group in rules["groups"].as_array().unwrap() {
+        for rule in group["rules"].as_array().unwrap() {
+            let name = rule["alert"].as_str().unwrap();
+            let url = rule["annotations"]["runbook_url"].as_str();
+            let want = format!("docs/runbooks.md#{}", name.to_lowercase());
+            assert_eq!(url, Some(want.as_str()), "{name}'s runbook_url");
+            assert!(
+                anchors.contains(&name.to_lowercase()),
+                "no section for {name}"
+            );
+            alerts.push(name.to_owned());
+        }
+    }
+    // Each alert's section, as `## Name`, says the same four things in order.
+    let sections: Vec<&str> = runbooks.split("\n## ").skip(1).collect();
+    let titles: Vec<&str> = sections.iter().map(|s| s.lines().next().unwrap()).collect();
+    assert_eq!(
+        titles, alerts,
+        "one section per alert, in the order of alerts.yml"
+    );
+    for section in sections {
+        let parts: Vec<Option<usize>> = ["**Means**", "**Confirm**", "**Do**", "**Escalate**"]
+            .iter()
+            .map(|p| section.find(p))
+            .collect();
+        assert!(
+            parts.iter().all(Option::is_some) && parts.is_sorted(),
+            "{}: Means, Confirm, Do, Escalate",
+            section.lines().next().unwrap()
+        );
+    }
+}

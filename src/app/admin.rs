@@ -1,5 +1,7 @@
 //! The admin listener, separate from proxy traffic: `/metrics`, `/healthz`, `/readyz`,
-//! `POST /-/reload`, `/v1-usage`, `/openapi.json` and `/config`.
+//! `POST /-/reload`, `/v1-usage`, `/openapi.json`, `/config`, and at `/` the retirement board
+//! ([`super::board`]), from this gateway's counts or, with `retirement.prometheus_url`, the
+//! fleet's.
 //!
 //! Each endpoint is a row of [`ENDPOINTS`]: its method, its path and who may call it
 //! ([`Access`]), and every request passes [`authorize`] with its endpoint's access before it
@@ -20,7 +22,7 @@
 //! answer also says that result, read from the checker: a probe never causes a check.
 
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use http::Response;
@@ -29,8 +31,11 @@ use pingora::protocols::http::ServerSession;
 use prometheus::{Encoder, Registry, TextEncoder};
 use serde_json::json;
 
+use crate::app::board;
 use crate::app::reload::{ConfigStore, Trigger};
-use crate::config::{dump, format_time, AdminConfig, TokenDigest};
+use crate::config::{dump, format_time, AdminConfig, Snapshot, TokenDigest};
+use crate::observe::board::{self as observe_board, Figures, Source};
+use crate::observe::prometheus::PrometheusApi;
 use crate::observe::telemetry::Telemetry;
 use crate::policy::auth::matching_digest;
 use crate::proxy::health::UpstreamHealth;
@@ -45,6 +50,10 @@ pub struct AdminApp {
     /// Started when the gateway stops taking connections: `/readyz` then answers 503.
     pub drain: Drain,
 }
+
+/// How long the board waits for `retirement.prometheus_url` before it shows this gateway's
+/// own counts instead.
+const PROMETHEUS_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What `/readyz` answers, from the gateway's state: `Err` with the reason when it should not
 /// be sent traffic. `upstream` is the last health check's result, which counts only when
@@ -73,6 +82,7 @@ enum Endpoint {
     V1Usage,
     OpenApi,
     Config,
+    Board,
 }
 
 /// Who may call an endpoint.
@@ -82,13 +92,13 @@ enum Access {
     Open,
     /// `/metrics`: open, unless `admin.protect_metrics` puts it behind the admin token.
     Metrics,
-    /// What changes the gateway or shows what it knows (its config, every agent id): behind
-    /// the admin token when there is one.
+    /// What changes the gateway or shows what it knows (its config, every agent id, the
+    /// retirement board's plan of every agent): behind the admin token when there is one.
     Admin,
 }
 
 /// Every endpoint: method, path, access.
-const ENDPOINTS: [(&str, &str, Endpoint, Access); 7] = [
+const ENDPOINTS: [(&str, &str, Endpoint, Access); 8] = [
     ("GET", "/metrics", Endpoint::Metrics, Access::Metrics),
     ("GET", "/healthz", Endpoint::Healthz, Access::Open),
     ("GET", "/readyz", Endpoint::Readyz, Access::Open),
@@ -96,6 +106,7 @@ const ENDPOINTS: [(&str, &str, Endpoint, Access); 7] = [
     ("GET", "/v1-usage", Endpoint::V1Usage, Access::Admin),
     ("GET", "/openapi.json", Endpoint::OpenApi, Access::Admin),
     ("GET", "/config", Endpoint::Config, Access::Admin),
+    ("GET", "/", Endpoint::Board, Access::Admin),
 ];
 
 /// Why a request reaches no endpoint.
@@ -245,6 +256,25 @@ impl AdminApp {
                 crate::api::openapi::document(&self.store.current().load()),
             ),
             Endpoint::Config => json_response(200, self.running_config()),
+            Endpoint::Board => {
+                let snapshot = self.store.current().load_full();
+                let now = SystemTime::now();
+                let figures = self.board_figures(&snapshot, now).await;
+                let mut answer = response(
+                    200,
+                    "text/html; charset=utf-8",
+                    board::page(&observe_board::board(&snapshot, figures, now)).into_bytes(),
+                );
+                let headers = answer.headers_mut();
+                for (name, value) in [
+                    ("content-security-policy", board::content_security_policy()),
+                    ("x-content-type-options", "nosniff"),
+                    ("referrer-policy", "no-referrer"),
+                ] {
+                    headers.insert(name, http::HeaderValue::from_static(value));
+                }
+                answer
+            }
             Endpoint::Healthz => json_response(200, json!({"status": "ok"})),
             Endpoint::Readyz => {
                 let upstream = self.health.reachable();
@@ -266,6 +296,41 @@ impl AdminApp {
                 }
             }
         }
+    }
+
+    /// The board's figures: the fleet's from `retirement.prometheus_url` when it is set and
+    /// answers within [`PROMETHEUS_TIMEOUT`], else this gateway's own (saying why).
+    async fn board_figures(&self, snapshot: &Snapshot, now: SystemTime) -> Figures {
+        let own = |source| {
+            let by_version = self.telemetry.requests_by_version();
+            let count = |v: &str| by_version.get(v).copied().unwrap_or(0);
+            Figures {
+                usage: self.telemetry.usage.report(snapshot, now),
+                rate_limited: self.telemetry.rate_limited_by_agent(),
+                v1_share: observe_board::share(count("v1"), count("v2")),
+                source,
+            }
+        };
+        let Some(url) = &snapshot.retirement.prometheus_url else {
+            return own(Source::Gateway);
+        };
+        let fleet = async {
+            let options = &snapshot.retirement.prometheus_client;
+            let mut api = PrometheusApi::new(url, options).map_err(|e| e.to_string())?;
+            let base = api.base();
+            observe_board::fleet_figures(&mut api, base)
+                .await
+                .map_err(|e| e.to_string())
+        };
+        let error = match tokio::time::timeout(PROMETHEUS_TIMEOUT, fleet).await {
+            Ok(Ok(figures)) => return figures,
+            Ok(Err(e)) => e,
+            Err(_) => format!("no answer within {} s", PROMETHEUS_TIMEOUT.as_secs()),
+        };
+        own(Source::GatewayInstead {
+            prometheus: url.clone(),
+            error,
+        })
     }
 
     /// `/config`: the running snapshot's effective config ([`dump::effective`]), when it was
@@ -347,7 +412,7 @@ mod tests {
             .collect();
         assert_eq!(
             admin,
-            ["/-/reload", "/v1-usage", "/openapi.json", "/config"]
+            ["/-/reload", "/v1-usage", "/openapi.json", "/config", "/"]
         );
     }
 

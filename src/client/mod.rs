@@ -69,6 +69,19 @@ pub struct ClientOptions {
     pub basic_auth_file: Option<PathBuf>,
 }
 
+/// Whether `url` is one a [`Client`] takes, with no user or password in it: for a URL kept in
+/// a config file, which `config dump` and the admin listener's `/config` show as written.
+pub fn check_url_without_credentials(url: &str) -> Result<(), ClientError> {
+    let base = Base::parse(url)?;
+    match base.basic {
+        Some(_) => Err(ClientError::Url(format!(
+            "{}: must not carry a user or password (the config is shown by config dump and /config)",
+            redact_url(url)
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// A server's base URL, without its credentials.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Base {

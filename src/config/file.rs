@@ -411,6 +411,15 @@ pub struct RetirementFile {
     pub quiet_days: u32,
     /// `[[retirement.brownouts]]`: scheduled windows that refuse a share of v1 calls.
     pub brownouts: Vec<BrownoutFile>,
+    /// A Prometheus that scrapes every replica: the admin listener's retirement board shows
+    /// the fleet's figures from it, as `v1-usage --prometheus` does.
+    pub prometheus_url: Option<String>,
+    /// PEM CA certificates `prometheus_url`'s certificate must chain to.
+    pub prometheus_ca_file: Option<String>,
+    /// A file holding a bearer token for `prometheus_url`, read at each use.
+    pub prometheus_token_file: Option<String>,
+    /// A file holding `user:password` for `prometheus_url`, read at each use.
+    pub prometheus_basic_auth_file: Option<String>,
 }
 
 impl Default for RetirementFile {
@@ -422,6 +431,10 @@ impl Default for RetirementFile {
             enforce_sunset: false,
             quiet_days: DEFAULT_QUIET_DAYS,
             brownouts: Vec::new(),
+            prometheus_url: None,
+            prometheus_ca_file: None,
+            prometheus_token_file: None,
+            prometheus_basic_auth_file: None,
         }
     }
 }

@@ -7,9 +7,11 @@
 //! bounded: versions, operations, reasons and kinds are fixed sets; `agent_id` is a configured
 //! agent or `unknown`; `code` is an HTTP status. Never a raw path, never a token.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use prometheus::core::Collector;
 use prometheus::{
     exponential_buckets, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter,
     IntCounterVec, IntGaugeVec, Opts, Registry,
@@ -416,7 +418,7 @@ impl RateLimitMetrics {
 }
 
 /// What the process is: its version, and when it started (its counters started from zero
-/// then). Set once; nothing is kept.
+/// then), set once; and how it fares (CPU, memory, file descriptors), read at each scrape.
 fn register_process_info(registry: &Registry, started: SystemTime) -> prometheus::Result<()> {
     let build_info = IntGaugeVec::new(
         Opts::new(
@@ -441,7 +443,35 @@ fn register_process_info(registry: &Registry, started: SystemTime) -> prometheus
     );
     registry.register(Box::new(build_info))?;
     registry.register(Box::new(start_time))?;
-    Ok(())
+    register_process_collector(registry)
+}
+
+/// The standard `process_*` series (CPU seconds, resident memory, open and maximum file
+/// descriptors, start time, threads), read from `/proc` at each scrape by the prometheus
+/// crate's collector. The crate registers one in its default registry by itself, which the
+/// binary passes here: that one is kept.
+fn register_process_collector(registry: &Registry) -> prometheus::Result<()> {
+    let collector = prometheus::process_collector::ProcessCollector::for_self();
+    match registry.register(Box::new(collector)) {
+        Err(prometheus::Error::AlreadyReg) | Ok(()) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The values of `counters`, summed by their `label`.
+fn counter_sums(counters: &IntCounterVec, label: &str) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for family in counters.collect() {
+        for metric in family.get_metric() {
+            let key = metric
+                .get_label()
+                .iter()
+                .find(|l| l.name() == label)
+                .map_or("", |l| l.value());
+            *out.entry(key.to_owned()).or_insert(0) += metric.get_counter().value() as u64;
+        }
+    }
+    out
 }
 
 /// Every metric the gateway exports, as ready handles, by family.
@@ -502,6 +532,16 @@ impl Telemetry {
             self.agents.publish(id);
         }
         self.retirement.publish(snapshot, now);
+    }
+
+    /// Each agent's 429s for being over its rate limit since this gateway started.
+    pub fn rate_limited_by_agent(&self) -> BTreeMap<String, u64> {
+        counter_sums(&self.rate_limits.limited, "agent_id")
+    }
+
+    /// Requests by API version (`v1`, `v2`, `none`) since this gateway started.
+    pub fn requests_by_version(&self) -> BTreeMap<String, u64> {
+        counter_sums(&self.routes.requests, "api_version")
     }
 
     /// Counts a client connection speaking `protocol`.
