@@ -45,11 +45,10 @@ pub use types::{
     format_time, unix_seconds, BasePath, Bases, BusinessCode, Dates, OnRedisError,
     RateLimitBackend, Repeat, TokenDigest, V1Policy, ValidationMode, Weekday,
 };
-pub use upstream::{Backend, UpstreamConfig};
+pub use upstream::{BudgetConfig, DnsConfig, EjectionConfig, Host, Target, UpstreamConfig};
 
 use document::Parsed;
 use problems::Problems;
-use upstream::Lookup;
 
 /// The whole validated configuration. Immutable; a reload builds a new one.
 #[derive(Debug, Clone)]
@@ -90,17 +89,6 @@ impl std::fmt::Debug for Source {
     }
 }
 
-/// A snapshot whose upstream host names were not looked up (their `host:port` form only): to
-/// describe a config (its OpenAPI document, its effective values) away from the DNS it will
-/// run with, never to serve. Its backends' addresses are placeholders.
-pub struct Unresolved(Snapshot);
-
-impl Unresolved {
-    pub fn snapshot(&self) -> &Snapshot {
-        &self.0
-    }
-}
-
 fn read(path: &Path) -> Result<String, ConfigError> {
     std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.display().to_string(),
@@ -137,34 +125,10 @@ impl Snapshot {
         Self::parse(&read(path)?)
     }
 
-    /// Read and check a config file like [`Self::load`], without looking upstream host names
-    /// up: for a config checked away from the DNS it will run with, such as a Kubernetes
-    /// ConfigMap whose backend is a Service name, checked in CI.
-    pub fn load_unresolved(path: &Path) -> Result<Unresolved, ConfigError> {
-        Self::from_text(&read(path)?, Lookup::Skip).map(Unresolved)
-    }
-
     /// Parse and validate the text of a config file.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
-        Self::from_text(text, Lookup::Resolve)
-    }
-
-    /// Validate a parsed file, reporting every problem at once.
-    pub fn from_file(f: FileConfig) -> Result<Self, ConfigError> {
-        Self::validate(f, Lookup::Resolve).map_err(ConfigError::Invalid)
-    }
-
-    /// Checks a file without looking up upstream host names ([`Self::load_unresolved`]).
-    pub fn check_without_lookup(f: FileConfig) -> Result<(), ConfigError> {
-        Self::validate(f, Lookup::Skip)
-            .map(drop)
-            .map_err(ConfigError::Invalid)
-    }
-
-    /// Every problem of `text`, its shape's and its values', in the order of the file.
-    fn from_text(text: &str, lookup: Lookup) -> Result<Self, ConfigError> {
         let parsed = Parsed::read(text).map_err(ConfigError::Invalid)?;
-        match Self::validate(parsed.file.clone(), lookup) {
+        match Self::validate(parsed.file.clone()) {
             Ok(mut snapshot) if parsed.is_clean() => {
                 snapshot.source.sha256 = Some(Sha256::digest(text).into());
                 Ok(snapshot)
@@ -175,7 +139,12 @@ impl Snapshot {
         }
     }
 
-    fn validate(f: FileConfig, lookup: Lookup) -> Result<Self, Vec<Problem>> {
+    /// Validate a parsed file, reporting every problem at once.
+    pub fn from_file(f: FileConfig) -> Result<Self, ConfigError> {
+        Self::validate(f).map_err(ConfigError::Invalid)
+    }
+
+    fn validate(f: FileConfig) -> Result<Self, Vec<Problem>> {
         let mut p = Problems::default();
         let startup = startup::startup(&f.listen, &f.server, &mut p);
         let bases = bases(&f, &mut p);
@@ -183,7 +152,7 @@ impl Snapshot {
             "v1.default_service",
             BusinessCode::parse(&f.v1.default_service),
         );
-        let upstream = upstream::upstream(&f.upstream, lookup, &mut p);
+        let upstream = upstream::upstream(&f.upstream, &mut p);
         let auth = auth::auth(&f.auth, &mut p);
         let retirement = retirement::retirement(&f.retirement, &f.auth, &auth.agents, &mut p);
         let limits = limits::limits(&f.limits, &mut p);
@@ -301,21 +270,14 @@ services = ["ok", "bad code"]
     }
 
     #[test]
-    fn without_lookup_host_names_are_checked_for_form_only() {
+    fn host_names_are_checked_for_form_and_never_looked_up() {
         let mut f = testing::config();
         f.upstream.addresses = vec!["backend.example.invalid:8080".into()];
-        assert!(Snapshot::from_file(f.clone()).is_err());
-        assert!(Snapshot::check_without_lookup(f.clone()).is_ok());
+        assert!(Snapshot::from_file(f.clone()).is_ok());
         f.upstream.addresses = vec!["no-port".into(), ":80".into(), "h:x".into()];
         f.v1.default_service = "a/b".into();
-        let keys: Vec<String> = Snapshot::check_without_lookup(f)
-            .unwrap_err()
-            .problems()
-            .into_iter()
-            .map(|p| p.key)
-            .collect();
         assert_eq!(
-            keys,
+            f.refused_keys(),
             [
                 "v1.default_service",
                 "upstream.addresses[0]",
