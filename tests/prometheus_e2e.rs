@@ -30,7 +30,7 @@ const PROMETHEUS_YML: &str = concat!(
 );
 
 /// The alert rules alerts.yml must define.
-const ALERT_NAMES: [&str; 11] = [
+const ALERT_NAMES: [&str; 12] = [
     "AgentGatewayDown",
     "AgentGatewayUpstreamErrorRatioHigh",
     "AgentGatewayP99LatencyHigh",
@@ -38,6 +38,7 @@ const ALERT_NAMES: [&str; 11] = [
     "AgentGatewayConfigReloadFailed",
     "AgentGatewayRateLimitBackendFailing",
     "AgentGatewayDroppingLogLines",
+    "AgentGatewayUpstreamAddressDown",
     "AgentGatewayRetiredAgentCallingV1",
     "AgentGatewayV1AgentQuiet",
     "AgentGatewayV1ShareNotFalling",
@@ -250,6 +251,26 @@ tests:
             exp_annotations:
               summary: "agent-gateway gw-a is dropping log lines"
               description: "For 10 minutes this replica's log sink (stderr, and whatever collects it) has been slower than its log lines: the 1 MiB log buffer was full and lines, access log included, were dropped rather than hold up requests. Check the log collector, or raise the log level. See the \"Log lines dropped/s\" panel."
+
+  - interval: 1m
+    input_series:
+      # 10.0.0.1 is out of rotation from 2m on; 10.0.0.2 goes out for 3 minutes only.
+      - series: 'agent_gateway_upstream_address_up{job="agent-gateway", instance="gw-a", address="10.0.0.1:80"}'
+        values: '1 1 0x20'
+      - series: 'agent_gateway_upstream_address_up{job="agent-gateway", instance="gw-a", address="10.0.0.2:80"}'
+        values: '1 1 0 0 0 1x20'
+    alert_rule_test:
+      - eval_time: 5m
+        alertname: AgentGatewayUpstreamAddressDown
+        exp_alerts: []
+      - eval_time: 10m
+        alertname: AgentGatewayUpstreamAddressDown
+        exp_alerts:
+          - exp_labels: {severity: warning, job: agent-gateway, instance: gw-a, address: "10.0.0.1:80"}
+            exp_annotations:
+              summary: "agent-gateway gw-a: upstream address 10.0.0.1:80 out of rotation"
+              description: "For 5 minutes 10.0.0.1:80 has been out of the rotation: down at its health check, or ejected again and again after failures in a row (agent_gateway_upstream_ejections_total). The other addresses carry its share, and its connection budget with them. Check that backend instance, or remove it from upstream.addresses or its DNS name. See the \"Backend\" row."
+              runbook_url: "docs/runbooks.md#agentgatewayupstreamaddressdown"
 
   - interval: 1m
     input_series:

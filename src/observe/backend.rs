@@ -4,8 +4,8 @@
 //! the per-address gauges (`agent_gateway_upstream_address_up`,
 //! `agent_gateway_upstream_connections`) are made at each scrape from the current set only
 //! ([`AddressGauges`]), so an address that left has no series at the next scrape; the
-//! ejection counter's series of an address that left is removed when it leaves, and a name's
-//! DNS-error series when the config drops the name. The overflow counter's reasons are a
+//! ejection counter's series exists from when an address joins (at zero) and is removed when
+//! it leaves, and a name's DNS-error series likewise follows the names of the config. The overflow counter's reasons are a
 //! fixed set. The upstream duration histogram has no `address` label: 20 buckets per
 //! operation per address, on addresses that come and go, would multiply its series for what
 //! the gauges and ejections already show per address.
@@ -91,6 +91,12 @@ impl BackendMetrics {
 
     pub fn ejected(&self, address: &str) {
         self.ejections.with_label_values(&[address]).inc();
+    }
+
+    /// Makes the ejection counter of an address that joined the set exist, at zero until it
+    /// is ejected, so that `increase()` sees its first ejection.
+    pub fn address_joined(&self, address: &str) {
+        self.ejections.with_label_values(&[address]);
     }
 
     /// Drops the series of an address that left the set.

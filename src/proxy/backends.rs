@@ -326,7 +326,10 @@ impl Backends {
                 old.iter()
                     .find(|a| a.reached_as(&peer))
                     .cloned()
-                    .unwrap_or_else(|| Arc::new(Address::new(peer, self.pending.clone())))
+                    .unwrap_or_else(|| {
+                        self.metrics.address_joined(&addr.to_string());
+                        Arc::new(Address::new(peer, self.pending.clone()))
+                    })
             })
             .collect();
         for gone in old
