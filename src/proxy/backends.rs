@@ -279,10 +279,6 @@ impl Backends {
         self.set.load_full()
     }
 
-    pub fn metrics(&self) -> &BackendMetrics {
-        &self.metrics
-    }
-
     /// Follows `upstream` (a snapshot being applied): names it drops are forgotten, names
     /// it adds are looked up soon, and the set is rebuilt from what is known now.
     pub fn follow(&self, upstream: &UpstreamConfig) {
