@@ -379,7 +379,10 @@ fn metrics_count_a_known_mix_exactly() {
     expect_family(
         &samples,
         "agent_gateway_upstream_overflow_total",
-        &[(&[("reason", "queue_full")], 0), (&[("reason", "timeout")], 0)],
+        &[
+            (&[("reason", "queue_full")], 0),
+            (&[("reason", "timeout")], 0),
+        ],
     );
     expect_family(&samples, "agent_gateway_in_flight_requests", &[(&[], 0)]);
     expect_family(

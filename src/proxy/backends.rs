@@ -437,3 +437,44 @@ impl Backends {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_freed_place_wakes_the_oldest_waiter_and_the_queue_is_bounded() {
+        let budget = BudgetConfig {
+            max_connections_per_address: Some(1),
+            max_pending: 2,
+            pending_timeout: Duration::from_secs(1),
+        };
+        let address = Address::detached("10.0.0.1:80".parse().unwrap());
+        let Ok(Admit::Connect(slot)) = address.admit(&budget, false) else {
+            panic!("the first connection is within the budget");
+        };
+        let Ok(Admit::Wait(mut first)) = address.admit(&budget, false) else {
+            panic!("the second waits");
+        };
+        let Ok(Admit::Wait(second)) = address.admit(&budget, false) else {
+            panic!("the third waits");
+        };
+        assert!(matches!(
+            address.admit(&budget, false),
+            Err(OverflowReason::QueueFull)
+        ));
+        drop(slot);
+        // Woken (else this would never return), and its place is free again.
+        first.woken().await;
+        assert_eq!(address.open(), 0);
+        drop(first);
+        // The woken request goes before the one still waiting; a newcomer does not.
+        assert!(matches!(address.admit(&budget, false), Ok(Admit::Wait(_))));
+        assert!(matches!(
+            address.admit(&budget, true),
+            Ok(Admit::Connect(_))
+        ));
+        drop(second);
+        assert_eq!(address.pending.load(Ordering::Relaxed), 0);
+    }
+}
