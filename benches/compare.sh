@@ -14,6 +14,8 @@
 #                  during the max run and during the fixed-rate run
 #   RSS            idle (VmRSS after start-up), peak (VmHWM at the end) and VmRSS while
 #                  IDLE_CONNS client connections are open and idle after one request each
+#   backend conns  the most connections from the proxy to the backend seen while those
+#                  IDLE_CONNS connections send their request at once (ss, every 50 ms)
 #   load/wrk       the load generator's own overhead: `agent-gateway load --rate max` (closed
 #                  model, one thread, CONNS connections, POST v1 verify only) right after wrk's
 #                  max run, on the same CPU and target; its req/s over wrk's, per round
@@ -30,8 +32,11 @@
 #   gateway's [server] table, e.g. "work_stealing = false") GATEWAY_LOG_LEVEL (warn: no access
 #   log, like the peers' access_log off; "info" logs every request to a file)
 #   Every gateway runs with `threads = 1` (it has one CPU) unless its [server] lines set threads.
+#   GATEWAY_UPSTREAM (extra lines for its [upstream] table, e.g.
+#   "max_connections_per_address = 64"; GATEWAY_B_UPSTREAM for agent-gateway-b)
 #   A second gateway variant for A/B runs, agent-gateway-b on :8084, starts when any of
-#   GATEWAY_B_BIN, GATEWAY_B_SERVER, GATEWAY_B_LOG_LEVEL is set, and joins the default TARGETS;
+#   GATEWAY_B_BIN, GATEWAY_B_SERVER, GATEWAY_B_UPSTREAM, GATEWAY_B_LOG_LEVEL is set, and joins
+#   the default TARGETS;
 #   GATEWAY_B_CPUS (PROXY_CPU) is the CPU list it is pinned to: "0,1" with
 #   GATEWAY_B_SERVER="threads = 2" measures two threads sharing both cores with the load.
 #   Tracing: agent-gateway-trace-0.01 (:8088) and agent-gateway-trace-1 (:8089) are the same
@@ -68,14 +73,16 @@ IDLE_CONNS=${IDLE_CONNS:-1000}
 PROXY_CPU=${PROXY_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
 GATEWAY_SERVER=${GATEWAY_SERVER:-}
+GATEWAY_UPSTREAM=${GATEWAY_UPSTREAM:-}
 GATEWAY_LOG_LEVEL=${GATEWAY_LOG_LEVEL:-warn}
 LOAD_VS_WRK=${LOAD_VS_WRK:-1}
 LOAD_VS_H2LOAD=${LOAD_VS_H2LOAD:-1}
 B_ENABLED=0
-if [ -n "${GATEWAY_B_BIN:-}${GATEWAY_B_SERVER:-}${GATEWAY_B_LOG_LEVEL:-}" ]; then
+if [ -n "${GATEWAY_B_BIN:-}${GATEWAY_B_SERVER:-}${GATEWAY_B_UPSTREAM:-}${GATEWAY_B_LOG_LEVEL:-}" ]; then
   B_ENABLED=1
 fi
 GATEWAY_B_SERVER=${GATEWAY_B_SERVER:-}
+GATEWAY_B_UPSTREAM=${GATEWAY_B_UPSTREAM:-}
 GATEWAY_B_CPUS=${GATEWAY_B_CPUS:-$PROXY_CPU}
 GATEWAY_B_LOG_LEVEL=${GATEWAY_B_LOG_LEVEL:-$GATEWAY_LOG_LEVEL}
 if [ -z "${TARGETS+set}" ]; then
@@ -172,7 +179,7 @@ grep -q 'listen 127.0.0.1:8087 http2' "$WORK/gateway-nginx-h2.conf" \
 
 # The agent and token wrk sends (shared/peers/post-verify.lua), stored as its digest.
 TOKEN_SHA256=$(printf '%s' secret | "$GATEWAY_BIN" hash-token)
-gateway_config() { # port, extra [server] lines, [admin port, lines after the agent's token: its own keys, then tables]
+gateway_config() { # port, extra [server] lines, [admin port, lines after the agent's token: its own keys, then tables, extra [upstream] lines]
   cat <<EOF
 [listen]
 proxy = "127.0.0.1:$1"
@@ -185,14 +192,15 @@ $2
 default_service = "DEFAULT"
 [upstream]
 addresses = ["127.0.0.1:9000"]
+${5:-}
 [[auth.agents]]
 id = "agent-1"
 token_sha256 = "$TOKEN_SHA256"
 EOF
   printf '%s\n' "${4:-}"
 }
-gateway_config 8083 "$GATEWAY_SERVER" >"$WORK/gateway.toml"
-gateway_config 8084 "$GATEWAY_B_SERVER" >"$WORK/gateway-b.toml"
+gateway_config 8083 "$GATEWAY_SERVER" "" "" "$GATEWAY_UPSTREAM" >"$WORK/gateway.toml"
+gateway_config 8084 "$GATEWAY_B_SERVER" "" "" "$GATEWAY_B_UPSTREAM" >"$WORK/gateway-b.toml"
 # A limit no run reaches: every request is decided, none refused.
 RL_AGENT='rate_limit_per_second = 1000000000
 burst = 1000000000'
@@ -326,6 +334,11 @@ status_kb() { # name, field (VmRSS, VmHWM): summed over the processes
   echo "$sum"
 }
 HZ=$(getconf CLK_TCK)
+backend_conns() { # established connections from a target's processes to the backend (:9000)
+  local pat
+  pat=$(pids_of "$1" | tr ' ' '\n' | sed 's/.*/pid=&,/' | paste -sd'|')
+  ss -Htnp state established '( dport = :9000 )' 2>/dev/null | grep -cE "$pat" || true
+}
 
 RESULTS_TSV=$WORK/results.tsv
 : >"$RESULTS_TSV"
@@ -424,8 +437,14 @@ EOF
   if [ "$t" != direct ]; then
     rm -f "$WORK/ready"
     taskset -c "$LOAD_CPU" python3 "$WORK/idle_conns.py" "$port" "$IDLE_CONNS" "$WORK/ready" &
-    local held=$!
-    for _ in $(seq 300); do [ -s "$WORK/ready" ] && break; sleep 0.05; done
+    local held=$! most=0 now
+    for _ in $(seq 300); do
+      now=$(backend_conns "$t")
+      [ "$now" -gt "$most" ] && most=$now
+      [ -s "$WORK/ready" ] && break
+      sleep 0.05
+    done
+    record "$r" "$t" backend_conns_burst "$most"
     sleep 0.2
     record "$r" "$t" rss_idle_conns_mib "$(awk -v k="$(status_kb "$t" VmRSS)" 'BEGIN {printf "%.1f", k / 1024}')"
     record "$r" "$t" idle_conns_ok "$(cat "$WORK/ready" 2>/dev/null || echo 0)"
@@ -511,6 +530,7 @@ cols = [("max_rps", "max req/s", "{:.0f}"), ("p50_ms", "p50 ms", "{:.3f}"),
         ("cpu_s_per_100k_rate", "CPU s/100k @${LAT_RATE}/s", "{:.3f}"),
         ("idle_rss_mib", "idle RSS MiB", "{:.1f}"), ("peak_rss_mib", "peak RSS MiB", "{:.1f}"),
         ("rss_idle_conns_mib", "RSS +${IDLE_CONNS} conns MiB", "{:.1f}"),
+        ("backend_conns_burst", "backend conns (burst)", "{:.0f}"),
         ("load_vs_wrk", "load/wrk req/s", "{:.2f}x")]
 med = {(t, k): statistics.median(vals[(t, k)]) for t in targets for k, _, _ in cols if vals[(t, k)]}
 w = 16

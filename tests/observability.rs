@@ -365,6 +365,26 @@ fn metrics_count_a_known_mix_exactly() {
             (&[("kind", "other")], 0),
         ],
     );
+    // The one address: in rotation (one reset is no ejection), never ejected, no budget.
+    let address = backend.addr.to_string();
+    expect_family(
+        &samples,
+        "agent_gateway_upstream_address_up",
+        &[(&[("address", &address)], 1)],
+    );
+    expect_family(
+        &samples,
+        "agent_gateway_upstream_ejections_total",
+        &[(&[("address", &address)], 0)],
+    );
+    expect_family(
+        &samples,
+        "agent_gateway_upstream_overflow_total",
+        &[
+            (&[("reason", "queue_full")], 0),
+            (&[("reason", "timeout")], 0),
+        ],
+    );
     expect_family(&samples, "agent_gateway_in_flight_requests", &[(&[], 0)]);
     expect_family(
         &samples,
@@ -498,9 +518,14 @@ fn check_labels_are_bounded(samples: &[Sample], agents: &[&str]) {
                     "sunset",
                     "rehearsal",
                     "queue_full",
+                    "timeout",
                     "export_failed",
                 ]
                 .contains(&v.as_str()),
+                // An upstream address of the current set (the gauges are made from it at
+                // each scrape), never a client's.
+                "address" => v.parse::<std::net::SocketAddr>().is_ok(),
+                "state" => ["active", "idle"].contains(&v.as_str()),
                 "kind" if s.name.starts_with("agent_gateway_rate_limit_") => {
                     ["timeout", "error", "unavailable"].contains(&v.as_str())
                 }

@@ -30,7 +30,7 @@ const PROMETHEUS_YML: &str = concat!(
 );
 
 /// The alert rules alerts.yml must define.
-const ALERT_NAMES: [&str; 15] = [
+const ALERT_NAMES: [&str; 16] = [
     "AgentGatewayDown",
     "AgentGatewayAbsent",
     "AgentGatewayUpstreamErrorRatioHigh",
@@ -42,6 +42,7 @@ const ALERT_NAMES: [&str; 15] = [
     "AgentGatewayDroppingLogLines",
     "AgentGatewayDroppingSpans",
     "AgentGatewayFileDescriptorsNearLimit",
+    "AgentGatewayUpstreamAddressDown",
     "AgentGatewayRetiredAgentCallingV1",
     "AgentGatewayV1AgentQuiet",
     "AgentGatewayV1ShareNotFalling",
@@ -353,6 +354,26 @@ tests:
               runbook_url: "docs/runbooks.md#agentgatewayfiledescriptorsnearlimit"
               summary: "agent-gateway gw-a uses 87.89% of its file descriptors"
               description: "For 10 minutes this process has had more than 80% of its file descriptor limit open. Every client and backend connection holds one; at the limit new connections are refused. See \"File descriptors used of the limit\" and \"In-flight requests\"."
+
+  - interval: 1m
+    input_series:
+      # 10.0.0.1 is out of rotation from 2m on; 10.0.0.2 goes out for 3 minutes only.
+      - series: 'agent_gateway_upstream_address_up{job="agent-gateway", instance="gw-a", address="10.0.0.1:80"}'
+        values: '1 1 0x20'
+      - series: 'agent_gateway_upstream_address_up{job="agent-gateway", instance="gw-a", address="10.0.0.2:80"}'
+        values: '1 1 0 0 0 1x20'
+    alert_rule_test:
+      - eval_time: 5m
+        alertname: AgentGatewayUpstreamAddressDown
+        exp_alerts: []
+      - eval_time: 10m
+        alertname: AgentGatewayUpstreamAddressDown
+        exp_alerts:
+          - exp_labels: {severity: warning, job: agent-gateway, instance: gw-a, address: "10.0.0.1:80"}
+            exp_annotations:
+              summary: "agent-gateway gw-a: upstream address 10.0.0.1:80 out of rotation"
+              description: "For 5 minutes 10.0.0.1:80 has been out of the rotation: down at its health check, or ejected again and again after failures in a row (agent_gateway_upstream_ejections_total). The other addresses carry its share, and its connection budget with them. Check that backend instance, or remove it from upstream.addresses or its DNS name. See the \"Backend\" row."
+              runbook_url: "docs/runbooks.md#agentgatewayupstreamaddressdown"
 
   - interval: 1m
     input_series:

@@ -14,9 +14,15 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use http::HeaderValue;
 
-use crate::api::failure::{BodyError, Failure, UnreadableHead, UpstreamError, UpstreamErrorKind};
+use crate::api::failure::{
+    BodyError, Failure, UnreadableHead, UpstreamError, UpstreamErrorKind, UpstreamOverflow,
+};
 use crate::api::route::RouteError;
 use crate::http1::HeadError;
+
+/// The `Retry-After` of the overflow 503: a connection comes free as soon as a request ends, so
+/// the shortest wait that can be said.
+pub const OVERFLOW_RETRY_AFTER_SECS: u64 = 1;
 
 /// Why a v1 call was refused with 410.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -97,6 +103,9 @@ pub enum Reply {
     UpstreamBroken,
     /// The backend did not answer within `upstream.read_timeout_ms` (or connect timeout).
     UpstreamTimeout,
+    /// Every connection `upstream.max_connections_per_address` allows was busy, and the
+    /// queue was full or the wait past `upstream.pending_timeout_ms`.
+    UpstreamOverflow,
 }
 
 impl From<RouteError> for Reply {
@@ -158,12 +167,19 @@ impl From<&UpstreamError> for Reply {
     }
 }
 
+impl From<&UpstreamOverflow> for Reply {
+    fn from(_: &UpstreamOverflow) -> Self {
+        Reply::UpstreamOverflow
+    }
+}
+
 impl From<&Failure> for Reply {
     fn from(failure: &Failure) -> Self {
         match failure {
             Failure::Head(e) => e.into(),
             Failure::Body(e) => e.into(),
             Failure::Upstream(e) => e.into(),
+            Failure::Overflow(e) => e.into(),
         }
     }
 }
@@ -171,7 +187,7 @@ impl From<&Failure> for Reply {
 impl Reply {
     /// One of each kind, for documentation and tests; `all_codes_has_each_kind_once` holds it
     /// to the variants.
-    pub const ALL_CODES: [Reply; 23] = [
+    pub const ALL_CODES: [Reply; 24] = [
         Reply::BadPath,
         Reply::BadBody,
         Reply::InvalidBody,
@@ -203,6 +219,7 @@ impl Reply {
         Reply::UpstreamConnect,
         Reply::UpstreamBroken,
         Reply::UpstreamTimeout,
+        Reply::UpstreamOverflow,
     ];
 
     /// What this kind of answer says. One exhaustive match, with no catch-all arm: a new
@@ -285,6 +302,11 @@ impl Reply {
                 "the backend closed the connection or sent an invalid response",
             ),
             Reply::UpstreamTimeout => ReplySpec::new(504, 0, "the backend did not answer in time"),
+            Reply::UpstreamOverflow => ReplySpec::new(
+                503,
+                0,
+                "every backend connection the gateway may open is busy; retry later",
+            ),
         }
     }
 
@@ -335,6 +357,9 @@ impl Reply {
             | Reply::RateLimitUnverified { retry_after_secs }
             | Reply::AuthThrottled { retry_after_secs } => {
                 headers.push(("retry-after", HeaderValue::from(retry_after_secs)));
+            }
+            Reply::UpstreamOverflow => {
+                headers.push(("retry-after", HeaderValue::from(OVERFLOW_RETRY_AFTER_SECS)));
             }
             Reply::V1Gone(V1Refusal::Brownout { until }) => {
                 let date = httpdate::fmt_http_date(until);
@@ -426,6 +451,7 @@ mod tests {
             Reply::UpstreamConnect => 20,
             Reply::UpstreamBroken => 21,
             Reply::UpstreamTimeout => 22,
+            Reply::UpstreamOverflow => 23,
         };
         let places: Vec<usize> = Reply::ALL_CODES.iter().map(|r| place(*r)).collect();
         assert_eq!(places, (0..Reply::ALL_CODES.len()).collect::<Vec<_>>());
@@ -476,6 +502,14 @@ mod tests {
             let failure = Failure::from(UpstreamError::new(kind, "test"));
             assert_eq!(Reply::from(&failure), reply, "{kind:?}");
             assert_eq!(reply.status(), status);
+        }
+        for reason in crate::api::failure::OverflowReason::ALL {
+            let failure = Failure::from(UpstreamOverflow { reason });
+            let answer = Reply::from(&failure).answer(None);
+            assert_eq!(answer.status, 503);
+            assert!(answer
+                .headers
+                .contains(&("retry-after", HeaderValue::from(1))));
         }
     }
 

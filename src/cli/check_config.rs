@@ -6,7 +6,9 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use agent_gateway::config::{ConfigError, Snapshot};
+use std::net::ToSocketAddrs;
+
+use agent_gateway::config::{ConfigError, Host, Problem, Snapshot};
 
 use super::credentials::snapshot_credential_warnings;
 
@@ -28,12 +30,40 @@ pub fn run(file: &Path, no_resolve: bool) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Validates the file at `path` (and the agents file it names), looking upstream names up
-/// unless `no_resolve`.
+/// Validates the file at `path` (and the agents file it names), and looks its upstream
+/// names up unless `no_resolve` (with the system's resolver, once: the gateway itself follows
+/// them as their TTL says).
 fn check(path: &Path, no_resolve: bool) -> Result<Snapshot, ConfigError> {
+    let snapshot = Snapshot::load(path)?;
     if no_resolve {
-        Snapshot::load_unresolved(path).map(|u| u.snapshot().clone())
+        return Ok(snapshot);
+    }
+    let problems: Vec<Problem> = snapshot
+        .upstream
+        .targets
+        .iter()
+        .enumerate()
+        .filter_map(|(i, t)| {
+            let Host::Name(name) = &t.host else {
+                return None;
+            };
+            let found = (name.as_str(), t.port).to_socket_addrs();
+            match found.map(|mut a| a.next()) {
+                Ok(Some(_)) => None,
+                Ok(None) => Some(format!("{name:?} resolves to no address")),
+                Err(e) => Some(format!("{name:?} does not resolve ({e})")),
+            }
+            .map(|message| Problem {
+                key: format!("upstream.addresses[{i}]"),
+                message,
+                at: None,
+                file: None,
+            })
+        })
+        .collect();
+    if problems.is_empty() {
+        Ok(snapshot)
     } else {
-        Snapshot::load(path)
+        Err(ConfigError::Invalid(problems))
     }
 }

@@ -24,7 +24,9 @@ pub fn run(config: &Path, log: &LogArgs) -> anyhow::Result<ExitCode> {
     let logs = log.init();
     let store = load_store(config)?;
     let snapshot = store.current().load_full();
-    let backend = snapshot.upstream.backends[0].addr;
+    let backend = snapshot.upstream.targets[0]
+        .address()
+        .context("the demo serves its mock backend on upstream.addresses[0], an IP address")?;
     let addrs = ListenAddrs::configured(&snapshot.startup, Some(backend));
     let listeners = Listeners::bind(&addrs)?;
     let at = listeners.local_addrs()?;
@@ -189,7 +191,7 @@ mod tests {
 
     /// The commands for `snapshot`'s listeners as configured.
     fn as_configured(snapshot: &Snapshot) -> String {
-        let backend = snapshot.upstream.backends[0].addr;
+        let backend = snapshot.upstream.targets[0].address().unwrap();
         let at = ListenAddrs::configured(&snapshot.startup, Some(backend));
         try_these(snapshot, &at, Path::new(EXE))
     }

@@ -171,7 +171,8 @@ impl Default for V2File {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct UpstreamFile {
-    /// One or more `host:port`, resolved at load (required).
+    /// One or more `host:port` (required): an IP address, or a name whose every A/AAAA record
+    /// is an address of the rotation, looked up again as its TTL says.
     pub addresses: Vec<String>,
     /// Speak TLS to the backend.
     pub tls: bool,
@@ -193,6 +194,24 @@ pub struct UpstreamFile {
     pub health_check_interval_ms: u64,
     /// `GET` this path for the check (a 2xx or 3xx answer is healthy); absent: a TCP connect.
     pub health_check_path: Option<String>,
+    /// A name is looked up again no sooner than this after an answer, whatever its TTL.
+    pub dns_min_ttl_ms: u64,
+    /// A name is looked up again no later than this after an answer, whatever its TTL.
+    pub dns_max_ttl_ms: u64,
+    /// DNS servers (`ip:port`, or an IP for port 53) asked instead of `/etc/resolv.conf`'s.
+    pub resolvers: Vec<String>,
+    /// Start even when a name of `addresses` does not resolve (it joins once it does).
+    pub allow_unresolved_at_start: bool,
+    /// The most connections open to one address, idle ones included; absent: unlimited.
+    pub max_connections_per_address: Option<usize>,
+    /// The most requests waiting for a connection, all addresses together; past it, 503.
+    pub max_pending: usize,
+    /// The longest a request waits for a connection before it is answered 503.
+    pub pending_timeout_ms: u64,
+    /// Consecutive failures (connect, reset, protocol) that eject an address; 0: never.
+    pub eject_after_failures: u32,
+    /// How long a first ejection lasts; each repeat doubles it, up to a cap.
+    pub eject_ms: u64,
 }
 
 impl UpstreamFile {
@@ -219,6 +238,15 @@ impl Default for UpstreamFile {
             idle_timeout_ms: 60_000,
             health_check_interval_ms: 1000,
             health_check_path: None,
+            dns_min_ttl_ms: 1000,
+            dns_max_ttl_ms: 300_000,
+            resolvers: Vec::new(),
+            allow_unresolved_at_start: false,
+            max_connections_per_address: None,
+            max_pending: 1024,
+            pending_timeout_ms: 5000,
+            eject_after_failures: 3,
+            eject_ms: 10_000,
         }
     }
 }

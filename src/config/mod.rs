@@ -51,14 +51,13 @@ pub use types::{
     format_time, unix_seconds, BasePath, Bases, BusinessCode, Dates, IpNet, OnRedisError,
     RateLimitBackend, Repeat, TokenDigest, V1Policy, ValidationMode, Weekday,
 };
-pub use upstream::{Backend, UpstreamConfig};
+pub use upstream::{BudgetConfig, DnsConfig, EjectionConfig, Host, Target, UpstreamConfig};
 
 use document::Parsed;
 use file::{AgentsFile, AuthFile};
 use files::Files;
 use problems::Problems;
 use schema::Schema;
-use upstream::Lookup;
 
 /// The whole validated configuration. Immutable; a reload builds a new one.
 #[derive(Debug, Clone)]
@@ -108,17 +107,6 @@ impl std::fmt::Debug for Source {
             .field("sha256", &self.sha256.map(hex::encode))
             .field("loaded_at", &self.loaded_at)
             .finish_non_exhaustive()
-    }
-}
-
-/// A snapshot whose upstream host names were not looked up (their `host:port` form only): to
-/// describe a config (its OpenAPI document, its effective values) away from the DNS it will
-/// run with, never to serve. Its backends' addresses are placeholders.
-pub struct Unresolved(Snapshot);
-
-impl Unresolved {
-    pub fn snapshot(&self) -> &Snapshot {
-        &self.0
     }
 }
 
@@ -204,47 +192,25 @@ impl Snapshot {
     /// config file itself cannot be read.
     pub fn read(path: &Path) -> Result<Reading, ConfigError> {
         let text = read(path)?;
-        Ok(Self::from_text(
-            &text,
-            Files::beside(path, &text),
-            Lookup::Resolve,
-        ))
-    }
-
-    /// Read and check a config file like [`Self::load`], without looking upstream host names
-    /// up: for a config checked away from the DNS it will run with, such as a Kubernetes
-    /// ConfigMap whose backend is a Service name, checked in CI.
-    pub fn load_unresolved(path: &Path) -> Result<Unresolved, ConfigError> {
-        let text = read(path)?;
-        Self::from_text(&text, Files::beside(path, &text), Lookup::Skip)
-            .result
-            .map(Unresolved)
+        Ok(Self::from_text(&text, Files::beside(path, &text)))
     }
 
     /// Parse and validate the text of a config file; the files it names are relative to the
     /// current directory.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
-        Self::from_text(text, Files::new(Path::new("."), text), Lookup::Resolve).result
+        Self::from_text(text, Files::new(Path::new("."), text)).result
     }
 
     /// Validate a parsed file, reporting every problem at once (the files it names are
     /// relative to the current directory).
     pub fn from_file(f: FileConfig) -> Result<Self, ConfigError> {
         let mut files = Files::new(Path::new("."), "");
-        Self::validate(f, Lookup::Resolve, &mut files).map_err(ConfigError::Invalid)
-    }
-
-    /// Checks a file without looking up upstream host names ([`Self::load_unresolved`]).
-    pub fn check_without_lookup(f: FileConfig) -> Result<(), ConfigError> {
-        let mut files = Files::new(Path::new("."), "");
-        Self::validate(f, Lookup::Skip, &mut files)
-            .map(drop)
-            .map_err(ConfigError::Invalid)
+        Self::validate(f, &mut files).map_err(ConfigError::Invalid)
     }
 
     /// Every problem of `text`, its shape's and its values', in the order of the file (then
     /// the agents file's, in its order).
-    fn from_text(text: &str, mut files: Files, lookup: Lookup) -> Reading {
+    fn from_text(text: &str, mut files: Files) -> Reading {
         let parsed = match Parsed::<FileConfig>::read(text, Schema::file()) {
             Ok(parsed) => parsed,
             Err(problems) => {
@@ -254,7 +220,7 @@ impl Snapshot {
                 }
             }
         };
-        let validated = Self::validate(parsed.file.clone(), lookup, &mut files);
+        let validated = Self::validate(parsed.file.clone(), &mut files);
         let inputs = files.finish();
         let result = match validated {
             Ok(mut snapshot) if parsed.is_clean() => {
@@ -269,7 +235,7 @@ impl Snapshot {
         Reading { inputs, result }
     }
 
-    fn validate(f: FileConfig, lookup: Lookup, files: &mut Files) -> Result<Self, Vec<Problem>> {
+    fn validate(f: FileConfig, files: &mut Files) -> Result<Self, Vec<Problem>> {
         let mut p = Problems::default();
         // The agents file's agents are validated after the inline ones, as if they were
         // `auth.agents[n..]` (duplicate ids across the two, brownouts naming them); their
@@ -288,7 +254,7 @@ impl Snapshot {
             "v1.default_service",
             BusinessCode::parse(&f.v1.default_service),
         );
-        let upstream = upstream::upstream(&f.upstream, lookup, &mut p);
+        let upstream = upstream::upstream(&f.upstream, &mut p);
         let auth = auth::auth(&auth_file, &mut p);
         let retirement = retirement::retirement(&f.retirement, &auth_file, &auth.agents, &mut p);
         let limits = limits::limits(&f.limits, &mut p);
@@ -425,21 +391,14 @@ services = ["ok", "bad code"]
     }
 
     #[test]
-    fn without_lookup_host_names_are_checked_for_form_only() {
+    fn host_names_are_checked_for_form_and_never_looked_up() {
         let mut f = testing::config();
         f.upstream.addresses = vec!["backend.example.invalid:8080".into()];
-        assert!(Snapshot::from_file(f.clone()).is_err());
-        assert!(Snapshot::check_without_lookup(f.clone()).is_ok());
+        assert!(Snapshot::from_file(f.clone()).is_ok());
         f.upstream.addresses = vec!["no-port".into(), ":80".into(), "h:x".into()];
         f.v1.default_service = "a/b".into();
-        let keys: Vec<String> = Snapshot::check_without_lookup(f)
-            .unwrap_err()
-            .problems()
-            .into_iter()
-            .map(|p| p.key)
-            .collect();
         assert_eq!(
-            keys,
+            f.refused_keys(),
             [
                 "v1.default_service",
                 "upstream.addresses[0]",

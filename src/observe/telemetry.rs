@@ -17,11 +17,12 @@ use prometheus::{
     IntCounterVec, IntGaugeVec, Opts, Registry,
 };
 
-use crate::api::failure::UpstreamErrorKind;
+use crate::api::failure::{Failure, UpstreamErrorKind};
 use crate::api::operation::{ApiVersion, Operation};
 use crate::api::reply::V1Refusal;
 use crate::config::Snapshot;
 use crate::observe::access_log::AccessLog;
+use crate::observe::backend::BackendMetrics;
 use crate::observe::exchange::{operation_name, version_name, Exchange, Protocol};
 use crate::observe::in_flight::InFlight;
 use crate::observe::log_sink::LineSink;
@@ -488,6 +489,8 @@ pub struct Telemetry {
     pub in_flight: Arc<InFlight>,
     /// Per-agent counts behind `/v1-usage`.
     pub usage: UsageTracker,
+    /// The backend's names and addresses: the proxy counts DNS errors and ejections into it.
+    pub backends: Arc<BackendMetrics>,
     access_log: AccessLog,
 }
 
@@ -505,6 +508,7 @@ impl Telemetry {
             retirement: RetirementMetrics::register(registry)?,
             in_flight: InFlight::register(registry)?,
             usage,
+            backends: Arc::new(BackendMetrics::register(registry)?),
             access_log: AccessLog::new(None),
         })
     }
@@ -558,6 +562,9 @@ impl Telemetry {
         self.routes.record(ex, route, elapsed);
         self.failures.record(ex, operation);
         self.rate_limits.record(ex);
+        if let Some(Failure::Overflow(o)) = &ex.failure {
+            self.backends.overflowed(o.reason);
+        }
         if let Some(v) = ex.version {
             self.agents.record(ex, v, operation, &self.usage);
         }

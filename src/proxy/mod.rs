@@ -4,10 +4,12 @@
 //! which serves it with the client's protocol ([`h1`] or [`h2`], each a [`downstream::Downstream`],
 //! HTTP/2 chosen by ALPN on TLS or by its preface on plaintext); every request then
 //! goes through the same [`pipeline`]: admission ([`crate::policy::admit`]), the body, the
-//! backend ([`upstream`] over [`connect`] and [`pool`], steered by [`health`]) and the answer
+//! backend ([`upstream`] over [`connect`] and [`pool`], its addresses followed by
+//! [`backends`] and [`names`], steered by [`health`]) and the answer
 //! ([`relay`]), with the headers that cross each hop decided in [`forwarding`]. Decisions
 //! are made by pure functions elsewhere; this module carries them out.
 
+pub mod backends;
 pub mod connect;
 mod downstream;
 mod failed_auths;
@@ -15,6 +17,7 @@ mod forwarding;
 mod h1;
 mod h2;
 pub mod health;
+pub mod names;
 mod pipeline;
 pub mod pool;
 mod relay;

@@ -4,7 +4,9 @@
 //! connection; this one is a locked stack per backend. A connection is checked when it is
 //! taken (closed by the backend? expired?) rather than watched while idle, and
 //! [`UpstreamPool::evict`] sweeps the expired ones out periodically. Newest first: the
-//! connection most likely still open, with warm buffers, is reused.
+//! connection most likely still open, with warm buffers, is reused. A connection to an
+//! address that left the set is never kept: it closes when its request is done, or at the
+//! next sweep when it sat idle.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -28,6 +30,7 @@ use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use tokio::io::AsyncReadExt;
 
+use super::backends::Slot;
 use crate::config::Snapshot;
 use crate::http1::ResponseHead;
 
@@ -36,14 +39,17 @@ pub struct UpstreamConn {
     pub stream: Stream,
     pub buf: BytesMut,
     pub head: ResponseHead,
+    /// Its place in its address's count of connections, freed when it closes.
+    pub slot: Slot,
 }
 
 impl UpstreamConn {
-    pub fn new(stream: Stream) -> Self {
+    pub fn new(stream: Stream, slot: Slot) -> Self {
         UpstreamConn {
             stream,
             buf: BytesMut::with_capacity(4096),
             head: ResponseHead::default(),
+            slot,
         }
     }
 
@@ -114,17 +120,25 @@ impl UpstreamPool {
         }
     }
 
-    /// Keeps `conn` for reuse, unless `key` already has `max_per_key` idle connections.
-    pub fn put(&self, key: u64, mut conn: UpstreamConn) {
-        conn.buf.clear();
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        let stack = idle.entry(key).or_default();
-        if stack.len() < self.max_per_key {
-            stack.push(Idle {
-                conn,
-                since: Instant::now(),
-            });
+    /// Keeps `conn` for reuse, unless its address left the set or already has `max_per_key`
+    /// idle connections; the oldest request waiting for the address may then take it.
+    pub fn put(&self, mut conn: UpstreamConn) {
+        let address = conn.slot.address().clone();
+        if address.is_retired() {
+            return;
         }
+        conn.buf.clear();
+        {
+            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            let stack = idle.entry(address.key).or_default();
+            if stack.len() < self.max_per_key {
+                stack.push(Idle {
+                    conn,
+                    since: Instant::now(),
+                });
+            }
+        }
+        address.returned();
     }
 
     fn evict_key(&self, key: u64, idle_timeout: Duration) {
@@ -134,13 +148,24 @@ impl UpstreamPool {
         }
     }
 
-    /// Closes every connection idle for `idle_timeout` or closed by its backend.
+    /// Closes every connection idle for `idle_timeout`, closed by its backend, or to an
+    /// address that left the set.
     pub fn evict(&self, idle_timeout: Duration) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         for stack in idle.values_mut() {
-            stack.retain_mut(|i| i.since.elapsed() < idle_timeout && i.conn.is_quiet());
+            stack.retain_mut(|i| {
+                i.since.elapsed() < idle_timeout
+                    && !i.conn.slot.address().is_retired()
+                    && i.conn.is_quiet()
+            });
         }
         idle.retain(|_, stack| !stack.is_empty());
+    }
+
+    /// Idle connections kept for `key` right now.
+    pub fn idle_count_of(&self, key: u64) -> usize {
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        idle.get(&key).map_or(0, Vec::len)
     }
 
     /// Idle connections kept right now.
@@ -173,12 +198,31 @@ impl BackgroundService for PoolSweeper {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::BudgetConfig;
+    use crate::proxy::backends::{Address, Admit};
     use pingora::protocols::GetSocketDigest;
+
+    fn unlimited() -> BudgetConfig {
+        BudgetConfig {
+            max_connections_per_address: None,
+            max_pending: 0,
+            pending_timeout: Duration::from_secs(1),
+        }
+    }
     use std::io::Write;
 
     /// A pooled connection over a real loopback socket, and the backend's end of it.
     async fn pooled_socket() -> (UpstreamConn, std::net::TcpStream) {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = Address::detached(listener.local_addr().unwrap());
+        pooled_socket_to(&listener, &address).await
+    }
+
+    /// Another connection to `address`, which `listener` serves.
+    async fn pooled_socket_to(
+        listener: &std::net::TcpListener,
+        address: &Arc<Address>,
+    ) -> (UpstreamConn, std::net::TcpStream) {
         let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
             .await
             .unwrap();
@@ -187,7 +231,11 @@ mod tests {
         let fd = std::os::fd::AsRawFd::as_raw_fd(&client);
         let mut stream = pingora::protocols::l4::stream::Stream::from(client);
         stream.set_socket_digest(pingora::protocols::SocketDigest::from_raw_fd(fd));
-        (UpstreamConn::new(Box::new(stream)), backend)
+        let slot = match address.admit(&unlimited(), false) {
+            Ok(Admit::Connect(slot)) => slot,
+            _ => unreachable!("no budget"),
+        };
+        (UpstreamConn::new(Box::new(stream), slot), backend)
     }
 
     #[tokio::test(flavor = "current_thread")]
@@ -210,14 +258,19 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn the_pool_hands_out_only_quiet_connections() {
         let pool = UpstreamPool::new(4);
-        let (quiet, _kept) = pooled_socket().await;
-        let (noisy, mut noisy_backend) = pooled_socket().await;
-        pool.put(1, quiet);
-        pool.put(1, noisy);
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = Address::detached(listener.local_addr().unwrap());
+        let (quiet, _kept) = pooled_socket_to(&listener, &address).await;
+        let (noisy, mut noisy_backend) = pooled_socket_to(&listener, &address).await;
+        pool.put(quiet);
+        pool.put(noisy);
+        assert_eq!(address.open(), 2);
         noisy_backend.write_all(b"late").unwrap();
         // Newest first: the noisy one is dropped, the quiet one handed out.
-        assert!(pool.take(1, Duration::from_secs(60)).is_some());
+        let key = address.key;
+        assert!(pool.take(key, Duration::from_secs(60)).is_some());
         assert_eq!(pool.idle_count(), 0);
-        assert!(pool.take(1, Duration::from_secs(60)).is_none());
+        assert!(pool.take(key, Duration::from_secs(60)).is_none());
+        assert_eq!(address.open(), 0, "both closed, their places freed");
     }
 }

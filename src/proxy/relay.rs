@@ -97,11 +97,7 @@ pub(super) async fn relay<D: Downstream>(
     ex: &mut Exchange,
     retirement: &RetirementHeaders<'_>,
 ) {
-    let UpstreamResponse {
-        mut conn,
-        key,
-        started,
-    } = response;
+    let UpstreamResponse { mut conn, started } = response;
     let framing = conn.head.framing;
     let decode = framing == Framing::Chunked && d.wants_decoded();
     ex.status = conn.head.status;
@@ -161,7 +157,7 @@ pub(super) async fn relay<D: Downstream>(
     // has the last bytes, so the client's next request can have it.
     ex.upstream.duration = Some(started.elapsed());
     if conn.head.keep_alive && conn.buf.is_empty() {
-        pool.put(key, conn);
+        pool.put(conn);
     }
     ex.bytes_out += d.out().len() - head_bytes;
     if let Err(e) = d.send(true).await {

@@ -12,6 +12,7 @@
 //!   timeouts that take no wall time.
 //! - [`ports`]: ports no other process takes meanwhile, an address that refuses connections.
 //! - [`process`]: other programs, signals, and [`wait_until`] with one bounded deadline.
+//! - [`dns`]: a real DNS server whose answers the test changes.
 //! - [`redis`], [`otlp`], [`python`], [`pki`], [`chromium`]: a real Redis, a recording OTLP
 //!   collector, the pinned Python tools, a test CA, a headless browser; [`board`]: the
 //!   retirement board's rows; [`dashboard`] and [`traffic`] for the metrics tests;
@@ -25,6 +26,7 @@ pub mod chromium;
 pub mod client;
 pub mod curl;
 pub mod dashboard;
+pub mod dns;
 pub mod gateway;
 pub mod markdown;
 pub mod otlp;
