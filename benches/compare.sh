@@ -14,6 +14,8 @@
 #                  during the max run and during the fixed-rate run
 #   RSS            idle (VmRSS after start-up), peak (VmHWM at the end) and VmRSS while
 #                  IDLE_CONNS client connections are open and idle after one request each
+#   backend conns  the most connections from the proxy to the backend seen while those
+#                  IDLE_CONNS connections send their request at once (ss, every 50 ms)
 #   load/wrk       the load generator's own overhead: `agent-gateway load --rate max` (closed
 #                  model, one thread, CONNS connections, POST v1 verify only) right after wrk's
 #                  max run, on the same CPU and target; its req/s over wrk's, per round
@@ -30,8 +32,11 @@
 #   gateway's [server] table, e.g. "work_stealing = false") GATEWAY_LOG_LEVEL (warn: no access
 #   log, like the peers' access_log off; "info" logs every request to a file)
 #   Every gateway runs with `threads = 1` (it has one CPU) unless its [server] lines set threads.
+#   GATEWAY_UPSTREAM (extra lines for its [upstream] table, e.g.
+#   "max_connections_per_address = 64"; GATEWAY_B_UPSTREAM for agent-gateway-b)
 #   A second gateway variant for A/B runs, agent-gateway-b on :8084, starts when any of
-#   GATEWAY_B_BIN, GATEWAY_B_SERVER, GATEWAY_B_LOG_LEVEL is set, and joins the default TARGETS;
+#   GATEWAY_B_BIN, GATEWAY_B_SERVER, GATEWAY_B_UPSTREAM, GATEWAY_B_LOG_LEVEL is set, and joins
+#   the default TARGETS;
 #   GATEWAY_B_CPUS (PROXY_CPU) is the CPU list it is pinned to: "0,1" with
 #   GATEWAY_B_SERVER="threads = 2" measures two threads sharing both cores with the load.
 #   Tracing: agent-gateway-trace-0.01 (:8088) and agent-gateway-trace-1 (:8089) are the same
@@ -40,11 +45,15 @@
 #   LOAD_CPU); agent-gateway is the same gateway with tracing off. Name them in TARGETS, e.g.
 #   TARGETS="agent-gateway agent-gateway-trace-0.01 agent-gateway-trace-1"; the table then
 #   also gives their ratios to agent-gateway, and the spans each exported and dropped.
-#   RESULTS (a file to keep the per-round TSV in) LOAD_VS_WRK (1)
+#   RESULTS (a file to keep the per-round TSV in) LOAD_VS_WRK (1) LOAD_VS_H2LOAD (1)
 #   HTTP/2: H2_TARGETS (none by default; "agent-gateway nginx-h2" measures the gateway and nginx
 #   doing the same job over h2c, nginx-h2 being the peer config with `listen ... http2`) with
 #   h2load -c H2_CONNS (8) -m H2_STREAMS (32) for DURATION seconds, in ROUNDS alternating rounds:
-#   req/s and CPU s/100k, in a table of their own.
+#   req/s and CPU s/100k, in a table of their own. Right after each h2load run, h2load's job
+#   done by the load generator (`agent-gateway load --http2 --rate max`, closed model, one
+#   thread, H2_CONNS connections × H2_STREAMS streams, POST v1 verify only) on the same CPU and
+#   target: its req/s over h2load's, per round (LOAD_VS_H2LOAD=0 skips it). Only the h2 table:
+#   TARGETS="" H2_TARGETS=agent-gateway.
 #   The per-agent rate limit's two backends, on the same binary: rl-local (:8085, in-process
 #   buckets) and rl-redis (:8086, a redis-server on 127.0.0.1:6399 pinned to LOAD_CPU, with the
 #   load), each with the benchmark's agent limited far above what it can send, so that every
@@ -64,13 +73,16 @@ IDLE_CONNS=${IDLE_CONNS:-1000}
 PROXY_CPU=${PROXY_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
 GATEWAY_SERVER=${GATEWAY_SERVER:-}
+GATEWAY_UPSTREAM=${GATEWAY_UPSTREAM:-}
 GATEWAY_LOG_LEVEL=${GATEWAY_LOG_LEVEL:-warn}
 LOAD_VS_WRK=${LOAD_VS_WRK:-1}
+LOAD_VS_H2LOAD=${LOAD_VS_H2LOAD:-1}
 B_ENABLED=0
-if [ -n "${GATEWAY_B_BIN:-}${GATEWAY_B_SERVER:-}${GATEWAY_B_LOG_LEVEL:-}" ]; then
+if [ -n "${GATEWAY_B_BIN:-}${GATEWAY_B_SERVER:-}${GATEWAY_B_UPSTREAM:-}${GATEWAY_B_LOG_LEVEL:-}" ]; then
   B_ENABLED=1
 fi
 GATEWAY_B_SERVER=${GATEWAY_B_SERVER:-}
+GATEWAY_B_UPSTREAM=${GATEWAY_B_UPSTREAM:-}
 GATEWAY_B_CPUS=${GATEWAY_B_CPUS:-$PROXY_CPU}
 GATEWAY_B_LOG_LEVEL=${GATEWAY_B_LOG_LEVEL:-$GATEWAY_LOG_LEVEL}
 if [ -z "${TARGETS+set}" ]; then
@@ -167,7 +179,7 @@ grep -q 'listen 127.0.0.1:8087 http2' "$WORK/gateway-nginx-h2.conf" \
 
 # The agent and token wrk sends (shared/peers/post-verify.lua), stored as its digest.
 TOKEN_SHA256=$(printf '%s' secret | "$GATEWAY_BIN" hash-token)
-gateway_config() { # port, extra [server] lines, [admin port, lines after the agent's token: its own keys, then tables]
+gateway_config() { # port, extra [server] lines, [admin port, lines after the agent's token: its own keys, then tables, extra [upstream] lines]
   cat <<EOF
 [listen]
 proxy = "127.0.0.1:$1"
@@ -180,14 +192,15 @@ $2
 default_service = "DEFAULT"
 [upstream]
 addresses = ["127.0.0.1:9000"]
+${5:-}
 [[auth.agents]]
 id = "agent-1"
 token_sha256 = "$TOKEN_SHA256"
 EOF
   printf '%s\n' "${4:-}"
 }
-gateway_config 8083 "$GATEWAY_SERVER" >"$WORK/gateway.toml"
-gateway_config 8084 "$GATEWAY_B_SERVER" >"$WORK/gateway-b.toml"
+gateway_config 8083 "$GATEWAY_SERVER" "" "" "$GATEWAY_UPSTREAM" >"$WORK/gateway.toml"
+gateway_config 8084 "$GATEWAY_B_SERVER" "" "" "$GATEWAY_B_UPSTREAM" >"$WORK/gateway-b.toml"
 # A limit no run reaches: every request is decided, none refused.
 RL_AGENT='rate_limit_per_second = 1000000000
 burst = 1000000000'
@@ -321,6 +334,11 @@ status_kb() { # name, field (VmRSS, VmHWM): summed over the processes
   echo "$sum"
 }
 HZ=$(getconf CLK_TCK)
+backend_conns() { # established connections from a target's processes to the backend (:9000)
+  local pat
+  pat=$(pids_of "$1" | tr ' ' '\n' | sed 's/.*/pid=&,/' | paste -sd'|')
+  ss -Htnp state established '( dport = :9000 )' 2>/dev/null | grep -cE "$pat" || true
+}
 
 RESULTS_TSV=$WORK/results.tsv
 : >"$RESULTS_TSV"
@@ -357,6 +375,21 @@ with open(ready, "w") as f:
 time.sleep(60)
 EOF
 
+# The load generator's JSON report on stdin, doing another tool's job: its req/s and errors as
+# PREFIX_rps and PREFIX_errors, and its req/s over the other tool's as RATIO.
+record_load_vs() { # round, target, the other tool's req/s, PREFIX, RATIO
+  python3 -c '
+import json, sys
+r, t, other_rps, prefix, ratio, path = sys.argv[1:7]
+rep = json.load(sys.stdin)
+rps, errors = rep["throughput_rps"], rep["errors"]["total"]
+with open(path, "a") as f:
+    f.write(f"{r}\t{t}\t{prefix}_rps\t{rps:.1f}\n")
+    f.write(f"{r}\t{t}\t{prefix}_errors\t{errors}\n")
+    f.write(f"{r}\t{t}\t{ratio}\t{rps / float(other_rps):.4f}\n")
+' "$1" "$2" "$3" "$4" "$5" "$RESULTS_TSV"
+}
+
 # --- the rounds -------------------------------------------------------------------------------
 measure() { # round, target
   local r=$1 t=$2 port=${PORT[$2]} url out c0 c1 reqs rps errs
@@ -380,16 +413,7 @@ measure() { # round, target
     out=$(taskset -c "$LOAD_CPU" "$LOAD_BIN" load --target "$url" --rate max \
       --duration "${DURATION}s" --connections "$CONNS" --threads 1 --api v1 \
       --mix verify_request=1 --agent-id agent-1 --token secret --json 2>/dev/null)
-    python3 -c '
-import json, sys
-r, t, wrk_rps, path = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
-rep = json.load(sys.stdin)
-rps, errors = rep["throughput_rps"], rep["errors"]["total"]
-with open(path, "a") as f:
-    f.write(f"{r}\t{t}\tload_max_rps\t{rps:.1f}\n")
-    f.write(f"{r}\t{t}\tload_max_errors\t{errors}\n")
-    f.write(f"{r}\t{t}\tload_vs_wrk\t{rps / wrk_rps:.4f}\n")
-' "$r" "$t" "$rps" "$RESULTS_TSV" <<<"$out"
+    record_load_vs "$r" "$t" "$rps" load_max load_vs_wrk <<<"$out"
   fi
 
   c0=$(cpu_ticks "$t")
@@ -413,8 +437,14 @@ EOF
   if [ "$t" != direct ]; then
     rm -f "$WORK/ready"
     taskset -c "$LOAD_CPU" python3 "$WORK/idle_conns.py" "$port" "$IDLE_CONNS" "$WORK/ready" &
-    local held=$!
-    for _ in $(seq 300); do [ -s "$WORK/ready" ] && break; sleep 0.05; done
+    local held=$! most=0 now
+    for _ in $(seq 300); do
+      now=$(backend_conns "$t")
+      [ "$now" -gt "$most" ] && most=$now
+      [ -s "$WORK/ready" ] && break
+      sleep 0.05
+    done
+    record "$r" "$t" backend_conns_burst "$most"
     sleep 0.2
     record "$r" "$t" rss_idle_conns_mib "$(awk -v k="$(status_kb "$t" VmRSS)" 'BEGIN {printf "%.1f", k / 1024}')"
     record "$r" "$t" idle_conns_ok "$(cat "$WORK/ready" 2>/dev/null || echo 0)"
@@ -444,6 +474,17 @@ measure_h2() { # round, target
   record "$r" "$t" h2_cpu_s_per_100k \
     "$(awk -v d=$((c1 - c0)) -v n="$reqs" -v hz="$HZ" 'BEGIN {printf "%.3f", d / hz / n * 100000}')"
   log "round $r $t (h2): $rps req/s"
+
+  if [ "$LOAD_VS_H2LOAD" = 1 ]; then
+    # h2load's job done by the load generator: closed model, one thread, the same connections
+    # and streams.
+    out=$(taskset -c "$LOAD_CPU" "$LOAD_BIN" load --target "http://127.0.0.1:${PORT[$t]}" \
+      --http2 --connections "$H2_CONNS" --streams "$H2_STREAMS" --rate max \
+      --duration "${DURATION}s" --threads 1 --api v1 --mix verify_request=1 \
+      --agent-id agent-1 --token secret --json 2>/dev/null)
+    record_load_vs "$r" "$t" "$rps" load_h2 load_vs_h2load <<<"$out"
+    log "round $r $t (h2): load generator $(awk -v t="$t" '$2 == t && $3 == "load_h2_rps" {v = $4} END {print v}' "$RESULTS_TSV") req/s"
+  fi
 }
 
 for r in $(seq "$ROUNDS"); do
@@ -489,6 +530,7 @@ cols = [("max_rps", "max req/s", "{:.0f}"), ("p50_ms", "p50 ms", "{:.3f}"),
         ("cpu_s_per_100k_rate", "CPU s/100k @${LAT_RATE}/s", "{:.3f}"),
         ("idle_rss_mib", "idle RSS MiB", "{:.1f}"), ("peak_rss_mib", "peak RSS MiB", "{:.1f}"),
         ("rss_idle_conns_mib", "RSS +${IDLE_CONNS} conns MiB", "{:.1f}"),
+        ("backend_conns_burst", "backend conns (burst)", "{:.0f}"),
         ("load_vs_wrk", "load/wrk req/s", "{:.2f}x")]
 med = {(t, k): statistics.median(vals[(t, k)]) for t in targets for k, _, _ in cols if vals[(t, k)]}
 w = 16
@@ -558,16 +600,24 @@ for line in open(path):
 print()
 print(f"HTTP/2 (h2c): medians of ${ROUNDS} rounds of h2load -c ${H2_CONNS} -m ${H2_STREAMS} -D ${DURATION}, "
       f"proxies on CPU ${PROXY_CPU}, h2load and backend on CPU ${LOAD_CPU}")
-print("target".ljust(16) + "req/s".rjust(12) + "CPU s/100k".rjust(14) + "errors".rjust(10))
+print("target".ljust(16) + "req/s".rjust(12) + "CPU s/100k".rjust(14) + "errors".rjust(10)
+      + "load req/s".rjust(14) + "load/h2load".rjust(14))
 med = {}
 for t in targets:
     rps, cpu = statistics.median(vals[(t, "h2_rps")]), statistics.median(vals[(t, "h2_cpu_s_per_100k")])
     med[t] = (rps, cpu)
-    print(t.ljust(16) + f"{rps:.0f}".rjust(12) + f"{cpu:.3f}".rjust(14) + f"{sum(vals[(t, 'h2_errors')]):.0f}".rjust(10))
+    load = (f"{statistics.median(vals[(t, 'load_h2_rps')]):.0f}".rjust(14)
+            + f"{statistics.median(vals[(t, 'load_vs_h2load')]):.2f}x".rjust(14)) if vals[(t, "load_h2_rps")] else ""
+    print(t.ljust(16) + f"{rps:.0f}".rjust(12) + f"{cpu:.3f}".rjust(14) + f"{sum(vals[(t, 'h2_errors')]):.0f}".rjust(10) + load)
 if "nginx-h2" in med:
     base = med["nginx-h2"]
     for t in targets:
         if t != "nginx-h2":
             print(f"{t} to nginx-h2: {med[t][0] / base[0]:.2f}x req/s, {med[t][1] / base[1]:.2f}x CPU per request")
 print("per round req/s:", "; ".join(f"{t} " + " ".join(f"{v:.0f}" for v in vals[(t, 'h2_rps')]) for t in targets))
+if any(vals[(t, "load_vs_h2load")] for t in targets):
+    print("load generator / h2load req/s, same job, connections, streams and CPU, per round:",
+          "; ".join(f"{t} " + " ".join(f"{v:.2f}x" for v in vals[(t, 'load_vs_h2load')]) for t in targets))
+    print("load generator errors (all rounds):",
+          ", ".join(f"{t} {sum(vals[(t, 'load_h2_errors')]):.0f}" for t in targets))
 EOF

@@ -186,7 +186,7 @@ fn tracing_at(ratio: Option<f64>) -> (Tracer, Snapshot) {
 /// One request's span, as the pipeline makes it, on the record `ex` of a served request.
 fn span_one(tracer: &Tracer, snap: &Snapshot, parsed: &Parsed, ex: &mut Exchange) {
     let view = parsed.head.view(&parsed.buf);
-    ex.span = tracer.start(snap, &view, Some("127.0.0.1"), ex.started_at);
+    ex.span = tracer.start(snap, &view, "127.0.0.1".parse().ok(), ex.started_at);
     black_box(ex.span.as_ref().map(RequestSpan::propagation));
     spans::finish(ex, &snap.bases);
 }

@@ -88,8 +88,12 @@ enum Command {
         /// A Prometheus that scrapes every replica: its base URL, http:// or https://, with its
         /// route prefix if any and `user:password@` for basic auth. Counts summed over
         /// replicas and restarts.
-        #[arg(long, value_name = "URL", conflicts_with = "admin")]
+        #[arg(long, value_name = "URL", conflicts_with_all = ["admin", "admin_token_file"])]
         prometheus: Option<String>,
+        /// A file holding the admin token (`[admin] token_sha256` is its digest) to send as
+        /// `Authorization: Bearer`; a trailing newline is not part of it.
+        #[arg(long, value_name = "FILE")]
+        admin_token_file: Option<PathBuf>,
         /// With --prometheus: PEM CA certificates its certificate must chain to, instead of
         /// the platform's.
         #[arg(long, value_name = "FILE", requires = "prometheus")]
@@ -210,9 +214,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::V1Usage {
             admin,
             prometheus: None,
+            admin_token_file,
             json,
             ..
-        } => cli::v1_usage::from_admin(&admin, json),
+        } => {
+            let options = ClientOptions {
+                token_file: admin_token_file,
+                ..ClientOptions::default()
+            };
+            cli::v1_usage::from_admin(&admin, &options, json)
+        }
         Command::Load(args) => cli::load::run(*args),
         Command::MockBackend {
             listen,

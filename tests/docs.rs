@@ -153,13 +153,23 @@ fn help_of(path: &[&str]) -> String {
 fn check_agent_gateway(words: &[&str]) -> Option<String> {
     let mut path: Vec<&str> = Vec::new();
     let mut help = help_of(&path);
+    let mut a_value_is_next = false;
     for word in words {
+        if std::mem::take(&mut a_value_is_next) {
+            continue;
+        }
         if let Some(flag) = word.strip_prefix("--") {
-            let flag = flag.split('=').next().unwrap();
+            let (flag, value) = match flag.split_once('=') {
+                Some((flag, _)) => (flag, true),
+                None => (flag, false),
+            };
             if !help.contains(&format!("--{flag} ")) && !help.contains(&format!("--{flag}\n")) {
                 return Some(format!("no --{flag} in `agent-gateway {}`", path.join(" ")));
             }
-        } else if !word.starts_with('-') && help.contains("\nCommands:") {
+            a_value_is_next = !value && takes_value(&help, &format!("--{flag}"));
+        } else if word.starts_with('-') {
+            a_value_is_next = takes_value(&help, word);
+        } else if help.contains("\nCommands:") {
             let listed = help
                 .lines()
                 .any(|l| l.split_whitespace().next() == Some(*word));
@@ -174,6 +184,15 @@ fn check_agent_gateway(words: &[&str]) -> Option<String> {
         }
     }
     None
+}
+
+/// Whether `option` (`--flag` or `-f`) takes a value in `help`: its line names one
+/// (`-H, --header <NAME: VALUE>`), so the next word is that value, not a command.
+fn takes_value(help: &str, option: &str) -> bool {
+    help.lines().any(|line| {
+        let spec = line.trim_start().split("  ").next().unwrap_or("");
+        spec.contains('<') && spec.split([',', ' ']).any(|part| part == option)
+    })
 }
 
 /// Splits a command line into words as `sh` would, for the quoting the docs use.
@@ -272,4 +291,44 @@ fn every_config_key_has_its_row_in_configuration_md() {
         doc.contains(&format!("`{MS_SUFFIX}`")),
         "the duration siblings of the {MS_SUFFIX} keys are explained"
     );
+}
+
+#[test]
+fn every_alert_links_its_runbook_section_and_every_section_is_an_alert_s() {
+    let rules: serde_json::Value =
+        serde_norway::from_str(&read(Path::new("config/prometheus/alerts.yml"))).unwrap();
+    let runbooks = read(Path::new("docs/runbooks.md"));
+    let anchors = anchors(&runbooks);
+    let mut alerts = Vec::new();
+    for group in rules["groups"].as_array().unwrap() {
+        for rule in group["rules"].as_array().unwrap() {
+            let name = rule["alert"].as_str().unwrap();
+            let url = rule["annotations"]["runbook_url"].as_str();
+            let want = format!("docs/runbooks.md#{}", name.to_lowercase());
+            assert_eq!(url, Some(want.as_str()), "{name}'s runbook_url");
+            assert!(
+                anchors.contains(&name.to_lowercase()),
+                "no section for {name}"
+            );
+            alerts.push(name.to_owned());
+        }
+    }
+    // Each alert's section, as `## Name`, says the same four things in order.
+    let sections: Vec<&str> = runbooks.split("\n## ").skip(1).collect();
+    let titles: Vec<&str> = sections.iter().map(|s| s.lines().next().unwrap()).collect();
+    assert_eq!(
+        titles, alerts,
+        "one section per alert, in the order of alerts.yml"
+    );
+    for section in sections {
+        let parts: Vec<Option<usize>> = ["**Means**", "**Confirm**", "**Do**", "**Escalate**"]
+            .iter()
+            .map(|p| section.find(p))
+            .collect();
+        assert!(
+            parts.iter().all(Option::is_some) && parts.is_sorted(),
+            "{}: Means, Confirm, Do, Escalate",
+            section.lines().next().unwrap()
+        );
+    }
 }

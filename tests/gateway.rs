@@ -6,7 +6,7 @@ mod common;
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use agent_gateway::config::file::AgentFile;
+use agent_gateway::config::file::{AgentFile, Digests};
 use agent_gateway::config::testing::{AGENT_ID, TOKEN};
 use agent_gateway::config::FileConfig;
 use common::*;
@@ -517,7 +517,7 @@ fn check_config_reports_every_problem_by_key_path() {
     bad.upstream.addresses.push("no-port-here".into());
     bad.auth.agents = vec![
         AgentFile {
-            token_sha256: "abc".into(),
+            token_sha256: Digests(vec!["abc".into()]),
             ..AgentFile::new("a", TOKEN)
         },
         AgentFile::new("a", TOKEN),

@@ -5,9 +5,10 @@
 //! answers on, the image, its user and its config path are the Containerfile's, every object
 //! has the recommended labels, the NetworkPolicy opens only the proxy port to all, the
 //! PrometheusRule carries `config/prometheus/alerts.yml` (and passes promtool), the dashboard
-//! ConfigMap carries `config/grafana/agent-gateway.json`, the example-agents overlay cannot
-//! run until its placeholder digest is replaced, and the Redis overlay is the base plus a
-//! shared rate limit that works.
+//! ConfigMap carries `config/grafana/agent-gateway.json`, the example-agents overlay keeps its
+//! agents in a mounted Secret and cannot run until its placeholder digests (the agent's, the
+//! admin token's) are replaced, and the Redis overlay is the base plus a shared rate limit
+//! that works.
 //!
 //! kustomize reads only files under a kustomization's root, so four files there are copies
 //! made from their sources by this test. When a source changes, regenerate them with
@@ -72,17 +73,20 @@ timeout_ms = 50
 key_prefix = "agent-gateway:"
 "#;
 
-/// What the example-agents overlay appends to the base's config: an agent whose digest is a
-/// placeholder the gateway refuses.
+/// What the example-agents overlay appends to the base's config: its agents in the Secret it
+/// mounts, and an admin token whose digest is a placeholder the gateway refuses.
 const EXAMPLE_AGENTS_SECTION: &str = r#"
-# Added by the example-agents overlay: your agents, one [[auth.agents]] entry each, each with a
-# token of its own. The token_sha256 below is a placeholder the gateway refuses: replace it with
-# the output of   printf '%s' "$TOKEN" | agent-gateway hash-token
-[[auth.agents]]
-id = "example-agent"
+# Added by the example-agents overlay: the agents are in the Secret agent-gateway-agents
+# (agents.toml in the overlay), mounted at /etc/agent-gateway-secrets and watched like this
+# file.
+[auth]
+agents_file = "/etc/agent-gateway-secrets/agents.toml"
+
+# Every admin endpoint but the probes and /metrics needs this token (Authorization: Bearer).
+# The token_sha256 below is a placeholder the gateway refuses: replace it with the output of
+#   printf '%s' "$ADMIN_TOKEN" | agent-gateway hash-token
+[admin]
 token_sha256 = "REPLACE-with-the-output-of-agent-gateway-hash-token"
-rate_limit_per_second = 50
-burst = 100
 "#;
 
 /// Each generated file (relative path) and the text it must hold.
@@ -233,11 +237,12 @@ fn containerfile(name: &str) -> String {
 }
 
 /// Every object of the base is among an overlay's `objects`, unchanged but for the config.
-fn assert_base_objects_unchanged(base: &[Value], objects: &[Value]) {
+fn assert_base_objects_unchanged(base: &[Value], objects: &[Value], changed: &[&str]) {
     for o in base {
         let name = o["metadata"]["name"].as_str().unwrap();
-        if name != "agent-gateway-config" {
-            assert_eq!(object(objects, o["kind"].as_str().unwrap(), name), o);
+        let kind = o["kind"].as_str().unwrap();
+        if name != "agent-gateway-config" && !changed.contains(&kind) {
+            assert_eq!(object(objects, kind, name), o);
         }
     }
 }
@@ -634,35 +639,91 @@ fn the_network_policy_lets_anyone_reach_the_proxy_port_and_only_monitoring_the_a
 // The example-agents overlay
 // ---------------------------------------------------------------------------------------------
 
+/// The agents file of the overlay's Secret, as the pods read it.
+fn secret_agents(objects: &[Value]) -> String {
+    use base64::Engine;
+    let data = object(objects, "Secret", "agent-gateway-agents")["data"]["agents.toml"]
+        .as_str()
+        .expect("the agents are in the Secret")
+        .replace('\n', "");
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .unwrap();
+    String::from_utf8(bytes).unwrap()
+}
+
+/// `cfg` with its agents file at `dir`/agents.toml holding `agents`, as the pod's mount has it.
+fn with_agents_here(mut cfg: FileConfig, agents: &str, dir: &Path) -> FileConfig {
+    let file = dir.join("agents.toml");
+    std::fs::write(&file, agents).unwrap();
+    cfg.auth.agents_file = Some(file.display().to_string());
+    cfg
+}
+
 #[test]
-fn the_example_agents_overlay_runs_only_once_its_placeholder_is_replaced_by_a_digest() {
+fn the_example_agents_overlay_runs_only_once_its_placeholders_are_replaced_by_digests() {
     let base = kustomize(BASE);
     let objects = kustomize(EXAMPLE_OVERLAY);
     assert_recommended_labels(&objects);
-    let (text, cfg) = configmap_config(&objects);
-    // As shipped, it is refused: the placeholder is no digest, so no token gets in.
-    let out = check_config(&text);
+    let (_, cfg) = configmap_config(&objects);
+    let agents = secret_agents(&objects);
+    // The Secret is mounted where the config's agents_file is, as a directory of its own.
+    let file = PathBuf::from(cfg.auth.agents_file.clone().unwrap());
+    let c = gateway_container(object(&objects, "Deployment", "agent-gateway"));
+    let mount = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "agents")
+        .expect("the agents' Secret is mounted");
+    assert_eq!(
+        mount["mountPath"],
+        file.parent().unwrap().display().to_string()
+    );
+    assert!(mount.get("subPath").is_none());
+    let pod = &object(&objects, "Deployment", "agent-gateway")["spec"]["template"]["spec"];
+    let volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "agents")
+        .unwrap();
+    assert_eq!(volume["secret"]["secretName"], "agent-gateway-agents");
+    // No agent in the ConfigMap: they are all in the Secret.
+    assert!(cfg.auth.agents.is_empty());
+
+    // As shipped, it is refused: both placeholders are no digest, so no token gets in.
+    let dir = tempfile::tempdir().unwrap();
+    let here = with_agents_here(cfg.clone(), &agents, dir.path());
+    let out = check_config(&here.to_toml());
     assert!(!out.status.success());
     let problems = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        problems.contains("auth.agents[0].token_sha256"),
-        "{problems}"
-    );
-    // It is the base's config plus the agent.
+    for key in ["agents[0].token_sha256", "admin.token_sha256"] {
+        assert!(problems.contains(key), "{key}: {problems}");
+    }
+    // It is the base's config plus the agents file and the admin token.
     let (_, base_cfg) = configmap_config(&base);
     let mut expected = base_cfg.clone();
-    expected.auth.agents = cfg.auth.agents.clone();
+    expected.auth.agents_file = cfg.auth.agents_file.clone();
+    expected.admin = cfg.admin.clone();
     assert_eq!(cfg.to_toml(), expected.to_toml());
-    assert_base_objects_unchanged(&base, &objects);
+    assert_base_objects_unchanged(&base, &objects, &["Deployment"]);
 
-    // With a digest of the user's token in its place, that agent, and only it, gets in.
-    let mut filled = cfg.clone();
-    filled.auth.agents[0].token_sha256 = AgentFile::new("", "their-own-token").token_sha256;
+    // With digests of the user's tokens in their places, that agent, and only it, gets in,
+    // and only the admin token opens /config.
+    let placeholder = "REPLACE-with-the-output-of-agent-gateway-hash-token";
+    let digest = |t: &str| AgentFile::new("", t).token_sha256.0[0].clone();
+    let agents = agents.replace(placeholder, &digest("their-own-token"));
+    let mut filled = with_agents_here(cfg.clone(), &agents, dir.path());
+    filled.admin.token_sha256.0 = vec![digest("their-admin-token")];
     let warnings = check_config_passes(&filled.to_toml());
     assert!(warnings.is_empty(), "{warnings}");
     let (gw, _backend) = run_and_probe(&objects, filled);
     assert_eq!(call_as(&gw, "example-agent", "their-own-token"), 200);
     assert_eq!(call_as(&gw, "example-agent", "demo-token"), 401);
+    assert_eq!(admin_get(gw.admin, "/config").status, 401);
+    let admin = [("Authorization", "Bearer their-admin-token")];
+    assert_eq!(request(gw.admin, "GET", "/config", &admin, b"").status, 200);
     gw.wait_for_metric(
         "agent_gateway_rate_limit_decisions_total{backend=\"local\",result=\"allowed\"}",
         1.0,
@@ -688,7 +749,7 @@ fn the_redis_overlay_is_the_base_with_a_shared_limit_that_works() {
     let mut expected = base_cfg.clone();
     expected.rate_limit = cfg.rate_limit.clone();
     assert_eq!(cfg.to_toml(), expected.to_toml());
-    assert_base_objects_unchanged(&base, &objects);
+    assert_base_objects_unchanged(&base, &objects, &[]);
 
     // redis_url names the overlay's Redis Service and port, which reach the Redis pod.
     let url = cfg.rate_limit.redis_url.clone().unwrap();

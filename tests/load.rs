@@ -1,15 +1,18 @@
 //! `agent-gateway load` against a real gateway in front of the mock v2 backend: both models,
 //! both API versions, ramps, thresholds and the exit status, Ctrl-C, the knee search, the JSON
-//! report, errors counted by status, and the HTML report as headless Chromium draws it.
+//! report, errors counted by status; over TLS and HTTP/2 with several agents, one of them
+//! limited; a run saved and its report redrawn without the target; and the HTML report as
+//! headless Chromium draws it.
 
 mod common;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
+use agent_gateway::config::file::AgentFile;
 use agent_gateway::config::testing::{AGENT_ID, TOKEN};
+use common::pki::TestPki;
 use common::*;
 
 /// A gateway in front of the mock v2 backend, the test agent limited to `limit` (rate per
@@ -25,14 +28,83 @@ fn gateway_on_the_mock(limit: Option<(f64, u32)>) -> (MockBackend, Gateway) {
     (mock, Gateway::builder(cfg).start())
 }
 
+/// The second agent of [`gateway_with_agents`], limited to [`LIMITED`].
+const AGENT_2: &str = "agent-2";
+const TOKEN_2: &str = "secret-2";
+/// Its rate limit: 20 requests a second, 5 at once above that.
+const LIMITED: (f64, u32) = (20.0, 5);
+
+/// A gateway in front of the mock v2 backend with two agents, and the `--agents` file that
+/// sends as both ([`agents_file`]).
+struct TwoAgents {
+    mock: MockBackend,
+    gw: Gateway,
+    /// Holds the agents file and whatever else a test writes.
+    dir: tempfile::TempDir,
+    /// The agents file's path.
+    agents: String,
+}
+
+/// [`TwoAgents`]: the test agent, unlimited, and [`AGENT_2`], limited to [`LIMITED`]; the
+/// gateway serving TLS with `pki`'s certificate when given.
+fn gateway_with_agents(pki: Option<&TestPki>) -> TwoAgents {
+    let mock = MockBackend::start();
+    let mut cfg = test_config(&[mock.addr]);
+    let mut limited = AgentFile::new(AGENT_2, TOKEN_2);
+    limited.rate_limit_per_second = Some(LIMITED.0);
+    limited.burst = Some(LIMITED.1);
+    cfg.auth.agents.push(limited);
+    if let Some(pki) = pki {
+        pki.serve_on(&mut cfg);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let agents = agents_file(dir.path());
+    TwoAgents {
+        mock,
+        gw: Gateway::builder(cfg).start(),
+        dir,
+        agents,
+    }
+}
+
+/// An `--agents` file in `dir`: the test agent with weight 3, [`AGENT_2`] (its token in a
+/// file of its own) with weight 1.
+fn agents_file(dir: &Path) -> String {
+    std::fs::write(dir.join("agent-2.token"), format!("{TOKEN_2}\n")).unwrap();
+    let path = dir.join("agents.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[[agents]]\nid = \"{AGENT_ID}\"\ntoken = \"{TOKEN}\"\nweight = 3\n\n\
+             [[agents]]\nid = \"{AGENT_2}\"\ntoken_file = \"agent-2.token\"\n"
+        ),
+    )
+    .unwrap();
+    path.display().to_string()
+}
+
+/// `agent-gateway load` against `target`, credentials and all from `args`.
+fn load_at(target: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("load").args(["--target", target]).args(args);
+    cmd
+}
+
+/// Runs `load_at` with `--json`, expecting success, and returns the report.
+fn load_json_at(target: &str, args: &[&str]) -> serde_json::Value {
+    let out = load_at(target, &[args, &["--json"]].concat())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// `agent-gateway load` against the gateway's proxy listener, with the test agent.
 fn load_command(gw: &Gateway, args: &[&str]) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.arg("load")
-        .args(["--target", &format!("http://{}", gw.proxy)])
-        .args(["--agent-id", AGENT_ID, "--token", TOKEN])
-        .args(args);
-    cmd
+    load_at(
+        &format!("http://{}", gw.proxy),
+        &[&["--agent-id", AGENT_ID, "--token", TOKEN], args].concat(),
+    )
 }
 
 /// Runs it to the end.
@@ -272,6 +344,250 @@ fn an_error_threshold_fails_when_the_gateway_refuses_over_the_agents_rate() {
     assert_eq!(r["thresholds"][1]["passed"], true);
 }
 
+/// The series of the gateway's 429s to an agent over its rate.
+fn limited_series(agent: &str) -> String {
+    format!("agent_gateway_rate_limited_total{{agent_id=\"{agent}\"}}")
+}
+
+/// Checks a run's agents: [`agents_file`]'s two, every request of the unlimited one answered
+/// 200, the limited one refused some with 429; they add up to `total`. Returns the refusals.
+fn assert_agents_counted(r: &serde_json::Value, total: u64) -> u64 {
+    let agents = r["agents"].as_array().unwrap();
+    let (a1, a2) = (&agents[0], &agents[1]);
+    assert_eq!(
+        (&a1["id"], &a1["weight"]),
+        (&AGENT_ID.into(), &3.into()),
+        "{r}"
+    );
+    assert_eq!(
+        (&a2["id"], &a2["weight"]),
+        (&AGENT_2.into(), &1.into()),
+        "{r}"
+    );
+    let n = |v: &serde_json::Value| v.as_u64().unwrap();
+    assert_eq!(n(&a1["requests"]) + n(&a2["requests"]), total, "{r}");
+    // Weights 3 and 1.
+    assert!(n(&a1["requests"]) > 2 * n(&a2["requests"]), "{r}");
+    assert_eq!(
+        a1["statuses"],
+        serde_json::json!({"200": a1["requests"]}),
+        "{r}"
+    );
+    assert_eq!((n(&a1["refused"]), n(&a1["errors"])), (0, 0), "{r}");
+    let refused = n(&a2["refused"]);
+    assert!(refused > 0, "{r}");
+    assert_eq!(a2["statuses"]["429"].as_u64(), Some(refused), "{r}");
+    assert_eq!(n(&a2["errors"]), refused, "{r}");
+    refused
+}
+
+#[test]
+fn over_tls_several_agents_share_the_load_and_only_the_limited_one_is_refused() {
+    let pki = TestPki::for_host("load", "127.0.0.1");
+    let TwoAgents {
+        mock: _mock,
+        gw,
+        dir: _dir,
+        agents,
+    } = gateway_with_agents(Some(&pki));
+    let target = format!("https://{}", gw.proxy);
+    let quick = ["--agents", &agents, "--rate", "20", "--duration", "1s"];
+
+    // The test CA is not one of the platform's: refused before anything is sent, saying why.
+    let out = load_at(&target, &quick).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("TLS handshake: invalid peer certificate: UnknownIssuer"),
+        "{}",
+        stderr(&out)
+    );
+    // --insecure takes any certificate.
+    let r = load_json_at(&target, &[&quick[..], &["--insecure"]].concat());
+    assert_eq!(r["responses"], 20, "{r}");
+
+    // With the CA, over HTTP/1.1 and over HTTP/2 (ALPN): the unlimited agent is answered
+    // every time, the limited one (about 50 req/s of its 20) is refused, and the gateway's
+    // count of its refusals is the report's.
+    let mut refused_so_far = 0;
+    for http2 in [false, true] {
+        let mut args = vec![
+            "--agents",
+            &agents,
+            "--cacert",
+            &pki.ca,
+            "--rate",
+            "200",
+            "--duration",
+            "1s",
+            "--connections",
+            "4",
+            "--mix",
+            "verify_request=1",
+        ];
+        if http2 {
+            args.extend(["--http2", "--streams", "4"]);
+        }
+        let r = load_json_at(&target, &args);
+        assert_eq!(r["http"], if http2 { "2" } else { "1.1" }, "{r}");
+        assert_eq!(r["responses"], 200, "{r}");
+        refused_so_far += assert_agents_counted(&r, 200);
+        gw.wait_for_metric(&limited_series(AGENT_2), refused_so_far as f64);
+    }
+    gw.wait_for_metric("agent_gateway_connections_total{protocol=\"h2\"}", 4.0);
+}
+
+#[test]
+fn h2c_streams_through_two_agents_end_after_the_answers_asked_for_and_judge_each_operation() {
+    let TwoAgents {
+        mock: _mock,
+        gw,
+        dir: _dir,
+        agents,
+    } = gateway_with_agents(None);
+    // 400 req/s through both agents for up to 10 s, ended at 300 answers; a threshold on one
+    // operation's latency that holds, one on another's that cannot.
+    let out = load_at(
+        &format!("http://{}", gw.proxy),
+        &[
+            "--agents",
+            &agents,
+            "--http2",
+            "--streams",
+            "8",
+            "--connections",
+            "2",
+            "--rate",
+            "400",
+            "--duration",
+            "10s",
+            "--requests",
+            "300",
+            "--threshold",
+            "verify_request.p99<60s",
+            "--threshold",
+            "transaction_status.p50<1us",
+            "--json",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains(
+            "1 of 2 thresholds failed: transaction_status.p50<1us (transaction_status.p50 "
+        ),
+        "{err}"
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((&r["http"], &r["streams"]), (&"2".into(), &8.into()));
+    assert_eq!(
+        (&r["responses"], &r["requests_limit"]),
+        (&300.into(), &300.into())
+    );
+    assert_eq!(r["interrupted"], false);
+    // The unlimited agent answered every time, the limited one (about 100 req/s of its 20)
+    // refused some, as the gateway counted them.
+    let refused = assert_agents_counted(&r, 300);
+    gw.wait_for_metric(&limited_series(AGENT_2), refused as f64);
+    // Every operation's latency, adding up to the whole mix's answers.
+    let by_op = r["latency_by_operation"].as_object().unwrap();
+    assert_eq!(by_op.len(), 5, "{by_op:?}");
+    let answered: u64 = by_op
+        .values()
+        .map(|o| o["responses"].as_u64().unwrap())
+        .sum();
+    assert_eq!(answered, 300);
+    for (op, o) in by_op {
+        let l = &o["latency_ms"];
+        assert!(l["p50"].as_f64() <= l["p99"].as_f64(), "{op}: {l}");
+        assert_eq!(o["responses"], r["operations"][op], "{op}");
+    }
+    let verdicts = &r["thresholds"];
+    assert_eq!(
+        (&verdicts[0]["operation"], &verdicts[0]["passed"]),
+        (&"verify_request".into(), &true.into())
+    );
+    assert_eq!(verdicts[1]["passed"], false);
+    // The gateway was spoken to over HTTP/2 on the two connections asked for.
+    gw.wait_for_metric(
+        "agent_gateway_requests_by_protocol_total{protocol=\"h2\"}",
+        300.0,
+    );
+    gw.wait_for_metric("agent_gateway_connections_total{protocol=\"h2\"}", 2.0);
+}
+
+#[test]
+fn a_saved_run_is_redrawn_the_same_without_the_target() {
+    let TwoAgents {
+        mock,
+        gw,
+        dir,
+        agents,
+    } = gateway_with_agents(None);
+    let saved = dir.path().join("run.jsonl").display().to_string();
+    let live = load_json_at(
+        &format!("http://{}", gw.proxy),
+        &[
+            "--agents",
+            &agents,
+            "--rate",
+            "150",
+            "--duration",
+            "1s",
+            "--connections",
+            "4",
+            "--threshold",
+            "p99<60s",
+            "-H",
+            "X-Load-Case: saved",
+            "--save",
+            &saved,
+        ],
+    );
+    assert_agents_counted(&live, 150);
+    assert_eq!(live["headers"], serde_json::json!(["x-load-case"]));
+    // The first line, a line per request, the last.
+    let lines = std::fs::read_to_string(&saved).unwrap();
+    assert_eq!(lines.lines().count(), 152);
+    assert!(!lines.contains(TOKEN_2), "no credential in the file");
+    drop(gw);
+    drop(mock);
+
+    let report = |args: &[&str]| {
+        Command::new(BIN)
+            .args(["load", "report", &saved])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = report(&["--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let redrawn: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(redrawn, live);
+    let out = report(&[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    for want in [
+        "agent-2 (weight 1): ",
+        "pass  p99<60s",
+        "latency by operation",
+    ] {
+        assert!(text.contains(want), "{want:?} not in\n{text}");
+    }
+    let html = dir.path().join("redrawn.html");
+    let out = report(&["--report", html.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains(&format!(
+        "\"started_at\":\"{}\"",
+        live["started_at"].as_str().unwrap()
+    )));
+    // Other thresholds, judged on the same run.
+    let out = report(&["--threshold", "rps>1000000"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("1 of 1 thresholds failed: rps>1000000"));
+}
+
 /// Waits until a progress line reports answers, then returns the lines read so far; the rest
 /// of stderr is drained by a thread into the returned handle.
 fn wait_for_answers(
@@ -480,58 +796,6 @@ fn find_max_exits_1_when_no_rate_holds_the_slo() {
     assert_eq!(rates, [4.0, 2.0, 1.0]);
 }
 
-/// Debian's chromium, headless, on a fresh profile, without the background connections this
-/// machine's closed network refuses. Waits at most two minutes (a hung browser fails the
-/// test rather than the suite).
-fn chromium(profile: &Path, args: &[&str]) -> Output {
-    let bin = std::env::var("CHROMIUM").unwrap_or_else(|_| "chromium".into());
-    let mut child = Command::new(&bin)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--hide-scrollbars",
-            "--force-device-scale-factor=1",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| {
-            panic!("cannot run {bin} ({e}): install Debian's chromium package (.ci/run does)")
-        });
-    let mut stdout = child.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut out = Vec::new();
-        std::io::Read::read_to_end(&mut stdout, &mut out).unwrap();
-        out
-    });
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("chromium did not finish within two minutes");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let mut stderr = Vec::new();
-    std::io::Read::read_to_end(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
-    Output {
-        status,
-        stdout: reader.join().unwrap(),
-        stderr,
-    }
-}
-
 /// The value of attribute `name` in the start tag `tag`.
 fn attr<'a>(tag: &'a str, name: &str) -> Option<&'a str> {
     let key = format!(" {name}=\"");
@@ -629,12 +893,19 @@ impl Screenshot {
 
 #[test]
 fn the_html_report_draws_its_charts_in_a_headless_browser() {
-    let (_mock, gw) = gateway_on_the_mock(None);
-    let dir = tempfile::tempdir().unwrap();
+    // A ramp through two agents, the second over its limit at the top.
+    let TwoAgents {
+        mock: _mock,
+        gw,
+        dir,
+        agents,
+    } = gateway_with_agents(None);
     let html: PathBuf = dir.path().join("report.html");
-    let r = load(
-        &gw,
+    let r = load_json_at(
+        &format!("http://{}", gw.proxy),
         &[
+            "--agents",
+            &agents,
             "--stages",
             "1s:150,1s:150,1s:0",
             "--connections",
@@ -645,6 +916,7 @@ fn the_html_report_draws_its_charts_in_a_headless_browser() {
             html.to_str().unwrap(),
         ],
     );
+    assert!(r["agents"][1]["refused"].as_u64().unwrap() > 0, "{r}");
     let seconds = r["timeline"].as_array().unwrap().len() as u64;
     let url = format!("file://{}", html.display());
 
@@ -658,15 +930,23 @@ fn the_html_report_draws_its_charts_in_a_headless_browser() {
     );
     assert!(out.status.success(), "{}", stderr(&out));
     let dom = String::from_utf8(out.stdout).unwrap();
-    assert!(dom.contains("data-drawn=\"4\""), "{dom}");
+    assert!(dom.contains("data-drawn=\"7\""), "{dom}");
     assert!(dom.contains("Load test of http://"), "{dom}");
     for want in ["p99&lt;60s", ">pass<", "stage 2", "1s:150,1s:150,1s:0"] {
         assert!(dom.contains(want), "{want:?} not in the page");
     }
-    let charts: Vec<(&str, DrawnChart)> = ["throughput", "latency", "statuses", "distribution"]
-        .into_iter()
-        .map(|id| (id, drawn_chart(&dom, id)))
-        .collect();
+    let charts: Vec<(&str, DrawnChart)> = [
+        "throughput",
+        "latency",
+        "statuses",
+        "distribution",
+        "operation-latency",
+        "operation-distribution",
+        "agents",
+    ]
+    .into_iter()
+    .map(|id| (id, drawn_chart(&dom, id)))
+    .collect();
     let names = |c: &DrawnChart| c.series.iter().map(|s| s.0.clone()).collect::<Vec<_>>();
     assert_eq!(
         names(&charts[0].1),
@@ -688,6 +968,39 @@ fn the_html_report_draws_its_charts_in_a_headless_browser() {
         distribution.1,
         r["latency_distribution"].as_array().unwrap().len() as u64
     );
+    // A line per operation answered: its p99 second by second, and its distribution next to
+    // the whole mix's.
+    let ops: Vec<String> = [
+        "verify_request",
+        "verify_response",
+        "connection_invitation",
+        "credential_offer",
+        "transaction_status",
+    ]
+    .into_iter()
+    .filter(|op| r["latency_by_operation"].get(op).is_some())
+    .map(String::from)
+    .collect();
+    assert_eq!(ops.len(), 5, "{r}");
+    assert_eq!(names(&charts[4].1), ops);
+    assert_eq!(
+        names(&charts[5].1),
+        [ops.clone(), vec!["all (the mix)".to_string()]].concat()
+    );
+    for (name, points, _) in &charts[5].1.series[..5] {
+        let want = r["latency_by_operation"][name]["latency_distribution"]
+            .as_array()
+            .unwrap()
+            .len() as u64;
+        assert_eq!(*points, want, "{name}");
+    }
+    // Each agent's requests by how they ended: answered, and the limited one's refusals.
+    assert_eq!(names(&charts[6].1), ["answered 2xx", "refused (4xx)"]);
+    assert_eq!(charts[6].1.series[0].1, 2, "a bar per agent");
+    assert_eq!(charts[6].1.series[1].1, 1, "only the limited agent refused");
+    for want in [">agent-2<", "refused (4xx)", "all (the mix)"] {
+        assert!(dom.contains(want), "{want:?} not in the page");
+    }
 
     // And what a person sees: each series' colour painted inside its chart's plot area.
     let png = dir.path().join("report.png");

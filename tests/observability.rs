@@ -10,6 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use agent_gateway::config::file::{AgentFile, BrownoutFile};
 use agent_gateway::config::{testing, FileConfig};
+use agent_gateway::observe::board;
 use common::*;
 
 // ---------------------------------------------------------------------------------------------
@@ -364,6 +365,26 @@ fn metrics_count_a_known_mix_exactly() {
             (&[("kind", "other")], 0),
         ],
     );
+    // The one address: in rotation (one reset is no ejection), never ejected, no budget.
+    let address = backend.addr.to_string();
+    expect_family(
+        &samples,
+        "agent_gateway_upstream_address_up",
+        &[(&[("address", &address)], 1)],
+    );
+    expect_family(
+        &samples,
+        "agent_gateway_upstream_ejections_total",
+        &[(&[("address", &address)], 0)],
+    );
+    expect_family(
+        &samples,
+        "agent_gateway_upstream_overflow_total",
+        &[
+            (&[("reason", "queue_full")], 0),
+            (&[("reason", "timeout")], 0),
+        ],
+    );
     expect_family(&samples, "agent_gateway_in_flight_requests", &[(&[], 0)]);
     expect_family(
         &samples,
@@ -497,9 +518,14 @@ fn check_labels_are_bounded(samples: &[Sample], agents: &[&str]) {
                     "sunset",
                     "rehearsal",
                     "queue_full",
+                    "timeout",
                     "export_failed",
                 ]
                 .contains(&v.as_str()),
+                // An upstream address of the current set (the gauges are made from it at
+                // each scrape), never a client's.
+                "address" => v.parse::<std::net::SocketAddr>().is_ok(),
+                "state" => ["active", "idle"].contains(&v.as_str()),
                 "kind" if s.name.starts_with("agent_gateway_rate_limit_") => {
                     ["timeout", "error", "unavailable"].contains(&v.as_str())
                 }
@@ -523,6 +549,7 @@ fn check_labels_are_bounded(samples: &[Sample], agents: &[&str]) {
                     "credential_values_required",
                 ]
                 .contains(&v.as_str()),
+                "token" => v.len() == 8 && v.bytes().all(|b| b.is_ascii_hexdigit()),
                 "le" => v == "+Inf" || v.parse::<f64>().is_ok(),
                 "version" => v == env!("CARGO_PKG_VERSION"),
                 _ => false,
@@ -727,7 +754,7 @@ fn admin_listener_serves_only_its_endpoints() {
     assert!(metrics.text().contains("agent_gateway_build_info"));
     assert_eq!(admin_get(gw.admin, "/healthz").status, 200);
     for path in [
-        "/",
+        "/index.html",
         "/metrics/",
         "/health",
         "/api/v1/verify/request",
@@ -842,9 +869,84 @@ fn the_dashboard_is_importable_and_reads_only_exported_metrics() {
     // Every family the gateway exports has a place on the dashboard.
     let exported: BTreeSet<String> = types
         .keys()
-        .filter(|n| n.starts_with("agent_gateway_"))
+        .filter(|n| n.starts_with("agent_gateway_") || n.starts_with("process_"))
         .cloned()
         .collect();
     let missing: Vec<&String> = exported.difference(&used).collect();
     assert!(missing.is_empty(), "not on the dashboard: {missing:?}");
+}
+
+#[test]
+fn every_dashboard_query_is_scoped_by_job_namespace_and_instance_and_the_board_s_are_among_them() {
+    let dash = dashboard();
+    // The variables, each listing what the ones before it leave.
+    let vars: Vec<(&str, &str)> = dash["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["type"] == "query")
+        .map(|v| {
+            (
+                v["name"].as_str().unwrap(),
+                v["query"]["query"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        vars,
+        [
+            ("job", "label_values(agent_gateway_build_info, job)"),
+            (
+                "namespace",
+                "label_values(agent_gateway_build_info{job=~\"$job\"}, namespace)"
+            ),
+            (
+                "instance",
+                "label_values(agent_gateway_build_info{job=~\"$job\",namespace=~\"$namespace\"}, instance)"
+            ),
+        ]
+    );
+    let queries = dashboard_queries(&dash);
+    for q in &queries {
+        let selectors = metric_selectors(&q.expr);
+        assert!(!selectors.is_empty(), "{}: {}", q.panel, q.expr);
+        for (metric, matchers) in selectors {
+            assert!(
+                matchers == DASHBOARD_SCOPE || matchers.ends_with(&format!(",{DASHBOARD_SCOPE}")),
+                "{} [{}]: {metric} is not scoped by the variables: {}",
+                q.panel,
+                q.ref_id,
+                q.expr
+            );
+        }
+    }
+    // The retirement board's fleet queries are the dashboard's, scope and range aside.
+    let exprs: Vec<&str> = queries.iter().map(|q| q.expr.as_str()).collect();
+    for board_query in [
+        board::v1_share_query(DASHBOARD_SCOPE, "$__rate_interval"),
+        board::rate_limited_query(DASHBOARD_SCOPE, "$__range"),
+    ] {
+        assert!(
+            exprs.contains(&board_query.as_str()),
+            "not on the dashboard: {board_query}"
+        );
+    }
+}
+
+#[test]
+fn the_process_is_measured_cpu_memory_file_descriptors_and_start_time() {
+    let backend = Backend::start();
+    let gw = Gateway::start(&[backend.addr]);
+    let text = gw.scrape();
+    let value = |series: &str| {
+        metric_value(&text, series).unwrap_or_else(|| panic!("no {series} in /metrics"))
+    };
+    let (open, max) = (value("process_open_fds"), value("process_max_fds"));
+    assert!(open >= 3.0 && open < max, "{open} of {max}");
+    assert!(value("process_resident_memory_bytes") > 1e6);
+    assert!(value("process_cpu_seconds_total") >= 0.0);
+    // The process (this test's) started at or before the gateway inside it.
+    let started = value("process_start_time_seconds");
+    assert!(started <= value("agent_gateway_start_time_seconds") + 1.0);
+    assert!(started > 1.7e9);
 }

@@ -30,14 +30,19 @@ const PROMETHEUS_YML: &str = concat!(
 );
 
 /// The alert rules alerts.yml must define.
-const ALERT_NAMES: [&str; 11] = [
+const ALERT_NAMES: [&str; 16] = [
     "AgentGatewayDown",
+    "AgentGatewayAbsent",
     "AgentGatewayUpstreamErrorRatioHigh",
     "AgentGatewayP99LatencyHigh",
     "AgentGatewayAuthFailureSpike",
+    "AgentGatewayAuthThrottling",
     "AgentGatewayConfigReloadFailed",
     "AgentGatewayRateLimitBackendFailing",
     "AgentGatewayDroppingLogLines",
+    "AgentGatewayDroppingSpans",
+    "AgentGatewayFileDescriptorsNearLimit",
+    "AgentGatewayUpstreamAddressDown",
     "AgentGatewayRetiredAgentCallingV1",
     "AgentGatewayV1AgentQuiet",
     "AgentGatewayV1ShareNotFalling",
@@ -122,6 +127,7 @@ tests:
         exp_alerts:
           - exp_labels: {severity: critical, job: agent-gateway, instance: gw-a}
             exp_annotations:
+              runbook_url: "docs/runbooks.md#agentgatewaydown"
               summary: "agent-gateway gw-a is down"
               description: "Prometheus has not been able to scrape the admin listener of gw-a for a minute: the gateway process is down or its admin listener is unreachable."
       - eval_time: 3m
@@ -132,6 +138,7 @@ tests:
         exp_alerts:
           - exp_labels: {severity: critical, job: agent-gateway, instance: gw-a}
             exp_annotations:
+              runbook_url: "docs/runbooks.md#agentgatewayupstreamerrorratiohigh"
               summary: "agent-gateway gw-a: 10% backend errors per request"
               description: "More than 5% of requests met a backend failure (connect, timeout, reset) over the last 5 minutes. Clients see 502/504 when no address answers. See the \"Upstream errors/s by kind\" panel."
 
@@ -159,6 +166,7 @@ tests:
         exp_alerts:
           - exp_labels: {severity: warning, job: agent-gateway, instance: gw-a}
             exp_annotations:
+              runbook_url: "docs/runbooks.md#agentgatewayp99latencyhigh"
               summary: "agent-gateway gw-a: p99 latency 3.965s"
               description: "The 99th percentile of request duration (start to end of response) has been over 1 s for 10 minutes. Compare \"Backend latency p50 / p99\" to tell a slow backend from a slow gateway."
 
@@ -186,8 +194,32 @@ tests:
         exp_alerts:
           - exp_labels: {severity: warning, job: agent-gateway, instance: gw-a}
             exp_annotations:
+              runbook_url: "docs/runbooks.md#agentgatewayauthfailurespike"
               summary: "agent-gateway gw-a: 2 auth failures/s"
               description: "More than 1 request/s and more than 20% of requests have been refused with 401 for 5 minutes: a misconfigured client, a rotated token not yet deployed, or credential guessing. The \"Auth failures/s by reason\" panel says which."
+
+  - interval: 1m
+    input_series:
+      # gw-a throttles an address at 2m; gw-b never does.
+      - series: 'agent_gateway_auth_throttled_total{job="agent-gateway", instance="gw-a"}'
+        values: '0 0 5x30'
+      - series: 'agent_gateway_auth_throttled_total{job="agent-gateway", instance="gw-b"}'
+        values: '0x32'
+    alert_rule_test:
+      - eval_time: 1m
+        alertname: AgentGatewayAuthThrottling
+        exp_alerts: []
+      - eval_time: 3m
+        alertname: AgentGatewayAuthThrottling
+        exp_alerts:
+          - exp_labels: {severity: warning, job: agent-gateway, instance: gw-a}
+            exp_annotations:
+              runbook_url: "docs/runbooks.md#agentgatewayauththrottling"
+              summary: "agent-gateway gw-a is refusing a guessing address"
+              description: "A client address failed to authenticate auth.max_failures_per_minute times in a minute, and its requests got 429 for the rest of it: credential guessing, or a client on a removed token. The gateway log names the address once per minute (\"too many failed authentications\", client_addr); its access log lines have auth \"throttled\"."
+      - eval_time: 20m
+        alertname: AgentGatewayAuthThrottling
+        exp_alerts: []
 
   - interval: 1m
     input_series:
@@ -207,6 +239,7 @@ tests:
         exp_alerts:
           - exp_labels: {severity: warning, job: agent-gateway, instance: gw-a, result: failure}
             exp_annotations:
+              runbook_url: "docs/runbooks.md#agentgatewayconfigreloadfailed"
               summary: "agent-gateway gw-a refused a config reload"
               description: "A reload of the config file (file change, SIGHUP or POST /-/reload) was refused in the last 10 minutes: the file was unreadable or invalid, and the previous config keeps serving. The gateway log and `agent-gateway check-config FILE` give every problem by key path."
       - eval_time: 20m
@@ -229,6 +262,7 @@ tests:
         exp_alerts:
           - exp_labels: {severity: warning, job: agent-gateway, instance: gw-a}
             exp_annotations:
+              runbook_url: "docs/runbooks.md#agentgatewayratelimitbackendfailing"
               summary: "agent-gateway gw-a: the shared rate limit is not holding"
               description: "For 5 minutes Redis has left some of this replica's rate-limit decisions undecided (timeouts, errors, or skipped right after a failure), so rate_limit.on_redis_error applied: this replica's own buckets (\"local\"), no limit (\"allow\") or 429s (\"deny\"). See the \"Rate-limit backend errors/s by kind\" panel and the gateway log."
 
@@ -248,8 +282,98 @@ tests:
         exp_alerts:
           - exp_labels: {severity: warning, job: agent-gateway, instance: gw-a}
             exp_annotations:
+              runbook_url: "docs/runbooks.md#agentgatewaydroppingloglines"
               summary: "agent-gateway gw-a is dropping log lines"
               description: "For 10 minutes this replica's log sink (stderr, and whatever collects it) has been slower than its log lines: the 1 MiB log buffer was full and lines, access log included, were dropped rather than hold up requests. Check the log collector, or raise the log level. See the \"Log lines dropped/s\" panel."
+
+  - interval: 1m
+    input_series:
+      # Every target of the job vanishes at 3m (the other job's stays); none comes back.
+      - series: 'up{job="agent-gateway", instance="gw-a"}'
+        values: '1 1 1 stale'
+      - series: 'up{job="other", instance="other:9100"}'
+        values: '1x20'
+    alert_rule_test:
+      - eval_time: 6m
+        alertname: AgentGatewayAbsent
+        exp_alerts: []
+      - eval_time: 10m
+        alertname: AgentGatewayAbsent
+        exp_alerts:
+          - exp_labels: {severity: critical, job: agent-gateway}
+            exp_annotations:
+              runbook_url: "docs/runbooks.md#agentgatewayabsent"
+              summary: "Prometheus scrapes no agent-gateway target"
+              description: "For 5 minutes Prometheus has had no target in job agent-gateway at all: every gateway is gone, or Prometheus no longer discovers them. AgentGatewayDown cannot fire without a target, and no other gateway alert can either."
+
+  - interval: 1m
+    input_series:
+      # gw-a's collector is down from 2m on; gw-b dropped a burst once, long ago.
+      - series: 'agent_gateway_trace_spans_dropped_total{job="agent-gateway", instance="gw-a", reason="export_failed"}'
+        values: '0 0 0+50x30'
+      - series: 'agent_gateway_trace_spans_dropped_total{job="agent-gateway", instance="gw-b", reason="queue_full"}'
+        values: '0 500x31'
+    alert_rule_test:
+      - eval_time: 8m
+        alertname: AgentGatewayDroppingSpans
+        exp_alerts: []
+      - eval_time: 20m
+        alertname: AgentGatewayDroppingSpans
+        exp_alerts:
+          - exp_labels: {severity: warning, job: agent-gateway, instance: gw-a, reason: export_failed}
+            exp_annotations:
+              runbook_url: "docs/runbooks.md#agentgatewaydroppingspans"
+              summary: "agent-gateway gw-a is dropping trace spans (export_failed)"
+              description: "For 10 minutes this replica has dropped spans instead of exporting them: queue_full (the export queue was full) or export_failed (the OTLP collector was down, slower than export_timeout_ms, or refused). Requests are not affected; traces are missing. See the \"Spans exported and dropped/s\" panel."
+
+  - interval: 1m
+    input_series:
+      # gw-a's open descriptors climb past 80 % of 1024 at 5m; gw-b stays at half of its
+      # limit; the node exporter beside them, at 95 % of its own, is not a gateway.
+      - series: 'process_open_fds{job="agent-gateway", instance="gw-a"}'
+        values: '500+100x4 900x30'
+      - series: 'process_max_fds{job="agent-gateway", instance="gw-a"}'
+        values: '1024x34'
+      - series: 'process_open_fds{job="agent-gateway", instance="gw-b"}'
+        values: '512x34'
+      - series: 'process_max_fds{job="agent-gateway", instance="gw-b"}'
+        values: '1024x34'
+      - series: 'process_open_fds{job="node", instance="node:9100"}'
+        values: '973x34'
+      - series: 'process_max_fds{job="node", instance="node:9100"}'
+        values: '1024x34'
+    alert_rule_test:
+      - eval_time: 10m
+        alertname: AgentGatewayFileDescriptorsNearLimit
+        exp_alerts: []
+      - eval_time: 20m
+        alertname: AgentGatewayFileDescriptorsNearLimit
+        exp_alerts:
+          - exp_labels: {severity: warning, job: agent-gateway, instance: gw-a}
+            exp_annotations:
+              runbook_url: "docs/runbooks.md#agentgatewayfiledescriptorsnearlimit"
+              summary: "agent-gateway gw-a uses 87.89% of its file descriptors"
+              description: "For 10 minutes this process has had more than 80% of its file descriptor limit open. Every client and backend connection holds one; at the limit new connections are refused. See \"File descriptors used of the limit\" and \"In-flight requests\"."
+
+  - interval: 1m
+    input_series:
+      # 10.0.0.1 is out of rotation from 2m on; 10.0.0.2 goes out for 3 minutes only.
+      - series: 'agent_gateway_upstream_address_up{job="agent-gateway", instance="gw-a", address="10.0.0.1:80"}'
+        values: '1 1 0x20'
+      - series: 'agent_gateway_upstream_address_up{job="agent-gateway", instance="gw-a", address="10.0.0.2:80"}'
+        values: '1 1 0 0 0 1x20'
+    alert_rule_test:
+      - eval_time: 5m
+        alertname: AgentGatewayUpstreamAddressDown
+        exp_alerts: []
+      - eval_time: 10m
+        alertname: AgentGatewayUpstreamAddressDown
+        exp_alerts:
+          - exp_labels: {severity: warning, job: agent-gateway, instance: gw-a, address: "10.0.0.1:80"}
+            exp_annotations:
+              summary: "agent-gateway gw-a: upstream address 10.0.0.1:80 out of rotation"
+              description: "For 5 minutes 10.0.0.1:80 has been out of the rotation: down at its health check, or ejected again and again after failures in a row (agent_gateway_upstream_ejections_total). The other addresses carry its share, and its connection budget with them. Check that backend instance, or remove it from upstream.addresses or its DNS name. See the \"Backend\" row."
+              runbook_url: "docs/runbooks.md#agentgatewayupstreamaddressdown"
 
   - interval: 1m
     input_series:
@@ -311,12 +435,14 @@ tests:
       - eval_time: 30m
         alertname: AgentGatewayRetiredAgentCallingV1
         exp_alerts:
-          - exp_labels: {severity: warning, agent_id: blocked-a}
+          - exp_labels: {severity: warning, job: agent-gateway, agent_id: blocked-a}
             exp_annotations:
+              runbook_url: "docs/runbooks.md#agentgatewayretiredagentcallingv1"
               summary: "agent blocked-a still calls v1: 30 calls in the last hour"
               description: "blocked-a is blocked (v1_policy = \"block\") or past its sunset date, and still made v1 calls in the last hour, across the fleet (rehearsals not counted). It gets 410 (or, past its sunset without enforce_sunset, still reaches the backend): call the team behind blocked-a. `agent-gateway v1-usage --prometheus URL` shows which operations."
-          - exp_labels: {severity: warning, agent_id: late-b}
+          - exp_labels: {severity: warning, job: agent-gateway, agent_id: late-b}
             exp_annotations:
+              runbook_url: "docs/runbooks.md#agentgatewayretiredagentcallingv1"
               summary: "agent late-b still calls v1: 60 calls in the last hour"
               description: "late-b is blocked (v1_policy = \"block\") or past its sunset date, and still made v1 calls in the last hour, across the fleet (rehearsals not counted). It gets 410 (or, past its sunset without enforce_sunset, still reaches the backend): call the team behind late-b. `agent-gateway v1-usage --prometheus URL` shows which operations."
 
@@ -362,8 +488,9 @@ tests:
       - eval_time: 30m
         alertname: AgentGatewayBrownoutOverRefusing
         exp_alerts:
-          - exp_labels: {severity: warning, agent_id: buggy}
+          - exp_labels: {severity: warning, job: agent-gateway, agent_id: buggy}
             exp_annotations:
+              runbook_url: "docs/runbooks.md#agentgatewaybrownoutoverrefusing"
               summary: "brownouts refused 90% of buggy's v1 calls"
               description: "Over 10 minutes, brownouts refused far more of buggy's v1 calls than its schedule's share (more than 1.5 times it plus 10 points, over at least 100 calls). Suspect a gateway bug, replicas on different configs, or a client retrying with the same X-Request-Id (each retry is refused again). See \"Brownout: share refused vs configured\"."
 "#;
@@ -401,12 +528,14 @@ tests:
       - eval_time: 15d
         alertname: AgentGatewayV1AgentQuiet
         exp_alerts:
-          - exp_labels: {severity: info, agent_id: never}
+          - exp_labels: {severity: info, job: agent-gateway, agent_id: never}
             exp_annotations:
+              runbook_url: "docs/runbooks.md#agentgatewayv1agentquiet"
               summary: "agent never has made no v1 call for 14 days: safe to block"
               description: "No replica has seen a v1 call by never for 14 days, and Prometheus holds the gateway's metrics from at least that long ago. Set its v1_policy to \"block\" (a reminder, not a page; `agent-gateway v1-usage --prometheus URL` double-checks)."
-          - exp_labels: {severity: info, agent_id: old}
+          - exp_labels: {severity: info, job: agent-gateway, agent_id: old}
             exp_annotations:
+              runbook_url: "docs/runbooks.md#agentgatewayv1agentquiet"
               summary: "agent old has made no v1 call for 14 days: safe to block"
               description: "No replica has seen a v1 call by old for 14 days, and Prometheus holds the gateway's metrics from at least that long ago. Set its v1_policy to \"block\" (a reminder, not a page; `agent-gateway v1-usage --prometheus URL` double-checks)."
 
@@ -439,8 +568,31 @@ tests:
       - eval_time: 15d
         alertname: AgentGatewayV1ShareNotFalling
         exp_alerts:
-          - exp_labels: {severity: warning}
+          - exp_labels: {severity: warning, job: agent-gateway}
             exp_annotations:
+              runbook_url: "docs/runbooks.md#agentgatewayv1sharenotfalling"
+              summary: "v1 share not falling: 50% of requests this week"
+              description: "The share of requests on v1 over the last 7 days fell by less than 5 % of itself from the 7 days before, across the fleet. The retirement has stalled: \"v1 requests/s by agent\" shows who keeps it up; raise the pressure (brownout ramps, per-agent sunset dates)."
+
+  - interval: 1h
+    input_series:
+      # Two environments in one Prometheus: prod's v1 share falls, 50 % to 33 %; staging's
+      # stays at 50 %. Summed together it falls (50 % to 40 %) and staging's stall would hide.
+      - series: 'agent_gateway_requests_total{namespace="prod", job="agent-gateway", instance="gw-a", api_version="v1", operation="verify_request", code="200"}'
+        values: '0+10x400'
+      - series: 'agent_gateway_requests_total{namespace="prod", job="agent-gateway", instance="gw-a", api_version="v2", operation="verify_request", code="200"}'
+        values: '0+10x168 1680+20x232'
+      - series: 'agent_gateway_requests_total{namespace="staging", job="agent-gateway", instance="gw-a", api_version="v1", operation="verify_request", code="200"}'
+        values: '0+10x400'
+      - series: 'agent_gateway_requests_total{namespace="staging", job="agent-gateway", instance="gw-a", api_version="v2", operation="verify_request", code="200"}'
+        values: '0+10x400'
+    alert_rule_test:
+      - eval_time: 15d
+        alertname: AgentGatewayV1ShareNotFalling
+        exp_alerts:
+          - exp_labels: {severity: warning, namespace: staging, job: agent-gateway}
+            exp_annotations:
+              runbook_url: "docs/runbooks.md#agentgatewayv1sharenotfalling"
               summary: "v1 share not falling: 50% of requests this week"
               description: "The share of requests on v1 over the last 7 days fell by less than 5 % of itself from the 7 days before, across the fleet. The retirement has stalled: \"v1 requests/s by agent\" shows who keeps it up; raise the pressure (brownout ramps, per-agent sunset dates)."
 
@@ -610,6 +762,8 @@ fn grafana_to_promql(expr: &str) -> String {
         ("__range_ms", "300000"),
         ("__range_s", "300"),
         ("__range", "5m"),
+        ("job", ".+"),
+        ("namespace", ".*"),
         ("instance", ".+"),
     ] {
         out = out
@@ -620,15 +774,19 @@ fn grafana_to_promql(expr: &str) -> String {
     out
 }
 
-/// `label_values(metric, label)` as a PromQL query for the same values.
-fn variable_to_promql(query: &str) -> String {
+/// `label_values(metric, label)` as a PromQL query for the same values, and the label.
+fn variable_to_promql(query: &str) -> (String, String) {
     let args = query
         .trim()
         .strip_prefix("label_values(")
         .and_then(|r| r.strip_suffix(')'))
         .unwrap_or_else(|| panic!("unsupported variable query {query}"));
     let (metric, label) = args.rsplit_once(',').expect("label_values(metric, label)");
-    format!("group by ({}) ({})", label.trim(), metric.trim())
+    let metric = grafana_to_promql(metric.trim());
+    (
+        format!("group by ({}) ({metric})", label.trim()),
+        label.trim().to_owned(),
+    )
 }
 
 #[test]
@@ -691,12 +849,21 @@ fn a_real_prometheus_scrapes_the_gateway_and_runs_every_dashboard_and_alert_quer
             format!("queries without data:\n{}", lines.join("\n"))
         },
     );
-    // The instance variable lists this gateway.
+    // The variables list this gateway: its job, no namespace outside Kubernetes (where "All"
+    // matches series without one), its instance.
+    let admin = gw.admin.to_string();
     for q in dashboard_variable_queries(&dash) {
-        let r = prom.query(&variable_to_promql(&q)).unwrap();
+        let (promql, label) = variable_to_promql(&q);
+        let want = match label.as_str() {
+            "job" => "agent-gateway",
+            "namespace" => "",
+            "instance" => admin.as_str(),
+            other => panic!("unexpected variable over {other}"),
+        };
+        let r = prom.query(&promql).unwrap();
         assert!(
             r.iter()
-                .any(|s| s["metric"]["instance"] == gw.admin.to_string().as_str()),
+                .any(|s| s["metric"][&label].as_str().unwrap_or("") == want),
             "variable {q}: {r:?}"
         );
     }
@@ -958,4 +1125,37 @@ fn v1_usage_from_prometheus_sums_two_replicas_across_a_restart() {
     assert_eq!(&row("old")[..4], ["old", "allow", "3", "1"]);
     assert_eq!(&row("idle")[..5], ["idle", "allow", "0", "0", "never"]);
     assert!(table.contains("note: Prometheus' data covers"), "{table}");
+
+    // A gateway with retirement.prometheus_url shows the same fleet on its board, and says so.
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.retirement.prometheus_url = Some(format!("http://{}", prom.addr));
+    cfg.auth
+        .agents
+        .extend([AgentFile::new("old", TOKEN), AgentFile::new("idle", TOKEN)]);
+    let viewer = Gateway::builder(cfg).start();
+    let board = admin_get(viewer.admin, "/");
+    assert_eq!(board.status, 200);
+    let html = board.text();
+    assert!(html.contains("<main data-source=\"fleet\">"), "{html}");
+    assert!(
+        html.contains(&format!(
+            "Counts from the fleet: every replica http://{} scrapes, over the last 30 days",
+            prom.addr
+        )),
+        "{html}"
+    );
+    // The fleet's counts, not the viewer's (which served nothing).
+    assert!(board_row(&html, "agent-1")
+        .contains("<td class=\"num calling\">7</td><td class=\"num\">2</td>"));
+    assert!(board_row(&html, "old")
+        .contains("<td class=\"num calling\">3</td><td class=\"num\">1</td>"));
+    assert!(
+        board_row(&html, "blocked").contains("not configured here"),
+        "{}",
+        board_row(&html, "blocked")
+    );
+    assert!(
+        html.contains("Safe to block: Prometheus&#39; data covers"),
+        "{html}"
+    );
 }

@@ -151,6 +151,7 @@ fn redbot_warns_of_nothing_that_is_not_explained() {
         (200, call(admin("/v1-usage"), "GET", &[], "")),
         (200, call(admin("/openapi.json"), "GET", &[], "")),
         (200, call(admin("/config"), "GET", &[], "")),
+        (200, call(admin("/"), "GET", &[], "")),
         (404, call(admin("/nothing"), "GET", &[], "")),
     ];
     let requests: Vec<Value> = cases.iter().map(|(_, r)| r.clone()).collect();

@@ -142,7 +142,7 @@ fn post_reload_on_the_admin_listener_reloads_and_reports() {
     // A bad file: 422 with every problem by key path.
     let mut bad = with_code(gw.config.clone(), "bad code!");
     let agent = bad.agent_mut(AGENT_ID);
-    agent.token_sha256 = format!("zz{}", agent.token_sha256);
+    agent.token_sha256.0[0] = format!("zz{}", agent.token_sha256.0[0]);
     gw.write_config(&bad);
     let resp = request(gw.admin, "POST", "/-/reload", &[], b"");
     assert_eq!(resp.status, 422);

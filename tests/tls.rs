@@ -211,36 +211,89 @@ fn an_untrusted_or_misnamed_backend_certificate_is_refused() {
     );
 }
 
-/// `v1-usage --prometheus` with `args` against a Prometheus behind TLS that wants
-/// `authorization` (tests/common/fake_prometheus.py): the command's output.
+/// A Prometheus behind TLS that wants `authorization` (tests/common/fake_prometheus.py),
+/// stopped when dropped.
+struct FakePrometheus {
+    server: std::process::Child,
+    port: u16,
+    pki: TestPki,
+}
+
+impl FakePrometheus {
+    fn start(authorization: &str) -> FakePrometheus {
+        let pki = TestPki::localhost("prometheus");
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/common/fake_prometheus.py"
+        );
+        let mut server = std::process::Command::new("python3")
+            .args([script, &pki.cert, &pki.key, authorization])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut port = String::new();
+        BufReader::new(server.stdout.take().unwrap())
+            .read_line(&mut port)
+            .unwrap();
+        FakePrometheus {
+            server,
+            port: port.trim().parse().unwrap(),
+            pki,
+        }
+    }
+}
+
+impl Drop for FakePrometheus {
+    fn drop(&mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+    }
+}
+
+/// `v1-usage --prometheus` with `args` against a [`FakePrometheus`] that wants
+/// `authorization`: the command's output.
 fn v1_usage_over_tls(authorization: &str, url_auth: &str, args: &[&str]) -> std::process::Output {
-    let pki = TestPki::localhost("prometheus");
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/common/fake_prometheus.py"
-    );
-    let mut server = std::process::Command::new("python3")
-        .args([script, &pki.cert, &pki.key, authorization])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut port = String::new();
-    BufReader::new(server.stdout.take().unwrap())
-        .read_line(&mut port)
-        .unwrap();
-    let url = format!("https://{url_auth}localhost:{}", port.trim());
-    let out = cli([
+    let prom = FakePrometheus::start(authorization);
+    let url = format!("https://{url_auth}localhost:{}", prom.port);
+    cli([
         "v1-usage",
         "--prometheus",
         &url,
         "--prometheus-ca-file",
-        &pki.ca,
+        &prom.pki.ca,
     ]
     .iter()
-    .chain(args));
-    let _ = server.kill();
-    let _ = server.wait();
-    out
+    .chain(args))
+}
+
+#[test]
+fn the_board_reads_a_prometheus_over_https_with_a_token_from_a_file() {
+    let prom = FakePrometheus::start("Bearer t0ken");
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "t0ken\n").unwrap();
+    let backend = Backend::start();
+    let mut cfg = test_config(&[backend.addr]);
+    let url = format!("https://localhost:{}", prom.port);
+    cfg.retirement.prometheus_url = Some(url.clone());
+    cfg.retirement.prometheus_ca_file = Some(prom.pki.ca.clone());
+    cfg.retirement.prometheus_token_file = Some(token.display().to_string());
+    let gw = Gateway::builder(cfg).start();
+    let html = admin_get(gw.admin, "/").text();
+    assert!(
+        html.contains(&format!(
+            "Counts from the fleet: every replica {url} scrapes"
+        )),
+        "{html}"
+    );
+    // A token the proxy refuses: the board says so, and shows the gateway's own counts.
+    std::fs::write(&token, "stale\n").unwrap();
+    let html = admin_get(gw.admin, "/").text();
+    assert!(
+        html.contains("answered 401 (check the credentials)"),
+        "{html}"
+    );
+    assert!(html.contains("<main data-source=\"gateway\">"), "{html}");
 }
 
 #[test]

@@ -108,6 +108,25 @@ impl UpstreamError {
     }
 }
 
+listed_enum! {
+    /// Why a request got no backend connection under `upstream.max_connections_per_address`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum OverflowReason {
+        /// `upstream.max_pending` requests were waiting already.
+        QueueFull => "queue_full",
+        /// It waited `upstream.pending_timeout_ms`.
+        Timeout => "timeout",
+    }
+}
+
+/// Every connection the budget allows was busy, and the request could not wait (or waited
+/// too long): nothing was sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("no backend connection free within the connection budget ({})", .reason.as_str())]
+pub struct UpstreamOverflow {
+    pub reason: OverflowReason,
+}
+
 /// The error that made the gateway answer a request itself, as the request's record keeps it.
 #[derive(Debug, thiserror::Error)]
 pub enum Failure {
@@ -117,6 +136,8 @@ pub enum Failure {
     Body(#[from] BodyError),
     #[error(transparent)]
     Upstream(#[from] UpstreamError),
+    #[error(transparent)]
+    Overflow(#[from] UpstreamOverflow),
 }
 
 /// An error and its sources, outermost first, joined by `": "`: how logs and spans print a

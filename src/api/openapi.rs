@@ -45,6 +45,7 @@ fn status_summary(status: u16) -> &'static str {
         429 => "Too many requests.",
         431 => "The request headers are too large.",
         502 => "The backend could not be reached or answered badly.",
+        503 => "Every backend connection the gateway may open is busy; retry after `Retry-After` seconds.",
         504 => "The backend did not answer in time.",
         _ => "Answered by the gateway.",
     }

@@ -14,9 +14,15 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use http::HeaderValue;
 
-use crate::api::failure::{BodyError, Failure, UnreadableHead, UpstreamError, UpstreamErrorKind};
+use crate::api::failure::{
+    BodyError, Failure, UnreadableHead, UpstreamError, UpstreamErrorKind, UpstreamOverflow,
+};
 use crate::api::route::RouteError;
 use crate::http1::HeadError;
+
+/// The `Retry-After` of the overflow 503: a connection comes free as soon as a request ends, so
+/// the shortest wait that can be said.
+pub const OVERFLOW_RETRY_AFTER_SECS: u64 = 1;
 
 /// Why a v1 call was refused with 410.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -86,6 +92,9 @@ pub enum Reply {
     RateLimited { retry_after_secs: u64 },
     /// The agent's limit could not be checked (Redis down) and `on_redis_error = "deny"`.
     RateLimitUnverified { retry_after_secs: u64 },
+    /// The client's address failed to authenticate `auth.max_failures_per_minute` times in
+    /// its current minute: refused without its credential being checked.
+    AuthThrottled { retry_after_secs: u64 },
     /// Headers over `limits.max_header_bytes` or `limits.max_headers`.
     HeadersTooLarge,
     /// The backend could not be connected to.
@@ -94,6 +103,9 @@ pub enum Reply {
     UpstreamBroken,
     /// The backend did not answer within `upstream.read_timeout_ms` (or connect timeout).
     UpstreamTimeout,
+    /// Every connection `upstream.max_connections_per_address` allows was busy, and the
+    /// queue was full or the wait past `upstream.pending_timeout_ms`.
+    UpstreamOverflow,
 }
 
 impl From<RouteError> for Reply {
@@ -155,12 +167,19 @@ impl From<&UpstreamError> for Reply {
     }
 }
 
+impl From<&UpstreamOverflow> for Reply {
+    fn from(_: &UpstreamOverflow) -> Self {
+        Reply::UpstreamOverflow
+    }
+}
+
 impl From<&Failure> for Reply {
     fn from(failure: &Failure) -> Self {
         match failure {
             Failure::Head(e) => e.into(),
             Failure::Body(e) => e.into(),
             Failure::Upstream(e) => e.into(),
+            Failure::Overflow(e) => e.into(),
         }
     }
 }
@@ -168,7 +187,7 @@ impl From<&Failure> for Reply {
 impl Reply {
     /// One of each kind, for documentation and tests; `all_codes_has_each_kind_once` holds it
     /// to the variants.
-    pub const ALL_CODES: [Reply; 22] = [
+    pub const ALL_CODES: [Reply; 24] = [
         Reply::BadPath,
         Reply::BadBody,
         Reply::InvalidBody,
@@ -193,10 +212,14 @@ impl Reply {
         Reply::RateLimitUnverified {
             retry_after_secs: 1,
         },
+        Reply::AuthThrottled {
+            retry_after_secs: 1,
+        },
         Reply::HeadersTooLarge,
         Reply::UpstreamConnect,
         Reply::UpstreamBroken,
         Reply::UpstreamTimeout,
+        Reply::UpstreamOverflow,
     ];
 
     /// What this kind of answer says. One exhaustive match, with no catch-all arm: a new
@@ -262,6 +285,11 @@ impl Reply {
                 1,
                 "this agent's rate limit cannot be checked now; retry later",
             ),
+            Reply::AuthThrottled { .. } => ReplySpec::new(
+                429,
+                2,
+                "too many failed authentications from this address; retry later",
+            ),
             Reply::HeadersTooLarge => ReplySpec::new(
                 431,
                 0,
@@ -274,6 +302,11 @@ impl Reply {
                 "the backend closed the connection or sent an invalid response",
             ),
             Reply::UpstreamTimeout => ReplySpec::new(504, 0, "the backend did not answer in time"),
+            Reply::UpstreamOverflow => ReplySpec::new(
+                503,
+                0,
+                "every backend connection the gateway may open is busy; retry later",
+            ),
         }
     }
 
@@ -321,8 +354,12 @@ impl Reply {
                 headers.push(("allow", HeaderValue::from_static(allow)));
             }
             Reply::RateLimited { retry_after_secs }
-            | Reply::RateLimitUnverified { retry_after_secs } => {
+            | Reply::RateLimitUnverified { retry_after_secs }
+            | Reply::AuthThrottled { retry_after_secs } => {
                 headers.push(("retry-after", HeaderValue::from(retry_after_secs)));
+            }
+            Reply::UpstreamOverflow => {
+                headers.push(("retry-after", HeaderValue::from(OVERFLOW_RETRY_AFTER_SECS)));
             }
             Reply::V1Gone(V1Refusal::Brownout { until }) => {
                 let date = httpdate::fmt_http_date(until);
@@ -409,10 +446,12 @@ mod tests {
             Reply::UnsupportedMediaType => 15,
             Reply::RateLimited { .. } => 16,
             Reply::RateLimitUnverified { .. } => 17,
-            Reply::HeadersTooLarge => 18,
-            Reply::UpstreamConnect => 19,
-            Reply::UpstreamBroken => 20,
-            Reply::UpstreamTimeout => 21,
+            Reply::AuthThrottled { .. } => 18,
+            Reply::HeadersTooLarge => 19,
+            Reply::UpstreamConnect => 20,
+            Reply::UpstreamBroken => 21,
+            Reply::UpstreamTimeout => 22,
+            Reply::UpstreamOverflow => 23,
         };
         let places: Vec<usize> = Reply::ALL_CODES.iter().map(|r| place(*r)).collect();
         assert_eq!(places, (0..Reply::ALL_CODES.len()).collect::<Vec<_>>());
@@ -463,6 +502,14 @@ mod tests {
             let failure = Failure::from(UpstreamError::new(kind, "test"));
             assert_eq!(Reply::from(&failure), reply, "{kind:?}");
             assert_eq!(reply.status(), status);
+        }
+        for reason in crate::api::failure::OverflowReason::ALL {
+            let failure = Failure::from(UpstreamOverflow { reason });
+            let answer = Reply::from(&failure).answer(None);
+            assert_eq!(answer.status, 503);
+            assert!(answer
+                .headers
+                .contains(&("retry-after", HeaderValue::from(1))));
         }
     }
 

@@ -1,11 +1,14 @@
 //! The admin listener, separate from proxy traffic: `/metrics`, `/healthz`, `/readyz`,
-//! `POST /-/reload`, `/v1-usage`, `/openapi.json` and `/config`.
+//! `POST /-/reload`, `/v1-usage`, `/openapi.json`, `/config`, and at `/` the retirement board
+//! ([`super::board`]), from this gateway's counts or, with `retirement.prometheus_url`, the
+//! fleet's.
 //!
 //! Each endpoint is a row of [`ENDPOINTS`]: its method, its path and who may call it
 //! ([`Access`]), and every request passes [`authorize`] with its endpoint's access before it
-//! is served: that is the one place where admin authorization is decided, and where the admin
-//! token (issue 26) will be checked. Until then the listener has no authentication; its
-//! network is its protection (`listen.admin` in docs/configuration.md).
+//! is served: that is the one place where admin authorization is decided. With
+//! `[admin] token_sha256` set, every endpoint but the probes (and `/metrics`, unless
+//! `admin.protect_metrics`) needs `Authorization: Bearer <token>`; without it the listener is
+//! open and its network is its protection (`listen.admin` in docs/configuration.md).
 //!
 //! Every answer is computed when it is asked for (a metric, a reload's result, the usage
 //! report, the running config), so each carries `Cache-Control: no-store`: a cache between an
@@ -19,19 +22,22 @@
 //! answer also says that result, read from the checker: a probe never causes a check.
 
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use http::Response;
 use pingora::apps::http_app::ServeHttp;
-use pingora::http::RequestHeader;
 use pingora::protocols::http::ServerSession;
 use prometheus::{Encoder, Registry, TextEncoder};
 use serde_json::json;
 
+use crate::app::board;
 use crate::app::reload::{ConfigStore, Trigger};
-use crate::config::{dump, format_time};
+use crate::config::{dump, format_time, AdminConfig, Snapshot, TokenDigest};
+use crate::observe::board::{self as observe_board, Figures, Source};
+use crate::observe::prometheus::PrometheusApi;
 use crate::observe::telemetry::Telemetry;
+use crate::policy::auth::matching_digest;
 use crate::proxy::health::UpstreamHealth;
 use crate::proxy::Drain;
 
@@ -44,6 +50,10 @@ pub struct AdminApp {
     /// Started when the gateway stops taking connections: `/readyz` then answers 503.
     pub drain: Drain,
 }
+
+/// How long the board waits for `retirement.prometheus_url` before it shows this gateway's
+/// own counts instead.
+const PROMETHEUS_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What `/readyz` answers, from the gateway's state: `Err` with the reason when it should not
 /// be sent traffic. `upstream` is the last health check's result, which counts only when
@@ -72,33 +82,39 @@ enum Endpoint {
     V1Usage,
     OpenApi,
     Config,
+    Board,
 }
 
 /// Who may call an endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Access {
-    /// Probes, scrapes and documents that show nothing of the config's secrets.
+    /// The probes: a kubelet has no token.
     Open,
-    /// What changes the gateway or shows its configuration: behind the admin token once there
-    /// is one.
+    /// `/metrics`: open, unless `admin.protect_metrics` puts it behind the admin token.
+    Metrics,
+    /// What changes the gateway or shows what it knows (its config, every agent id, the
+    /// retirement board's plan of every agent): behind the admin token when there is one.
     Admin,
 }
 
 /// Every endpoint: method, path, access.
-const ENDPOINTS: [(&str, &str, Endpoint, Access); 7] = [
-    ("GET", "/metrics", Endpoint::Metrics, Access::Open),
+const ENDPOINTS: [(&str, &str, Endpoint, Access); 8] = [
+    ("GET", "/metrics", Endpoint::Metrics, Access::Metrics),
     ("GET", "/healthz", Endpoint::Healthz, Access::Open),
     ("GET", "/readyz", Endpoint::Readyz, Access::Open),
     ("POST", "/-/reload", Endpoint::Reload, Access::Admin),
-    ("GET", "/v1-usage", Endpoint::V1Usage, Access::Open),
-    ("GET", "/openapi.json", Endpoint::OpenApi, Access::Open),
+    ("GET", "/v1-usage", Endpoint::V1Usage, Access::Admin),
+    ("GET", "/openapi.json", Endpoint::OpenApi, Access::Admin),
     ("GET", "/config", Endpoint::Config, Access::Admin),
+    ("GET", "/", Endpoint::Board, Access::Admin),
 ];
 
 /// Why a request reaches no endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Refusal {
     NotFound,
+    /// The endpoint needs the admin token, and the request did not carry a valid one.
+    Unauthorized,
     /// The path's endpoint takes `allow`.
     MethodNotAllowed {
         allow: &'static str,
@@ -112,6 +128,16 @@ impl Refusal {
                 404,
                 json!({"status_code": 404, "message_code": 40400, "message": "no such admin endpoint"}),
             ),
+            Refusal::Unauthorized => {
+                let mut r = json_response(
+                    401,
+                    json!({"status_code": 401, "message_code": 40100, "message": "this admin endpoint needs the admin token: Authorization: Bearer <token>"}),
+                );
+                let challenge = http::HeaderValue::from_static("Bearer");
+                r.headers_mut()
+                    .insert(http::header::WWW_AUTHENTICATE, challenge);
+                r
+            }
             Refusal::MethodNotAllowed { allow } => {
                 let mut r = json_response(
                     405,
@@ -139,13 +165,36 @@ fn route(method: &str, path: &str) -> Result<(Endpoint, Access), Refusal> {
     }
 }
 
-/// Whether `req` may reach an endpoint of `access`: the one place where admin authorization
-/// is decided. The admin token (issue 26) will be checked here for [`Access::Admin`]; until
-/// then whoever reaches the listener may call every endpoint.
-fn authorize(access: Access, _req: &RequestHeader) -> Result<(), Refusal> {
-    match access {
-        Access::Open | Access::Admin => Ok(()),
+/// Whether a request with the `Authorization` header `authorization` may reach an endpoint
+/// of `access`, under `admin`: the one place where admin authorization is decided. No token
+/// configured: every endpoint is open. The token is compared as a digest, against every
+/// configured one in constant time (a rotation lists the old and the new).
+fn authorize(
+    access: Access,
+    admin: &AdminConfig,
+    authorization: Option<&[u8]>,
+) -> Result<(), Refusal> {
+    let needs_token = match access {
+        Access::Open => false,
+        Access::Metrics => admin.protect_metrics,
+        Access::Admin => true,
+    };
+    if !needs_token || admin.tokens.is_empty() {
+        return Ok(());
     }
+    let token = authorization
+        .and_then(bearer_token)
+        .ok_or(Refusal::Unauthorized)?;
+    matching_digest(&TokenDigest::of(token), &admin.tokens)
+        .map(drop)
+        .ok_or(Refusal::Unauthorized)
+}
+
+/// The token of `Bearer <token>` (the scheme in any case, RFC 9110 11.1).
+fn bearer_token(value: &[u8]) -> Option<&[u8]> {
+    let (scheme, token) = value.split_at_checked(7)?;
+    let token = token.trim_ascii();
+    (scheme.eq_ignore_ascii_case(b"bearer ") && !token.is_empty()).then_some(token)
 }
 
 /// An answer computed now: never to be stored by a cache.
@@ -207,6 +256,25 @@ impl AdminApp {
                 crate::api::openapi::document(&self.store.current().load()),
             ),
             Endpoint::Config => json_response(200, self.running_config()),
+            Endpoint::Board => {
+                let snapshot = self.store.current().load_full();
+                let now = SystemTime::now();
+                let figures = self.board_figures(&snapshot, now).await;
+                let mut answer = response(
+                    200,
+                    "text/html; charset=utf-8",
+                    board::page(&observe_board::board(&snapshot, figures, now)).into_bytes(),
+                );
+                let headers = answer.headers_mut();
+                for (name, value) in [
+                    ("content-security-policy", board::content_security_policy()),
+                    ("x-content-type-options", "nosniff"),
+                    ("referrer-policy", "no-referrer"),
+                ] {
+                    headers.insert(name, http::HeaderValue::from_static(value));
+                }
+                answer
+            }
             Endpoint::Healthz => json_response(200, json!({"status": "ok"})),
             Endpoint::Readyz => {
                 let upstream = self.health.reachable();
@@ -230,6 +298,41 @@ impl AdminApp {
         }
     }
 
+    /// The board's figures: the fleet's from `retirement.prometheus_url` when it is set and
+    /// answers within [`PROMETHEUS_TIMEOUT`], else this gateway's own (saying why).
+    async fn board_figures(&self, snapshot: &Snapshot, now: SystemTime) -> Figures {
+        let own = |source| {
+            let by_version = self.telemetry.requests_by_version();
+            let count = |v: &str| by_version.get(v).copied().unwrap_or(0);
+            Figures {
+                usage: self.telemetry.usage.report(snapshot, now),
+                rate_limited: self.telemetry.rate_limited_by_agent(),
+                v1_share: observe_board::share(count("v1"), count("v2")),
+                source,
+            }
+        };
+        let Some(url) = &snapshot.retirement.prometheus_url else {
+            return own(Source::Gateway);
+        };
+        let fleet = async {
+            let options = &snapshot.retirement.prometheus_client;
+            let mut api = PrometheusApi::new(url, options).map_err(|e| e.to_string())?;
+            let base = api.base();
+            observe_board::fleet_figures(&mut api, base)
+                .await
+                .map_err(|e| e.to_string())
+        };
+        let error = match tokio::time::timeout(PROMETHEUS_TIMEOUT, fleet).await {
+            Ok(Ok(figures)) => return figures,
+            Ok(Err(e)) => e,
+            Err(_) => format!("no answer within {} s", PROMETHEUS_TIMEOUT.as_secs()),
+        };
+        own(Source::GatewayInstead {
+            prometheus: url.clone(),
+            error,
+        })
+    }
+
     /// `/config`: the running snapshot's effective config ([`dump::effective`]), when it was
     /// loaded and from what.
     fn running_config(&self) -> serde_json::Value {
@@ -250,8 +353,14 @@ impl ServeHttp for AdminApp {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
         let _ = session.drain_request_body().await;
         let req = session.req_header();
-        let routed = route(req.method.as_str(), req.uri.path())
-            .and_then(|(endpoint, access)| authorize(access, req).map(|()| endpoint));
+        let authorization = req
+            .headers
+            .get(http::header::AUTHORIZATION)
+            .map(|v| v.as_bytes());
+        let admin = &self.store.current().load().admin;
+        let routed = route(req.method.as_str(), req.uri.path()).and_then(|(endpoint, access)| {
+            authorize(access, admin, authorization).map(|()| endpoint)
+        });
         match routed {
             Ok(endpoint) => self.serve(endpoint).await,
             Err(refusal) => refusal.response(),
@@ -301,6 +410,55 @@ mod tests {
             .filter(|(.., access)| *access == Access::Admin)
             .map(|(_, path, ..)| *path)
             .collect();
-        assert_eq!(admin, ["/-/reload", "/config"]);
+        assert_eq!(
+            admin,
+            ["/-/reload", "/v1-usage", "/openapi.json", "/config", "/"]
+        );
+    }
+
+    #[test]
+    fn with_a_token_only_the_probes_and_unprotected_metrics_are_open() {
+        let open = AdminConfig::default();
+        let closed = AdminConfig {
+            tokens: vec![TokenDigest::of(b"old"), TokenDigest::of(b"new")],
+            protect_metrics: false,
+        };
+        let metrics_too = AdminConfig {
+            protect_metrics: true,
+            ..closed.clone()
+        };
+        for access in [Access::Open, Access::Metrics, Access::Admin] {
+            assert_eq!(authorize(access, &open, None), Ok(()));
+        }
+        assert_eq!(authorize(Access::Open, &metrics_too, None), Ok(()));
+        assert_eq!(authorize(Access::Metrics, &closed, None), Ok(()));
+        let refused = Err(Refusal::Unauthorized);
+        assert_eq!(authorize(Access::Metrics, &metrics_too, None), refused);
+        assert_eq!(authorize(Access::Admin, &closed, None), refused);
+        for good in [
+            &b"Bearer old"[..],
+            b"Bearer new",
+            b"bearer new",
+            b"BEARER  new ",
+        ] {
+            assert_eq!(authorize(Access::Admin, &closed, Some(good)), Ok(()));
+            assert_eq!(authorize(Access::Metrics, &metrics_too, Some(good)), Ok(()));
+        }
+        for bad in [
+            &b"Bearer wrong"[..],
+            b"Bearer ",
+            b"Basic b2xkOg==",
+            b"old",
+            b"Bearerold",
+        ] {
+            assert_eq!(
+                authorize(Access::Admin, &closed, Some(bad)),
+                refused,
+                "{bad:?}"
+            );
+        }
+        let answer = Refusal::Unauthorized.response();
+        assert_eq!(answer.status(), 401);
+        assert_eq!(answer.headers()["www-authenticate"], "Bearer");
     }
 }

@@ -1,9 +1,11 @@
 //! Process assembly: the pingora server and its services, live config, signals, the admin
-//! listener and the log subscriber.
+//! listener (and its retirement board's page) and the log subscriber.
 
 pub mod admin;
+pub mod board;
 pub mod listeners;
 pub mod logging;
+pub mod proxy_protocol;
 pub mod reload;
 pub mod serve;
 pub mod server;

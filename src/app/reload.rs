@@ -24,7 +24,7 @@ use pingora::services::background::BackgroundService;
 use prometheus::{Gauge, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 use serde::Serialize;
 
-use crate::config::{ConfigError, Problem, Snapshot, StartupConfig};
+use crate::config::{directory_of, ConfigError, Inputs, Problem, Snapshot, StartupConfig};
 
 /// How long the watcher waits for a burst of file events to settle before reloading.
 const DEBOUNCE: Duration = Duration::from_millis(150);
@@ -57,6 +57,9 @@ pub struct ReloadReport {
 /// One problem of a refused file: its key path, and where the file has it.
 #[derive(Debug, Clone, Serialize)]
 pub struct ProblemReport {
+    /// The file the key is in when it is not the config (the agents file).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
     pub key: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub line: Option<usize>,
@@ -68,6 +71,7 @@ pub struct ProblemReport {
 impl From<Problem> for ProblemReport {
     fn from(p: Problem) -> Self {
         Self {
+            file: p.file,
             key: p.key,
             line: p.at.map(|a| a.line),
             column: p.at.map(|a| a.column),
@@ -174,28 +178,28 @@ pub type OnApply = Box<dyn Fn(&Snapshot) + Send + Sync>;
 pub struct ConfigStore {
     current: Arc<ArcSwap<Snapshot>>,
     path: Option<PathBuf>,
-    /// The file text last read, applied or refused: a watcher event that changed nothing is
-    /// not a reload, and one bad write is one failure, however many events it makes.
-    seen_text: Mutex<String>,
+    /// What the last reading read (the config's text and the files it names, applied or
+    /// refused): a watcher event that changed none of them is not a reload, and one bad write
+    /// is one failure, however many events it makes.
+    seen: Mutex<Inputs>,
     metrics: ReloadMetrics,
     on_apply: Vec<OnApply>,
 }
 
 impl ConfigStore {
-    /// A store serving `snapshot`, loaded from `path` (the text it was read from is `text`).
+    /// A store serving `snapshot`, loaded from `path` ([`Snapshot::load`]).
     pub fn new(
         snapshot: Snapshot,
         path: Option<PathBuf>,
-        text: String,
         registry: &Registry,
     ) -> prometheus::Result<Self> {
         let metrics = ReloadMetrics::register(registry)?;
         metrics.generation.set(1);
         metrics.last_success.set(unix_now());
         Ok(Self {
+            seen: Mutex::new(snapshot.source.inputs.clone()),
             current: Arc::new(ArcSwap::from_pointee(snapshot)),
             path,
-            seen_text: Mutex::new(text),
             metrics,
             on_apply: Vec::new(),
         })
@@ -221,30 +225,35 @@ impl ConfigStore {
         self.metrics.generation.get() as u64
     }
 
-    /// Re-reads the config file and applies it if valid. With `only_if_changed`, a file whose
-    /// text equals the last one read is left alone (the watcher's events may repeat).
+    /// The files besides the config that the last reading read (the agents file, a password
+    /// file): the watcher watches their directories too.
+    pub fn named_files(&self) -> Vec<PathBuf> {
+        self.seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .files
+            .clone()
+    }
+
+    /// Re-reads the config file and the files it names, and applies them if valid. With
+    /// `only_if_changed`, inputs equal to the last ones read are left alone (the watcher's
+    /// events may repeat).
     pub fn reload(&self, trigger: Trigger, only_if_changed: bool) -> Option<ReloadReport> {
         let path = self.path.as_ref()?;
-        // One reload at a time; the lock also guards `seen_text`.
-        let mut seen = self.seen_text.lock().unwrap_or_else(|e| e.into_inner());
-        let text = match std::fs::read_to_string(path) {
-            Ok(t) => t,
-            Err(source) => {
-                let err = ConfigError::Read {
-                    path: path.display().to_string(),
-                    source,
-                };
-                return Some(self.refuse(trigger, err));
-            }
+        // One reload at a time; the lock also guards `seen`.
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let reading = match Snapshot::read(path) {
+            Ok(reading) => reading,
+            Err(err) => return Some(self.refuse(trigger, err)),
         };
-        if only_if_changed && text == *seen {
+        if only_if_changed && reading.inputs.fingerprint == seen.fingerprint {
             return None;
         }
-        let report = match Snapshot::parse(&text) {
+        let report = match reading.result {
             Ok(new) => self.apply(new, trigger),
             Err(err) => self.refuse(trigger, err),
         };
-        *seen = text;
+        *seen = reading.inputs;
         Some(report)
     }
 
@@ -308,21 +317,42 @@ fn may_change_the_file(kind: &EventKind) -> bool {
     }
 }
 
-/// Watches the config file's parent directory and reloads when the file's text changes.
+/// Watches the config file's parent directory, and those of the files it names (the agents
+/// file, a password file: a Kubernetes Secret swaps its `..data` there as a ConfigMap does),
+/// and reloads when any of them changes.
 pub struct ConfigWatcher {
     pub store: Arc<ConfigStore>,
+}
+
+impl ConfigWatcher {
+    /// Watches the directories of the config and of the files it names now that are not
+    /// watched yet (a reload may name a file in a new place).
+    fn watch_new_dirs(&self, watcher: &mut impl Watcher, watched: &mut Vec<PathBuf>) {
+        let Some(path) = self.store.path() else {
+            return;
+        };
+        let files = std::iter::once(path.to_path_buf()).chain(self.store.named_files());
+        for dir in files.map(|f| directory_of(&f)) {
+            if watched.contains(&dir) {
+                continue;
+            }
+            match watcher.watch(&dir, RecursiveMode::NonRecursive) {
+                Ok(()) => tracing::info!(dir = %dir.display(), "watching the config directory"),
+                Err(e) => {
+                    tracing::error!(dir = %dir.display(), error = %e, "cannot watch a config directory")
+                }
+            }
+            watched.push(dir);
+        }
+    }
 }
 
 #[async_trait]
 impl BackgroundService for ConfigWatcher {
     async fn start(&self, mut shutdown: ShutdownWatch) {
-        let Some(path) = self.store.path() else {
+        if self.store.path().is_none() {
             return;
-        };
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
+        }
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
             if event.is_ok_and(|e| may_change_the_file(&e.kind)) {
@@ -336,11 +366,8 @@ impl BackgroundService for ConfigWatcher {
                 return;
             }
         };
-        if let Err(e) = watcher.watch(&dir, RecursiveMode::NonRecursive) {
-            tracing::error!(dir = %dir.display(), error = %e, "cannot watch the config directory");
-            return;
-        }
-        tracing::info!(dir = %dir.display(), "watching the config directory");
+        let mut watched = Vec::new();
+        self.watch_new_dirs(&mut watcher, &mut watched);
         loop {
             tokio::select! {
                 _ = shutdown.changed() => return,
@@ -356,6 +383,7 @@ impl BackgroundService for ConfigWatcher {
             let store = self.store.clone();
             let _ =
                 tokio::task::spawn_blocking(move || store.reload(Trigger::FileChange, true)).await;
+            self.watch_new_dirs(&mut watcher, &mut watched);
         }
     }
 }
@@ -371,9 +399,8 @@ mod tests {
 
     fn store_on(dir: &Path, f: FileConfig) -> ConfigStore {
         let path = dir.join("gw.toml");
-        let text = f.to_toml();
-        std::fs::write(&path, &text).unwrap();
-        ConfigStore::new(f.snapshot(), Some(path), text, &Registry::new()).unwrap()
+        std::fs::write(&path, f.to_toml()).unwrap();
+        ConfigStore::new(Snapshot::load(&path).unwrap(), Some(path), &Registry::new()).unwrap()
     }
 
     /// Writes `f` over the store's file.

@@ -8,6 +8,8 @@ use std::net::TcpListener as StdListener;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
+
 use pingora::apps::ServerApp;
 use pingora::listeners::tls::Acceptor;
 use pingora::protocols::l4::listener::Listener;
@@ -22,7 +24,9 @@ use pingora::services::background::BackgroundService;
 
 use crate::app::admin::AdminApp;
 use crate::app::listeners::Listeners;
+use crate::app::proxy_protocol;
 use crate::app::reload::ConfigStore;
+use crate::config::Snapshot;
 use crate::observe::in_flight::InFlight;
 use crate::observe::log_sink::LineSink;
 use crate::observe::trace::Tracer;
@@ -105,13 +109,14 @@ pub async fn serve(listeners: Listeners, gateway: Gateway, shutdown: impl Future
         drain,
         grace,
         before_exit,
-        store: _,
+        store,
     } = gateway;
 
     tasks.spawn(accept_proxy(
         listener_of(listeners.proxy),
         proxy,
         tls,
+        store.current().clone(),
         stopped.clone(),
     ));
     if let Some((l, app)) = paired("admin", listeners.admin, admin) {
@@ -175,16 +180,31 @@ fn listener_of(l: StdListener) -> Listener {
     Listener::from(l)
 }
 
-/// Accepts client connections until the gateway stops, each served in a task of its own.
+/// Accepts client connections until the gateway stops, each served in a task of its own:
+/// its PROXY protocol header read first when `listen.proxy_protocol` (in the snapshot of
+/// `config` when it connects), then TLS, then HTTP.
 async fn accept_proxy(
     listener: Listener,
     app: Arc<ProxyApp>,
     tls: Option<Arc<Acceptor>>,
+    config: Arc<ArcSwap<Snapshot>>,
     stopped: ShutdownWatch,
 ) {
-    accept_until_stopped(&listener, stopped.clone(), |stream| {
+    accept_until_stopped(&listener, stopped.clone(), |mut stream| {
         let (app, tls, stopped) = (app.clone(), tls.clone(), stopped.clone());
+        let snap = config.load_full();
         async move {
+            if snap.edge.proxy_protocol {
+                let timeout = snap.limits.client_header_timeout;
+                if let Err(e) = proxy_protocol::accept(&mut stream, &snap.edge, timeout).await {
+                    let peer = stream
+                        .get_socket_digest()
+                        .and_then(|d| d.peer_addr().cloned());
+                    tracing::debug!(peer = ?peer, error = %e, "connection closed at its PROXY protocol header");
+                    return;
+                }
+            }
+            drop(snap);
             let stream = match tls {
                 Some(tls) => match handshake(&tls, stream).await {
                     Some(stream) => stream,

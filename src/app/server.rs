@@ -22,12 +22,16 @@ use crate::app::reload::{ConfigStore, ConfigWatcher};
 use crate::app::serve::{serve, BeforeExit, Gateway};
 use crate::app::signals::Signals;
 use crate::config::Snapshot;
+use crate::observe::backend::AddressGauges;
 use crate::observe::telemetry::Telemetry;
 use crate::observe::trace::{ExportError, Tracer};
 use crate::policy::rate_limit::RateLimits;
+use crate::proxy::backends::Backends;
 use crate::proxy::connect::Connect;
 use crate::proxy::health::{HealthChecker, UpstreamHealth};
+use crate::proxy::names::{resolve_at_start, NameFollower};
 use crate::proxy::pool::{PoolSweeper, UpstreamPool};
+use crate::proxy::upstream::address_views;
 use crate::proxy::upstream::Upstream;
 use crate::proxy::{Drain, ProxyApp};
 use crate::tools::mock_backend::MockBackend;
@@ -41,6 +45,8 @@ pub enum ServerError {
     Tls(#[from] Box<pingora::Error>),
     #[error("cannot start tracing: {0}")]
     Tracing(#[from] ExportError),
+    #[error("{0}")]
+    Unresolved(String),
 }
 
 /// What `build` needs besides the config.
@@ -97,15 +103,31 @@ pub fn build(
             tracing::error!(error = %e, "tracing keeps its previous settings");
         }
     });
+    let health = Arc::new(UpstreamHealth::default());
+    let pool = Arc::new(UpstreamPool::new(startup.upstream_keepalive_pool_size));
+    // The backend's addresses: its names looked up before the first request, and the set
+    // following every reload.
+    let backends = Arc::new(Backends::new(telemetry.backends.clone()));
+    resolve_at_start(&backends, &snapshot.upstream).map_err(ServerError::Unresolved)?;
+    let following = backends.clone();
+    store.on_apply(move |snap| following.follow(&snap.upstream));
+    let gauges = (backends.clone(), pool.clone(), health.clone());
+    AddressGauges::register(
+        registry,
+        Box::new(move || address_views(&gauges.0, &gauges.1, &gauges.2)),
+    )?;
     let store = Arc::new(store);
     let config = store.current().clone();
 
-    let health = Arc::new(UpstreamHealth::default());
-    let pool = Arc::new(UpstreamPool::new(startup.upstream_keepalive_pool_size));
     // Makes new backend connections (connect timeout, TLS); reuse is the pool's.
     let connector: Arc<dyn Connect> =
         Arc::new(TransportConnector::new(Some(ConnectorOptions::new(0))));
-    let upstream = Upstream::new(connector.clone(), pool.clone(), health.clone());
+    let upstream = Upstream::new(
+        connector.clone(),
+        pool.clone(),
+        health.clone(),
+        backends.clone(),
+    );
     let drain = Drain::default();
     let proxy = Arc::new(ProxyApp::new(
         config.clone(),
@@ -130,13 +152,16 @@ pub fn build(
     let mut background: Vec<Arc<dyn BackgroundService + Send + Sync>> = vec![
         Arc::new(PoolSweeper {
             pool,
+            backends: backends.clone(),
             config: config.clone(),
         }),
         Arc::new(HealthChecker {
             config: config.clone(),
             health: health.clone(),
             connector,
+            backends: backends.clone(),
         }),
+        Arc::new(NameFollower { backends }),
     ];
     if startup.watch_config {
         background.push(Arc::new(ConfigWatcher {

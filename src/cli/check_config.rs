@@ -6,16 +6,18 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use agent_gateway::config::{ConfigError, FileConfig, Snapshot, TokenDigest};
+use std::net::ToSocketAddrs;
 
-use super::credentials::credential_warnings;
+use agent_gateway::config::{ConfigError, Host, Problem, Snapshot};
+
+use super::credentials::snapshot_credential_warnings;
 
 use super::print_problems;
 
 pub fn run(file: &Path, no_resolve: bool) -> anyhow::Result<ExitCode> {
     match check(file, no_resolve) {
-        Ok(()) => {
-            for warning in warnings(file) {
+        Ok(snapshot) => {
+            for warning in snapshot_credential_warnings(&snapshot) {
                 eprintln!("{}: warning: {warning}", file.display());
             }
             println!("{}: ok", file.display());
@@ -28,31 +30,40 @@ pub fn run(file: &Path, no_resolve: bool) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Validates the file at `path`, looking upstream names up unless `no_resolve`.
-fn check(path: &Path, no_resolve: bool) -> Result<(), ConfigError> {
+/// Validates the file at `path` (and the agents file it names), and looks its upstream
+/// names up unless `no_resolve` (with the system's resolver, once: the gateway itself follows
+/// them as their TTL says).
+fn check(path: &Path, no_resolve: bool) -> Result<Snapshot, ConfigError> {
+    let snapshot = Snapshot::load(path)?;
     if no_resolve {
-        Snapshot::load_unresolved(path).map(drop)
-    } else {
-        Snapshot::load(path).map(drop)
+        return Ok(snapshot);
     }
-}
-
-/// The warnings about the credentials of the file at `path`, valid by now.
-fn warnings(path: &Path) -> Vec<String> {
-    let Some(config) = std::fs::read_to_string(path)
-        .ok()
-        .and_then(|text| FileConfig::parse(&text).ok())
-    else {
-        return Vec::new();
-    };
-    let agents: Vec<(&str, TokenDigest)> = config
-        .auth
-        .agents
+    let problems: Vec<Problem> = snapshot
+        .upstream
+        .targets
         .iter()
-        .filter_map(|a| Some((a.id.as_str(), TokenDigest::parse_hex(&a.token_sha256).ok()?)))
+        .enumerate()
+        .filter_map(|(i, t)| {
+            let Host::Name(name) = &t.host else {
+                return None;
+            };
+            let found = (name.as_str(), t.port).to_socket_addrs();
+            match found.map(|mut a| a.next()) {
+                Ok(Some(_)) => None,
+                Ok(None) => Some(format!("{name:?} resolves to no address")),
+                Err(e) => Some(format!("{name:?} does not resolve ({e})")),
+            }
+            .map(|message| Problem {
+                key: format!("upstream.addresses[{i}]"),
+                message,
+                at: None,
+                file: None,
+            })
+        })
         .collect();
-    credential_warnings(agents.iter().map(|(id, digest)| (*id, digest)))
-        .iter()
-        .map(ToString::to_string)
-        .collect()
+    if problems.is_empty() {
+        Ok(snapshot)
+    } else {
+        Err(ConfigError::Invalid(problems))
+    }
 }

@@ -10,14 +10,14 @@ use agent_gateway::config::{dump, Snapshot};
 use super::{print_out, print_problems};
 
 pub fn run(file: &Path, json: bool) -> anyhow::Result<ExitCode> {
-    let config = match Snapshot::load_unresolved(file) {
+    let config = match Snapshot::load(file) {
         Ok(config) => config,
         Err(e) => {
             print_problems(file, &e);
             return Ok(ExitCode::FAILURE);
         }
     };
-    let snapshot = config.snapshot();
+    let snapshot = &config;
     if json {
         print_out(&(serde_json::to_string_pretty(&dump::to_json(snapshot))? + "\n"))?;
     } else {

@@ -60,7 +60,7 @@ pub fn snapshot_credential_warnings(snapshot: &Snapshot) -> Vec<CredentialWarnin
             .auth
             .agents
             .values()
-            .map(|a| (a.id.as_str(), &a.token)),
+            .flat_map(|a| a.tokens.iter().map(|t| (a.id.as_str(), &t.digest))),
     )
 }
 

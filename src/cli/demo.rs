@@ -24,7 +24,9 @@ pub fn run(config: &Path, log: &LogArgs) -> anyhow::Result<ExitCode> {
     let logs = log.init();
     let store = load_store(config)?;
     let snapshot = store.current().load_full();
-    let backend = snapshot.upstream.backends[0].addr;
+    let backend = snapshot.upstream.targets[0]
+        .address()
+        .context("the demo serves its mock backend on upstream.addresses[0], an IP address")?;
     let addrs = ListenAddrs::configured(&snapshot.startup, Some(backend));
     let listeners = Listeners::bind(&addrs)?;
     let at = listeners.local_addrs()?;
@@ -74,7 +76,11 @@ fn credentials(snapshot: &Snapshot) -> Option<(&Agent, String)> {
     let agents = &snapshot.auth.agents;
     let shipped = SHIPPED_AGENTS.iter().find_map(|&(id, token)| {
         let agent = agents.get(id)?;
-        (agent.token == TokenDigest::of(token.as_bytes())).then(|| (agent, token.to_string()))
+        agent
+            .tokens
+            .iter()
+            .any(|t| t.digest == TokenDigest::of(token.as_bytes()))
+            .then(|| (agent, token.to_string()))
     });
     shipped.or_else(|| {
         let agent = agents.values().min_by(|a, b| a.id.cmp(&b.id))?;
@@ -185,7 +191,7 @@ mod tests {
 
     /// The commands for `snapshot`'s listeners as configured.
     fn as_configured(snapshot: &Snapshot) -> String {
-        let backend = snapshot.upstream.backends[0].addr;
+        let backend = snapshot.upstream.targets[0].address().unwrap();
         let at = ListenAddrs::configured(&snapshot.startup, Some(backend));
         try_these(snapshot, &at, Path::new(EXE))
     }
@@ -201,7 +207,13 @@ mod tests {
         let snapshot = shipped().snapshot();
         for (id, token) in SHIPPED_AGENTS {
             let agent = &snapshot.auth.agents[id];
-            assert!(agent.token == TokenDigest::of(token.as_bytes()), "{id}");
+            assert!(
+                agent
+                    .tokens
+                    .iter()
+                    .any(|t| t.digest == TokenDigest::of(token.as_bytes())),
+                "{id}"
+            );
         }
     }
 

@@ -1,5 +1,5 @@
-//! `agent-gateway load`: the load generator ([`agent_gateway::tools::load`]); its exit status
-//! says whether the thresholds held.
+//! `agent-gateway load` and `agent-gateway load report FILE.jsonl`: the load generator
+//! ([`agent_gateway::tools::load`]); its exit status says whether the thresholds held.
 
 use std::process::ExitCode;
 

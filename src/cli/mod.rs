@@ -62,14 +62,11 @@ impl LogArgs {
 
 /// Loads the config file into a live store that reloads from the same path.
 fn load_store(path: &Path) -> anyhow::Result<ConfigStore> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let snapshot =
-        Snapshot::parse(&text).with_context(|| format!("invalid config {}", path.display()))?;
+        Snapshot::load(path).with_context(|| format!("invalid config {}", path.display()))?;
     Ok(ConfigStore::new(
         snapshot,
         Some(path.to_path_buf()),
-        text,
         prometheus::default_registry(),
     )?)
 }

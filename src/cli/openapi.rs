@@ -13,9 +13,9 @@ use agent_gateway::config::Snapshot;
 use super::print_out;
 
 pub fn run(config: &Path) -> anyhow::Result<ExitCode> {
-    let config = Snapshot::load_unresolved(config)
-        .with_context(|| format!("invalid config {}", config.display()))?;
-    let doc = serde_json::to_string_pretty(&openapi::document(config.snapshot()))?;
+    let config =
+        Snapshot::load(config).with_context(|| format!("invalid config {}", config.display()))?;
+    let doc = serde_json::to_string_pretty(&openapi::document(&config))?;
     print_out(&(doc + "\n"))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -48,12 +48,16 @@ pub fn from_prometheus(
     Ok(ExitCode::SUCCESS)
 }
 
-/// One gateway's v1 usage from its admin listener at `admin`, as a table or its JSON.
-pub fn from_admin(admin: &str, json: bool) -> anyhow::Result<ExitCode> {
+/// One gateway's v1 usage from its admin listener at `admin` (with the admin token of
+/// `options`, if any), as a table or its JSON.
+pub fn from_admin(admin: &str, options: &ClientOptions, json: bool) -> anyhow::Result<ExitCode> {
     let answer = runtime()?.block_on(async {
-        let client = Client::new(admin, &ClientOptions::default()).context("--admin")?;
+        let client = Client::new(admin, options).context("--admin")?;
         anyhow::Ok(client.get("/v1-usage").await?)
     })?;
+    if answer.status == 401 {
+        bail!("{admin}/v1-usage needs the admin token: --admin-token-file FILE");
+    }
     if answer.status != 200 {
         bail!("{admin}/v1-usage answered {}", answer.status);
     }

@@ -1,16 +1,47 @@
-//! `[auth]`: the configured agents, each validated into an [`Agent`].
+//! `[auth]`: the configured agents, each validated into an [`Agent`], and the limit on failed
+//! authentications. The agents of `auth.agents_file` are validated here too, after the inline
+//! ones (`config/mod.rs` reads the file and puts their problems back in it).
 
 use std::collections::{HashMap, HashSet};
+use std::num::NonZeroU32;
+use std::time::SystemTime;
 
-use super::file::{AgentFile, AuthFile};
+use super::file::{AgentFile, AuthFile, Digests};
 use super::problems::Problems;
 use super::types::{parse_time, BusinessCode, Dates, TokenDigest, V1Policy};
+
+/// One token an agent may authenticate with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentToken {
+    pub digest: TokenDigest,
+    /// The digest's first 8 hex digits: how metrics and logs name the token.
+    pub label: String,
+    /// From this time on the token fails as a wrong one does (`[[auth.agents.tokens]]`).
+    pub not_after: Option<SystemTime>,
+}
+
+impl AgentToken {
+    pub fn new(digest: TokenDigest, not_after: Option<SystemTime>) -> Self {
+        AgentToken {
+            label: digest.label(),
+            digest,
+            not_after,
+        }
+    }
+
+    /// Whether the token is accepted at `now`.
+    pub fn valid_at(&self, now: SystemTime) -> bool {
+        self.not_after.is_none_or(|end| now < end)
+    }
+}
 
 /// A configured client of the gateway.
 #[derive(Debug, Clone)]
 pub struct Agent {
     pub id: String,
-    pub token: TokenDigest,
+    /// Every token it may use: all are accepted (until their `not_after`), so a rotation adds
+    /// the new one, lets the client move to it, then removes the old one.
+    pub tokens: Vec<AgentToken>,
     /// Overrides `v1.default_service` for this agent's v1 calls.
     pub default_service: Option<BusinessCode>,
     /// When set, the only business codes this agent may reach (v1 or v2).
@@ -44,9 +75,29 @@ pub struct RateLimit {
 pub struct AuthConfig {
     pub require_on_status: bool,
     pub agents: HashMap<String, Agent>,
+    /// 401s a client address may get in a minute before its requests are refused with 429.
+    pub max_failures_per_minute: Option<NonZeroU32>,
 }
 
-/// Validates `[auth]`; an agent with a problem is left out (and the problem reported).
+/// The digests of `list` (one or a list), each problem under `key` (`key[j]` in a list).
+pub(super) fn digests(list: &Digests, key: &str, p: &mut Problems) -> Vec<TokenDigest> {
+    let one = list.0.len() == 1;
+    list.0
+        .iter()
+        .enumerate()
+        .filter_map(|(j, d)| {
+            let at = if one {
+                key.to_owned()
+            } else {
+                format!("{key}[{j}]")
+            };
+            p.check(at, TokenDigest::parse_hex(d))
+        })
+        .collect()
+}
+
+/// Validates `[auth]` (with the agents file's agents after the inline ones); an agent with a
+/// problem is left out (and the problem reported).
 pub(super) fn auth(f: &AuthFile, p: &mut Problems) -> AuthConfig {
     let mut agents = HashMap::new();
     let mut seen_ids = HashSet::new();
@@ -64,10 +115,56 @@ pub(super) fn auth(f: &AuthFile, p: &mut Problems) -> AuthConfig {
             agents.insert(a.id.clone(), agent);
         }
     }
+    let max_failures_per_minute = f.max_failures_per_minute.and_then(|n| {
+        let limit = NonZeroU32::new(n);
+        if limit.is_none() {
+            p.push(
+                "auth.max_failures_per_minute",
+                "must be greater than 0 (leave it out for no limit)",
+            );
+        }
+        limit
+    });
     AuthConfig {
         require_on_status: f.require_on_status,
         agents,
+        max_failures_per_minute,
     }
+}
+
+/// An agent's tokens: `token_sha256` (one or a list) and `[[tokens]]`, at least one, each
+/// named apart by its first 8 hex digits (the metric's label).
+fn tokens(a: &AgentFile, key: &str, p: &mut Problems) -> Vec<AgentToken> {
+    let plain = digests(&a.token_sha256, &format!("{key}.token_sha256"), p)
+        .into_iter()
+        .map(|digest| AgentToken::new(digest, None));
+    let timed = a.tokens.iter().enumerate().filter_map(|(j, t)| {
+        let at = format!("{key}.tokens[{j}]");
+        let digest = p.check(format!("{at}.sha256"), TokenDigest::parse_hex(&t.sha256));
+        let not_after = match &t.not_after {
+            None => Some(None),
+            Some(when) => p
+                .check(format!("{at}.not_after"), parse_time(when))
+                .map(Some),
+        };
+        Some(AgentToken::new(digest?, not_after?))
+    });
+    let all: Vec<AgentToken> = plain.chain(timed).collect();
+    if a.token_sha256.is_empty() && a.tokens.is_empty() {
+        p.push(
+            format!("{key}.token_sha256"),
+            "required: the SHA-256 of the agent's token (agent-gateway hash-token), or [[tokens]]",
+        );
+    }
+    let mut labels = HashSet::new();
+    if !all.iter().all(|t| labels.insert(t.label.as_str())) {
+        p.push(
+            format!("{key}.token_sha256"),
+            "two tokens of this agent begin with the same 8 hex digits (the same token twice?): \
+             metrics name a token by them",
+        );
+    }
+    all
 }
 
 /// One agent's fields, every problem reported under `key`.
@@ -83,10 +180,7 @@ fn check_fields(a: &AgentFile, key: &str, p: &mut Problems) -> Option<Agent> {
             "must be 1 to 128 visible ASCII characters",
         );
     }
-    let token = p.check(
-        format!("{key}.token_sha256"),
-        TokenDigest::parse_hex(&a.token_sha256),
-    );
+    let tokens = tokens(a, key, p);
     let default_service = match &a.default_service {
         None => Some(None),
         Some(s) => p
@@ -135,7 +229,7 @@ fn check_fields(a: &AgentFile, key: &str, p: &mut Problems) -> Option<Agent> {
     };
     Some(Agent {
         id: a.id.clone(),
-        token: token?,
+        tokens,
         default_service: default_service?,
         services,
         v1_policy: a.v1_policy,

@@ -14,21 +14,25 @@
 use std::collections::HashMap;
 use std::ops::Range;
 
+use serde::de::DeserializeOwned;
 use toml_edit::{DocumentMut, ImDocument, Item, Table, TableLike, Value};
 
 use super::file::FileConfig;
 use super::problems::{ConfigError, Place, Problem};
 use super::schema::{join, Schema, MS_SUFFIX};
 
-/// A file as far as it could be read, and what stood in the way.
-pub(super) struct Parsed {
+/// A file as far as it could be read, and what stood in the way: the config
+/// ([`FileConfig`]) or the agents file ([`super::file::AgentsFile`]).
+pub(super) struct Parsed<T = FileConfig> {
     /// The file without the keys that have a problem.
-    pub file: FileConfig,
+    pub file: T,
     found: Findings,
 }
 
 /// What reading a file found: its problems, and where its keys are.
 struct Findings {
+    /// The keys the file may have.
+    schema: &'static Schema,
     /// Problems of the file's shape, located.
     problems: Vec<Problem>,
     /// Keys taken out because of a problem: validation's problems at or under them are its
@@ -45,7 +49,7 @@ struct Findings {
 impl FileConfig {
     /// The file layer of a config's text: its shape checked, none of its values.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
-        let parsed = Parsed::read(text).map_err(ConfigError::Invalid)?;
+        let parsed = Parsed::read(text, Schema::file()).map_err(ConfigError::Invalid)?;
         if parsed.is_clean() {
             Ok(parsed.file)
         } else {
@@ -54,9 +58,10 @@ impl FileConfig {
     }
 }
 
-impl Parsed {
-    /// Reads `text`; fails only when nothing of it can be read (it is not TOML).
-    pub fn read(text: &str) -> Result<Parsed, Vec<Problem>> {
+impl<T: DeserializeOwned> Parsed<T> {
+    /// Reads `text`, a file of `schema`; fails only when nothing of it can be read (it is not
+    /// TOML).
+    pub fn read(text: &str, schema: &'static Schema) -> Result<Parsed<T>, Vec<Problem>> {
         let lines = Lines::of(text);
         let doc = ImDocument::parse(text).map_err(|e| {
             let offset = e.span().map_or(0, |s| s.start);
@@ -64,10 +69,12 @@ impl Parsed {
                 key: syntax_key(text, offset),
                 message: one_line(e.message()),
                 at: Some(lines.place(offset)),
+                file: None,
             }]
         })?;
         let mut root = doc.into_table();
         let mut found = Findings {
+            schema,
             problems: Vec::new(),
             dropped: Vec::new(),
             written_as: HashMap::new(),
@@ -102,10 +109,16 @@ impl Parsed {
 
     /// Validation's `problems` put with the file's own, each under the key the file wrote and
     /// located, all in the order of the file (problems of keys it does not have come last).
+    /// A problem already placed in another file (the agents file's) is kept as it is, after
+    /// this file's.
     pub fn merge(self, validation: Vec<Problem>) -> Vec<Problem> {
         let found = self.found;
         let mut all = found.problems.clone();
         for p in validation {
+            if p.file.is_some() {
+                all.push(p);
+                continue;
+            }
             if found.dropped.iter().any(|d| is_at_or_under(&p.key, d)) {
                 continue;
             }
@@ -115,9 +128,13 @@ impl Parsed {
                 key,
                 message: p.message,
                 at,
+                file: None,
             });
         }
-        all.sort_by_key(|p| p.at.map_or((usize::MAX, 0), |a| (a.line, a.column)));
+        all.sort_by_key(|p| {
+            let (line, column) = p.at.map_or((usize::MAX, 0), |a| (a.line, a.column));
+            (p.file.is_some(), line, column)
+        });
         all
     }
 }
@@ -145,14 +162,19 @@ impl Findings {
 
     fn problem(&mut self, key: String, message: String, at: Option<usize>) {
         let at = at.map(|o| self.lines.place(o));
-        self.problems.push(Problem { key, message, at });
+        self.problems.push(Problem {
+            key,
+            message,
+            at,
+            file: None,
+        });
     }
 
     /// Checks the keys of `table` (at `path`, `schema` in the [`Schema`]'s terms) and of the
     /// tables under it, noting where each is; unknown keys are reported and taken out, and
     /// duration siblings become their `_ms` keys.
     fn walk(&mut self, table: &mut dyn TableLike, schema: &str, path: &str) {
-        let Some(known) = Schema::file().keys(schema) else {
+        let Some(known) = self.schema.keys(schema) else {
             return;
         };
         let keys: Vec<String> = table.iter().map(|(k, _)| k.to_owned()).collect();

@@ -3,11 +3,12 @@
 //! in, the values validation settled written back (`server.threads`, every date in UTC, each
 //! brownout's shares, each agent's burst), the start-up settings the process runs with (a
 //! reload keeps the running ones until a restart), durations in milliseconds, and no secret:
-//! token digests and a Redis password are redacted.
+//! token digests (agents' and the admin's) and a Redis password are redacted, and of the
+//! secret files (`auth.agents_file`, `rate_limit.redis_password_file`) only the names show.
 
-use super::file::FileConfig;
+use super::file::{Digests, FileConfig};
 use super::rate_limit::RedisUrl;
-use super::types::format_time;
+use super::types::{format_time, parse_time};
 use super::Snapshot;
 
 /// What a redacted value reads.
@@ -34,19 +35,34 @@ pub fn effective(snapshot: &Snapshot) -> FileConfig {
         file.percent_end = Some(b.percent_end);
     }
     for agent in &mut f.auth.agents {
-        agent.token_sha256 = REDACTED.into();
+        redact(&mut agent.token_sha256);
+        for token in &mut agent.tokens {
+            token.sha256 = REDACTED.into();
+            token.not_after = token
+                .not_after
+                .as_deref()
+                .map(|t| parse_time(t).map_or_else(|_| t.to_owned(), format_time));
+        }
         if let Some(valid) = snapshot.auth.agents.get(&agent.id) {
             agent.deprecated_at = time(valid.dates.deprecated_at);
             agent.sunset_at = time(valid.dates.sunset_at);
             agent.burst = valid.rate_limit.map(|r| r.burst);
         }
     }
+    redact(&mut f.admin.token_sha256);
     f.rate_limit.redis_url = f
         .rate_limit
         .redis_url
         .as_deref()
         .map(|url| RedisUrl::parse(url).map_or_else(|_| REDACTED.into(), |u| u.to_string()));
     f
+}
+
+/// Each digest of `list` redacted, so the dump still says how many there are.
+fn redact(list: &mut Digests) {
+    for digest in &mut list.0 {
+        *digest = REDACTED.into();
+    }
 }
 
 /// `[listen]` and `[server]` as the process runs them.
@@ -92,10 +108,10 @@ pub fn to_json(snapshot: &Snapshot) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::file::BrownoutFile;
-    use crate::config::file::RateLimitFile;
+    use crate::config::file::{BrownoutFile, RateLimitFile, TokenFile};
     use crate::config::testing::{self, AGENT_ID};
     use crate::config::RateLimitBackend;
+    use crate::config::TokenDigest;
 
     #[test]
     fn the_dump_fills_defaults_writes_dates_in_utc_and_hides_secrets() {
@@ -126,11 +142,43 @@ mod tests {
             assert!(text.contains(want), "{want} missing from:\n{text}");
         }
         assert!(!text.contains("hunter2"), "{text}");
-        let digest = &snapshot.auth.agents[AGENT_ID].token.to_hex();
+        let digest = &snapshot.auth.agents[AGENT_ID].tokens[0].digest.to_hex();
         assert!(!text.contains(digest.as_str()), "{text}");
         let back: FileConfig = toml::from_str(&text).unwrap();
         assert_eq!(back.upstream.addresses, ["127.0.0.1:9000"]);
         assert_eq!(to_json(&snapshot)["limits"]["max_body_bytes"], 1048576);
+    }
+
+    #[test]
+    fn every_digest_is_redacted_and_secret_files_show_only_their_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let password = dir.path().join("redis-password");
+        std::fs::write(&password, "hunter2\n").unwrap();
+        let hex = |t: &str| TokenDigest::of(t.as_bytes()).to_hex();
+        let mut f = testing::config();
+        let agent = f.agent_mut(AGENT_ID);
+        agent.token_sha256 = Digests(vec![hex("old"), hex("new")]);
+        agent.tokens = vec![TokenFile {
+            sha256: hex("planned"),
+            not_after: Some("2027-01-01T01:00:00+01:00".into()),
+        }];
+        f.admin.token_sha256 = Digests(vec![hex("admin")]);
+        f.rate_limit.redis_url = Some("redis://127.0.0.1:6379/0".into());
+        f.rate_limit.redis_password_file = Some(password.display().to_string());
+        let text = to_toml(&f.snapshot());
+        for token in ["old", "new", "planned", "admin"] {
+            assert!(!text.contains(&hex(token)), "{token}: {text}");
+        }
+        assert!(!text.contains("hunter2"), "{text}");
+        for want in [
+            "token_sha256 = [\"<redacted>\", \"<redacted>\"]",
+            "sha256 = \"<redacted>\"",
+            "not_after = \"2027-01-01T00:00:00Z\"",
+            &format!("redis_password_file = {:?}", password.display().to_string()),
+            "redis_url = \"redis://127.0.0.1:6379/0\"",
+        ] {
+            assert!(text.contains(want), "{want} missing from:\n{text}");
+        }
     }
 
     #[test]

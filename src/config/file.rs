@@ -9,7 +9,8 @@
 //! Nothing here is trusted: [`super::Snapshot::from_file`] turns a [`FileConfig`] into the
 //! validated snapshot that the gateway actually runs on.
 
-use serde::{Deserialize, Serialize};
+use serde::de::{self, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// The public v2 base, which is also the backend's unless `upstream.base_path` says otherwise.
 const V2_BASE: &str = "/api/v2";
@@ -40,6 +41,17 @@ pub struct FileConfig {
     pub rate_limit: RateLimitFile,
     #[serde(default)]
     pub tracing: TracingFile,
+    #[serde(default)]
+    pub admin: AdminFile,
+}
+
+/// The agents file (`auth.agents_file`): `[[agents]]` tables in the shape of `[[auth.agents]]`,
+/// kept apart from the config so that the credentials can live in a secret of their own.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentsFile {
+    #[serde(default)]
+    pub agents: Vec<AgentFile>,
 }
 
 /// `[listen]`: where the gateway accepts connections.
@@ -58,6 +70,13 @@ pub struct ListenFile {
     /// Serve HTTP/2 to clients that ask for it: ALPN `h2` on the TLS listener, the HTTP/2
     /// preface (prior knowledge, h2c) on a plaintext one. Every other connection is HTTP/1.1.
     pub http2: bool,
+    /// Addresses and networks (`10.0.0.0/8`, `192.0.2.7`) of the proxies in front of the
+    /// gateway: from such a peer, the client is the right-most untrusted `X-Forwarded-For`
+    /// address. Empty: `X-Forwarded-For` is never believed.
+    pub trusted_proxies: Vec<String>,
+    /// Every connection to the proxy listener opens with a PROXY protocol header (v1 or v2), as
+    /// AWS NLB and HAProxy send it: its source address is the peer's.
+    pub proxy_protocol: bool,
 }
 
 impl Default for ListenFile {
@@ -68,6 +87,8 @@ impl Default for ListenFile {
             tls_cert: None,
             tls_key: None,
             http2: true,
+            trusted_proxies: Vec::new(),
+            proxy_protocol: false,
         }
     }
 }
@@ -150,7 +171,8 @@ impl Default for V2File {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct UpstreamFile {
-    /// One or more `host:port`, resolved at load (required).
+    /// One or more `host:port` (required): an IP address, or a name whose every A/AAAA record
+    /// is an address of the rotation, looked up again as its TTL says.
     pub addresses: Vec<String>,
     /// Speak TLS to the backend.
     pub tls: bool,
@@ -172,6 +194,24 @@ pub struct UpstreamFile {
     pub health_check_interval_ms: u64,
     /// `GET` this path for the check (a 2xx or 3xx answer is healthy); absent: a TCP connect.
     pub health_check_path: Option<String>,
+    /// A name is looked up again no sooner than this after an answer, whatever its TTL.
+    pub dns_min_ttl_ms: u64,
+    /// A name is looked up again no later than this after an answer, whatever its TTL.
+    pub dns_max_ttl_ms: u64,
+    /// DNS servers (`ip:port`, or an IP for port 53) asked instead of `/etc/resolv.conf`'s.
+    pub resolvers: Vec<String>,
+    /// Start even when a name of `addresses` does not resolve (it joins once it does).
+    pub allow_unresolved_at_start: bool,
+    /// The most connections open to one address, idle ones included; absent: unlimited.
+    pub max_connections_per_address: Option<usize>,
+    /// The most requests waiting for a connection, all addresses together; past it, 503.
+    pub max_pending: usize,
+    /// The longest a request waits for a connection before it is answered 503.
+    pub pending_timeout_ms: u64,
+    /// Consecutive failures (connect, reset, protocol) that eject an address; 0: never.
+    pub eject_after_failures: u32,
+    /// How long a first ejection lasts; each repeat doubles it, up to a cap.
+    pub eject_ms: u64,
 }
 
 impl UpstreamFile {
@@ -198,6 +238,15 @@ impl Default for UpstreamFile {
             idle_timeout_ms: 60_000,
             health_check_interval_ms: 1000,
             health_check_path: None,
+            dns_min_ttl_ms: 1000,
+            dns_max_ttl_ms: 300_000,
+            resolvers: Vec::new(),
+            allow_unresolved_at_start: false,
+            max_connections_per_address: None,
+            max_pending: 1024,
+            pending_timeout_ms: 5000,
+            eject_after_failures: 3,
+            eject_ms: 10_000,
         }
     }
 }
@@ -208,6 +257,14 @@ impl Default for UpstreamFile {
 pub struct AuthFile {
     /// Whether `GET .../status` needs credentials too (every POST does).
     pub require_on_status: bool,
+    /// A file of `[[agents]]` (relative to the config's directory), read and watched with the
+    /// config: the agents' digests kept out of the config, in a secret of their own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agents_file: Option<String>,
+    /// Failed authentications (401s) a client address may have in a minute; past it, its
+    /// requests get 429 until the minute is over. Absent: no limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_failures_per_minute: Option<u32>,
     /// `[[auth.agents]]`: the gateway's clients.
     pub agents: Vec<AgentFile>,
 }
@@ -216,8 +273,57 @@ impl Default for AuthFile {
     fn default() -> Self {
         Self {
             require_on_status: true,
+            agents_file: None,
+            max_failures_per_minute: None,
             agents: Vec::new(),
         }
+    }
+}
+
+/// One SHA-256 digest or a list of them, as `token_sha256` takes: `"ab12.."` or
+/// `["ab12..", "cd34.."]` (written back the way it came: one as a string).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Digests(pub Vec<String>);
+
+impl Digests {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl Serialize for Digests {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0.as_slice() {
+            [one] => s.serialize_str(one),
+            many => many.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Digests {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct OneOrMany;
+        impl<'de> Visitor<'de> for OneOrMany {
+            type Value = Digests;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a hex SHA-256 digest or a list of them")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Digests, E> {
+                Ok(Digests(vec![v.to_owned()]))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Digests, A::Error> {
+                let mut all = Vec::new();
+                while let Some(one) = seq.next_element::<String>()? {
+                    all.push(one);
+                }
+                Ok(Digests(all))
+            }
+        }
+        // Of a value of another type the message says what is expected and never repeats
+        // the value: a token pasted here by mistake stays out of every problem report.
+        d.deserialize_any(OneOrMany).map_err(|_: D::Error| {
+            de::Error::custom("must be a hex SHA-256 digest or a list of them")
+        })
     }
 }
 
@@ -229,10 +335,15 @@ pub struct AgentFile {
     /// (required).
     #[serde(default)]
     pub id: String,
-    /// The SHA-256 of its `X-Auth-Token`, in hex; the token itself is never configured
-    /// (required).
-    #[serde(default)]
-    pub token_sha256: String,
+    /// The SHA-256 of its `X-Auth-Token`, in hex, or a list of them (each token in it is
+    /// accepted: a rotation adds the new one, then removes the old one); the token itself is
+    /// never configured. This or `tokens` is required.
+    #[serde(default, skip_serializing_if = "Digests::is_empty")]
+    pub token_sha256: Digests,
+    /// `[[auth.agents.tokens]]`: tokens with a planned end (`not_after`), beside or instead of
+    /// `token_sha256`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tokens: Vec<TokenFile>,
     /// Its business code for v1 calls, instead of `v1.default_service`.
     pub default_service: Option<String>,
     /// The only business codes it may reach, v1 or v2 (absent: any).
@@ -249,6 +360,18 @@ pub struct AgentFile {
     /// RFC 3339 time: this agent's `Sunset` (and, with `retirement.enforce_sunset`, its
     /// cut-off), instead of `retirement.sunset_at`.
     pub sunset_at: Option<String>,
+}
+
+/// `[[auth.agents.tokens]]`: one token of an agent, which may expire.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenFile {
+    /// The SHA-256 of the token, in hex (required).
+    #[serde(default)]
+    pub sha256: String,
+    /// RFC 3339 time: from then on the token fails as a wrong one does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_after: Option<String>,
 }
 
 /// `[limits]`: what a client may send, and how slowly.
@@ -316,6 +439,15 @@ pub struct RetirementFile {
     pub quiet_days: u32,
     /// `[[retirement.brownouts]]`: scheduled windows that refuse a share of v1 calls.
     pub brownouts: Vec<BrownoutFile>,
+    /// A Prometheus that scrapes every replica: the admin listener's retirement board shows
+    /// the fleet's figures from it, as `v1-usage --prometheus` does.
+    pub prometheus_url: Option<String>,
+    /// PEM CA certificates `prometheus_url`'s certificate must chain to.
+    pub prometheus_ca_file: Option<String>,
+    /// A file holding a bearer token for `prometheus_url`, read at each use.
+    pub prometheus_token_file: Option<String>,
+    /// A file holding `user:password` for `prometheus_url`, read at each use.
+    pub prometheus_basic_auth_file: Option<String>,
 }
 
 impl Default for RetirementFile {
@@ -327,6 +459,10 @@ impl Default for RetirementFile {
             enforce_sunset: false,
             quiet_days: DEFAULT_QUIET_DAYS,
             brownouts: Vec::new(),
+            prometheus_url: None,
+            prometheus_ca_file: None,
+            prometheus_token_file: None,
+            prometheus_basic_auth_file: None,
         }
     }
 }
@@ -364,6 +500,10 @@ pub struct RateLimitFile {
     pub backend: super::RateLimitBackend,
     /// `redis://[user:password@]host:port/db`, or `rediss://` for TLS.
     pub redis_url: Option<String>,
+    /// A file holding the Redis password (relative to the config's directory; a trailing
+    /// newline is not part of it), instead of a password in `redis_url`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redis_password_file: Option<String>,
     /// PEM CAs a `rediss://` server's certificate must chain to (default: the system's).
     pub redis_ca_file: Option<String>,
     /// What a rate-limited agent's request gets when Redis does not answer in time.
@@ -379,6 +519,7 @@ impl Default for RateLimitFile {
         Self {
             backend: super::RateLimitBackend::Local,
             redis_url: None,
+            redis_password_file: None,
             redis_ca_file: None,
             on_redis_error: super::OnRedisError::Local,
             timeout_ms: 50,
@@ -393,6 +534,7 @@ impl std::fmt::Debug for RateLimitFile {
         f.debug_struct("RateLimitFile")
             .field("backend", &self.backend)
             .field("redis_url", &self.redis_url.as_ref().map(|_| ".."))
+            .field("redis_password_file", &self.redis_password_file)
             .field("redis_ca_file", &self.redis_ca_file)
             .field("on_redis_error", &self.on_redis_error)
             .field("timeout_ms", &self.timeout_ms)
@@ -437,4 +579,16 @@ impl Default for TracingFile {
             export_timeout_ms: 10_000,
         }
     }
+}
+
+/// `[admin]`: who may use the admin listener.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminFile {
+    /// The SHA-256 of the admin token, in hex, or a list of them: when set, every admin
+    /// endpoint but `/healthz`, `/readyz` and `/metrics` needs `Authorization: Bearer <token>`.
+    #[serde(skip_serializing_if = "Digests::is_empty")]
+    pub token_sha256: Digests,
+    /// `/metrics` needs the admin token too.
+    pub protect_metrics: bool,
 }

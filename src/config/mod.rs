@@ -11,10 +11,13 @@
 //! assembles: the bases, which span three sections, and the snapshot. Once built, nothing
 //! re-checks.
 
+mod admin;
 mod auth;
 mod document;
 pub mod dump;
+mod edge;
 pub mod file;
+mod files;
 mod limits;
 mod problems;
 mod rate_limit;
@@ -33,8 +36,11 @@ use std::time::SystemTime;
 
 use sha2::{Digest, Sha256};
 
-pub use auth::{Agent, AuthConfig, RateLimit};
+pub use admin::AdminConfig;
+pub use auth::{Agent, AgentToken, AuthConfig, RateLimit};
+pub use edge::EdgeConfig;
 pub use file::{FileConfig, DEFAULT_QUIET_DAYS};
+pub use files::{directory_of, Inputs};
 pub use limits::LimitsConfig;
 pub use problems::{ConfigError, Place, Problem};
 pub use rate_limit::{RateLimitConfig, RedisLimitConfig, RedisUrl};
@@ -42,14 +48,16 @@ pub use retirement::{Brownout, Recurrence, RetirementConfig, Terms};
 pub use startup::{cpus_available, StartupConfig};
 pub use tracing::TracingConfig;
 pub use types::{
-    format_time, unix_seconds, BasePath, Bases, BusinessCode, Dates, OnRedisError,
+    format_time, unix_seconds, BasePath, Bases, BusinessCode, Dates, IpNet, OnRedisError,
     RateLimitBackend, Repeat, TokenDigest, V1Policy, ValidationMode, Weekday,
 };
-pub use upstream::{Backend, UpstreamConfig};
+pub use upstream::{BudgetConfig, DnsConfig, EjectionConfig, Host, Target, UpstreamConfig};
 
 use document::Parsed;
+use file::{AgentsFile, AuthFile};
+use files::Files;
 use problems::Problems;
-use upstream::Lookup;
+use schema::Schema;
 
 /// The whole validated configuration. Immutable; a reload builds a new one.
 #[derive(Debug, Clone)]
@@ -65,6 +73,9 @@ pub struct Snapshot {
     pub rate_limit: RateLimitConfig,
     /// `None` when tracing is off (no `tracing.otlp_endpoint`).
     pub tracing: Option<TracingConfig>,
+    /// Who is in front of the proxy listener: trusted proxies, the PROXY protocol.
+    pub edge: EdgeConfig,
+    pub admin: AdminConfig,
     /// What it was built from.
     pub source: Source,
 }
@@ -78,6 +89,15 @@ pub struct Source {
     /// SHA-256 of the file's text; `None` for a snapshot built from a typed config (tests).
     pub sha256: Option<[u8; 32]>,
     pub loaded_at: SystemTime,
+    /// The config's text and the secret files it names, as read.
+    pub inputs: Inputs,
+}
+
+/// A config file read and checked, with the files it names: what was read (whatever the
+/// verdict, so that a reload can tell unchanged inputs) and the snapshot or its problems.
+pub struct Reading {
+    pub inputs: Inputs,
+    pub result: Result<Snapshot, ConfigError>,
 }
 
 /// By hand: the file holds token digests and maybe a Redis password.
@@ -90,22 +110,52 @@ impl std::fmt::Debug for Source {
     }
 }
 
-/// A snapshot whose upstream host names were not looked up (their `host:port` form only): to
-/// describe a config (its OpenAPI document, its effective values) away from the DNS it will
-/// run with, never to serve. Its backends' addresses are placeholders.
-pub struct Unresolved(Snapshot);
-
-impl Unresolved {
-    pub fn snapshot(&self) -> &Snapshot {
-        &self.0
-    }
-}
-
 fn read(path: &Path) -> Result<String, ConfigError> {
     std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.display().to_string(),
         source,
     })
+}
+
+/// The agents file `auth.agents_file` names, read and parsed: its agents, and what reading it
+/// found (each problem of its agents is located in it).
+struct AgentsRead {
+    name: String,
+    parsed: Parsed<AgentsFile>,
+}
+
+/// Reads the agents file of `auth`, if it names one; a file that cannot be read or is not
+/// TOML is a problem (placed in it when it has a place).
+fn read_agents_file(auth: &AuthFile, files: &mut Files, p: &mut Problems) -> Option<AgentsRead> {
+    let name = auth.agents_file.as_ref()?;
+    let (path, bytes) = p.check("auth.agents_file", files.read(name))?;
+    let text = p.check(
+        "auth.agents_file",
+        String::from_utf8(bytes).map_err(|_| format!("{} is not UTF-8 text", path.display())),
+    )?;
+    let shown = path.display().to_string();
+    match Parsed::read(&text, Schema::agents_file()) {
+        Ok(parsed) => Some(AgentsRead {
+            name: shown,
+            parsed,
+        }),
+        Err(problems) => {
+            p.extend(problems.into_iter().map(|q| Problem {
+                file: Some(shown.clone()),
+                ..q
+            }));
+            None
+        }
+    }
+}
+
+/// `auth.agents[k]...` of the agents file's `k - inline`th agent, as the agents file names it
+/// (`agents[0]...`); `None` for an inline agent's key or another key.
+fn agents_file_key(key: &str, inline: usize) -> Option<String> {
+    let rest = key.strip_prefix("auth.agents[")?;
+    let (index, rest) = rest.split_once(']')?;
+    let k: usize = index.parse().ok()?;
+    (k >= inline).then(|| format!("agents[{}]{rest}", k - inline))
 }
 
 /// Validates `[v1]`, `[v2]` and `upstream.base_path`: three clean bases, the public two disjoint.
@@ -132,63 +182,94 @@ fn bases(f: &FileConfig, p: &mut Problems) -> Option<Bases> {
 }
 
 impl Snapshot {
-    /// Read, parse and validate a config file.
+    /// Read, parse and validate a config file and the files it names (relative to its
+    /// directory).
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        Self::parse(&read(path)?)
+        Self::read(path)?.result
     }
 
-    /// Read and check a config file like [`Self::load`], without looking upstream host names
-    /// up: for a config checked away from the DNS it will run with, such as a Kubernetes
-    /// ConfigMap whose backend is a Service name, checked in CI.
-    pub fn load_unresolved(path: &Path) -> Result<Unresolved, ConfigError> {
-        Self::from_text(&read(path)?, Lookup::Skip).map(Unresolved)
+    /// Reads a config file and the files it names, and checks them; `Err` only when the
+    /// config file itself cannot be read.
+    pub fn read(path: &Path) -> Result<Reading, ConfigError> {
+        let text = read(path)?;
+        Ok(Self::from_text(&text, Files::beside(path, &text)))
     }
 
-    /// Parse and validate the text of a config file.
+    /// Parse and validate the text of a config file; the files it names are relative to the
+    /// current directory.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
-        Self::from_text(text, Lookup::Resolve)
+        Self::from_text(text, Files::new(Path::new("."), text)).result
     }
 
-    /// Validate a parsed file, reporting every problem at once.
+    /// Validate a parsed file, reporting every problem at once (the files it names are
+    /// relative to the current directory).
     pub fn from_file(f: FileConfig) -> Result<Self, ConfigError> {
-        Self::validate(f, Lookup::Resolve).map_err(ConfigError::Invalid)
+        let mut files = Files::new(Path::new("."), "");
+        Self::validate(f, &mut files).map_err(ConfigError::Invalid)
     }
 
-    /// Checks a file without looking up upstream host names ([`Self::load_unresolved`]).
-    pub fn check_without_lookup(f: FileConfig) -> Result<(), ConfigError> {
-        Self::validate(f, Lookup::Skip)
-            .map(drop)
-            .map_err(ConfigError::Invalid)
-    }
-
-    /// Every problem of `text`, its shape's and its values', in the order of the file.
-    fn from_text(text: &str, lookup: Lookup) -> Result<Self, ConfigError> {
-        let parsed = Parsed::read(text).map_err(ConfigError::Invalid)?;
-        match Self::validate(parsed.file.clone(), lookup) {
+    /// Every problem of `text`, its shape's and its values', in the order of the file (then
+    /// the agents file's, in its order).
+    fn from_text(text: &str, mut files: Files) -> Reading {
+        let parsed = match Parsed::<FileConfig>::read(text, Schema::file()) {
+            Ok(parsed) => parsed,
+            Err(problems) => {
+                return Reading {
+                    inputs: files.finish(),
+                    result: Err(ConfigError::Invalid(problems)),
+                }
+            }
+        };
+        let validated = Self::validate(parsed.file.clone(), &mut files);
+        let inputs = files.finish();
+        let result = match validated {
             Ok(mut snapshot) if parsed.is_clean() => {
                 snapshot.source.sha256 = Some(Sha256::digest(text).into());
+                snapshot.source.inputs = inputs.clone();
                 Ok(snapshot)
             }
             result => Err(ConfigError::Invalid(
                 parsed.merge(result.err().unwrap_or_default()),
             )),
-        }
+        };
+        Reading { inputs, result }
     }
 
-    fn validate(f: FileConfig, lookup: Lookup) -> Result<Self, Vec<Problem>> {
+    fn validate(f: FileConfig, files: &mut Files) -> Result<Self, Vec<Problem>> {
         let mut p = Problems::default();
+        // The agents file's agents are validated after the inline ones, as if they were
+        // `auth.agents[n..]` (duplicate ids across the two, brownouts naming them); their
+        // problems then go back to the file, under its own keys.
+        let agents_file = read_agents_file(&f.auth, files, &mut p);
+        let inline = f.auth.agents.len();
+        let mut auth_file = f.auth.clone();
+        if let Some(read) = &agents_file {
+            auth_file
+                .agents
+                .extend(read.parsed.file.agents.iter().cloned());
+        }
         let startup = startup::startup(&f.listen, &f.server, &mut p);
         let bases = bases(&f, &mut p);
         let v1_default_service = p.check(
             "v1.default_service",
             BusinessCode::parse(&f.v1.default_service),
         );
-        let upstream = upstream::upstream(&f.upstream, lookup, &mut p);
-        let auth = auth::auth(&f.auth, &mut p);
-        let retirement = retirement::retirement(&f.retirement, &f.auth, &auth.agents, &mut p);
+        let upstream = upstream::upstream(&f.upstream, &mut p);
+        let auth = auth::auth(&auth_file, &mut p);
+        let retirement = retirement::retirement(&f.retirement, &auth_file, &auth.agents, &mut p);
         let limits = limits::limits(&f.limits, &mut p);
-        let rate_limit = rate_limit::rate_limit(&f.rate_limit, &mut p);
+        let rate_limit = rate_limit::rate_limit(&f.rate_limit, files, &mut p);
         let tracing = tracing::tracing(&f.tracing, &mut p);
+        let edge = edge::edge(&f.listen, &mut p);
+        let admin = admin::admin(&f.admin, &mut p);
+        if let Some(read) = agents_file {
+            let moved = p.split_off(|key| agents_file_key(key, inline));
+            let placed = read.parsed.merge(moved).into_iter().map(|q| Problem {
+                file: Some(read.name.clone()),
+                ..q
+            });
+            p.extend(placed.collect::<Vec<_>>());
+        }
         let snapshot = match (startup, bases, v1_default_service) {
             (Some(startup), Some(bases), Some(v1_default_service)) => Some(Snapshot {
                 startup,
@@ -201,10 +282,13 @@ impl Snapshot {
                 retirement,
                 rate_limit,
                 tracing,
+                edge,
+                admin,
                 source: Source {
                     file: Arc::new(f),
                     sha256: None,
                     loaded_at: SystemTime::now(),
+                    inputs: Inputs::default(),
                 },
             }),
             _ => None,
@@ -256,9 +340,15 @@ token_sha256 = "{}"
             std::thread::available_parallelism().unwrap().get()
         );
         assert_eq!(
-            s.auth.agents[AGENT_ID].token,
-            TokenDigest::of(testing::TOKEN.as_bytes())
+            s.auth.agents[AGENT_ID].tokens,
+            [AgentToken::new(
+                TokenDigest::of(testing::TOKEN.as_bytes()),
+                None
+            )]
         );
+        assert_eq!(s.auth.max_failures_per_minute, None);
+        assert_eq!(s.edge, EdgeConfig::default());
+        assert_eq!(s.admin, AdminConfig::default());
     }
 
     #[test]
@@ -301,21 +391,14 @@ services = ["ok", "bad code"]
     }
 
     #[test]
-    fn without_lookup_host_names_are_checked_for_form_only() {
+    fn host_names_are_checked_for_form_and_never_looked_up() {
         let mut f = testing::config();
         f.upstream.addresses = vec!["backend.example.invalid:8080".into()];
-        assert!(Snapshot::from_file(f.clone()).is_err());
-        assert!(Snapshot::check_without_lookup(f.clone()).is_ok());
+        assert!(Snapshot::from_file(f.clone()).is_ok());
         f.upstream.addresses = vec!["no-port".into(), ":80".into(), "h:x".into()];
         f.v1.default_service = "a/b".into();
-        let keys: Vec<String> = Snapshot::check_without_lookup(f)
-            .unwrap_err()
-            .problems()
-            .into_iter()
-            .map(|p| p.key)
-            .collect();
         assert_eq!(
-            keys,
+            f.refused_keys(),
             [
                 "v1.default_service",
                 "upstream.addresses[0]",

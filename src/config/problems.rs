@@ -14,6 +14,8 @@ pub struct Problem {
     /// Where in the text the key (or, for a value of the wrong type, the value) is; `None` for
     /// a key the file does not have, or a config that is no text.
     pub at: Option<Place>,
+    /// The file the key is in when it is not the config itself (the agents file).
+    pub file: Option<String>,
 }
 
 /// A place in a file's text, both counted from 1 (the column in characters).
@@ -25,6 +27,9 @@ pub struct Place {
 
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(file) = &self.file {
+            write!(f, "{file}: ")?;
+        }
         f.write_str(&self.key)?;
         if let Some(Place { line, column }) = self.at {
             let space = if self.key.is_empty() { "" } else { " " };
@@ -58,6 +63,7 @@ impl ConfigError {
                 key: String::new(),
                 message: other.to_string(),
                 at: None,
+                file: None,
             }],
         }
     }
@@ -73,7 +79,27 @@ impl Problems {
             key: key.into(),
             message: message.into(),
             at: None,
+            file: None,
         });
+    }
+
+    /// Problems already placed (in another file), kept as they are.
+    pub(super) fn extend(&mut self, placed: impl IntoIterator<Item = Problem>) {
+        self.0.extend(placed);
+    }
+
+    /// Takes out the problems whose key `to_other` maps to a key of another file, which it
+    /// returns in their order; the rest stay.
+    pub(super) fn split_off(&mut self, to_other: impl Fn(&str) -> Option<String>) -> Vec<Problem> {
+        let mut other = Vec::new();
+        self.0.retain(|p| match to_other(&p.key) {
+            Some(key) => {
+                other.push(Problem { key, ..p.clone() });
+                false
+            }
+            None => true,
+        });
+        other
     }
 
     /// The parsed value, or `None` with the error recorded under `key`.

@@ -10,6 +10,7 @@ use std::time::Duration;
 use redis::IntoConnectionInfo;
 
 use super::file::RateLimitFile;
+use super::files::{secret_text, Files};
 use super::problems::Problems;
 use super::types::{OnRedisError, RateLimitBackend};
 
@@ -41,6 +42,36 @@ impl RedisUrl {
     /// Whether it asks for TLS.
     pub fn is_tls(&self) -> bool {
         self.0.starts_with("rediss://")
+    }
+
+    /// Whether it carries a password (`redis://user:password@...`, `redis://:password@...`).
+    fn has_password(&self) -> bool {
+        self.authority()
+            .rsplit_once('@')
+            .is_some_and(|(userinfo, _)| userinfo.contains(':'))
+    }
+
+    /// `scheme://host...` split after the scheme: the authority and what follows it.
+    fn authority(&self) -> &str {
+        let rest = self.0.split_once("://").map_or("", |(_, rest)| rest);
+        &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())]
+    }
+
+    /// The URL with `password` (from `redis_password_file`) in its user information,
+    /// percent-encoded, after the user name if it has one.
+    fn with_password(&self, password: &str) -> RedisUrl {
+        let (scheme, rest) = self
+            .0
+            .split_once("://")
+            .expect("a checked URL has a scheme");
+        let authority = self.authority();
+        let (user, host) = match authority.rsplit_once('@') {
+            Some((user, host)) => (user, host),
+            None => ("", authority),
+        };
+        let tail = &rest[authority.len()..];
+        let password = crate::http1::percent_encode(password);
+        RedisUrl(format!("{scheme}://{user}:{password}@{host}{tail}"))
     }
 }
 
@@ -125,9 +156,44 @@ fn read_ca(path: &str) -> Result<Arc<[u8]>, String> {
     Ok(pem.into())
 }
 
+/// The password of `redis_password_file`, joined to `url`: the URL must carry none itself.
+fn with_password_file(
+    url: Option<RedisUrl>,
+    f: &RateLimitFile,
+    files: &mut Files,
+    p: &mut Problems,
+) -> Option<RedisUrl> {
+    const KEY: &str = "rate_limit.redis_password_file";
+    let Some(name) = &f.redis_password_file else {
+        return url;
+    };
+    let password = files
+        .read(name)
+        .and_then(|(path, bytes)| secret_text(&path, bytes));
+    let password = p.check(KEY, password)?;
+    match url {
+        None if f.redis_url.is_none() => {
+            p.push(KEY, "only used with a redis_url");
+            None
+        }
+        Some(url) if url.has_password() => {
+            p.push(
+                KEY,
+                "redis_url already carries a password: keep it in one place (this file)",
+            );
+            None
+        }
+        url => url.map(|u| u.with_password(&password)),
+    }
+}
+
 /// Validates `[rate_limit]`. The Redis settings are checked whatever the backend, so a
 /// mistake is found before the day someone switches to it.
-pub(super) fn rate_limit(f: &RateLimitFile, p: &mut Problems) -> RateLimitConfig {
+pub(super) fn rate_limit(
+    f: &RateLimitFile,
+    files: &mut Files,
+    p: &mut Problems,
+) -> RateLimitConfig {
     let timeout = p.millis("rate_limit.timeout_ms", f.timeout_ms);
     let url = match &f.redis_url {
         Some(u) => p.check("rate_limit.redis_url", RedisUrl::parse(u)),
@@ -137,6 +203,7 @@ pub(super) fn rate_limit(f: &RateLimitFile, p: &mut Problems) -> RateLimitConfig
         }
         None => None,
     };
+    let url = with_password_file(url, f, files, p);
     let ca_pem = match &f.redis_ca_file {
         None => None,
         Some(path) => {
@@ -246,6 +313,40 @@ mod tests {
         assert!(problems
             .iter()
             .all(|p| p.starts_with("rate_limit.redis_ca_file: ")));
+    }
+
+    #[test]
+    fn a_password_file_joins_the_url_and_the_url_keeps_none_of_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let pw = dir.path().join("redis-password");
+        std::fs::write(&pw, "p@ss:word\n").unwrap();
+        let with_file = |url: &str| RateLimitFile {
+            redis_password_file: Some(pw.display().to_string()),
+            ..redis_file(url)
+        };
+        let RateLimitConfig::Redis(r) =
+            validated(with_file("redis://app@127.0.0.1:6379/0")).unwrap()
+        else {
+            panic!("expected the redis backend");
+        };
+        assert_eq!(r.url.expose(), "redis://app:p%40ss%3Aword@127.0.0.1:6379/0");
+        assert_eq!(r.url.to_string(), "redis://app:***@127.0.0.1:6379/0");
+        let RateLimitConfig::Redis(r) = validated(with_file("rediss://h:1")).unwrap() else {
+            panic!("expected the redis backend");
+        };
+        assert_eq!(r.url.expose(), "rediss://:p%40ss%3Aword@h:1");
+        let twice = validated(with_file("redis://:other@127.0.0.1:6379/0")).unwrap_err();
+        assert_eq!(twice.len(), 1, "{twice:?}");
+        assert!(twice[0].starts_with("rate_limit.redis_password_file: "));
+        assert!(
+            !twice[0].contains("other") && !twice[0].contains("p@ss"),
+            "{twice:?}"
+        );
+        let missing = RateLimitFile {
+            redis_password_file: Some(dir.path().join("none").display().to_string()),
+            ..redis_file("redis://127.0.0.1:6379/0")
+        };
+        assert!(validated(missing).unwrap_err()[0].contains("cannot read"));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! once here. The decisions made from them are [`crate::policy::retirement`]'s.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use http::HeaderValue;
@@ -11,6 +12,7 @@ use super::auth::Agent;
 use super::file::{AuthFile, BrownoutFile, RetirementFile};
 use super::problems::Problems;
 use super::types::{parse_time, unix_seconds, Dates, Repeat, Weekday};
+use crate::client::ClientOptions;
 
 /// How a brownout window recurs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,6 +109,10 @@ pub struct RetirementConfig {
     pub enforce_sunset: bool,
     pub brownouts: Vec<Brownout>,
     pub quiet_days: u32,
+    /// Where the retirement board reads the fleet's figures; `None`: this gateway's own.
+    pub prometheus_url: Option<String>,
+    /// How it is reached: a CA file, a token or basic auth from a file.
+    pub prometheus_client: ClientOptions,
 }
 
 impl RetirementConfig {
@@ -168,6 +174,30 @@ pub(super) fn retirement(
             "needs retirement.sunset_at or an agent's sunset_at",
         );
     }
+    if let Some(url) = &f.prometheus_url {
+        if let Err(e) = crate::client::check_url_without_credentials(url) {
+            p.push("retirement.prometheus_url", e.to_string());
+        }
+    }
+    let files = [
+        ("prometheus_ca_file", &f.prometheus_ca_file),
+        ("prometheus_token_file", &f.prometheus_token_file),
+        ("prometheus_basic_auth_file", &f.prometheus_basic_auth_file),
+    ];
+    for (key, value) in files {
+        if value.is_some() && f.prometheus_url.is_none() {
+            p.push(
+                format!("retirement.{key}"),
+                "needs retirement.prometheus_url",
+            );
+        }
+    }
+    if f.prometheus_token_file.is_some() && f.prometheus_basic_auth_file.is_some() {
+        p.push(
+            "retirement.prometheus_basic_auth_file",
+            "a bearer token and basic auth: give one of the two",
+        );
+    }
     let brownouts = f
         .brownouts
         .iter()
@@ -180,6 +210,12 @@ pub(super) fn retirement(
         enforce_sunset: f.enforce_sunset,
         brownouts,
         quiet_days: f.quiet_days,
+        prometheus_url: f.prometheus_url.clone(),
+        prometheus_client: ClientOptions {
+            ca_file: f.prometheus_ca_file.as_ref().map(PathBuf::from),
+            token_file: f.prometheus_token_file.as_ref().map(PathBuf::from),
+            basic_auth_file: f.prometheus_basic_auth_file.as_ref().map(PathBuf::from),
+        },
     }
 }
 
@@ -354,6 +390,35 @@ mod tests {
         f.retirement.enforce_sunset = true;
         f.agent_mut(AGENT_ID).sunset_at = Some("2026-12-01T00:00:00Z".into());
         assert!(Snapshot::from_file(f).is_ok());
+    }
+
+    #[test]
+    fn the_prometheus_url_is_a_url_without_credentials() {
+        let with = |url: &str| {
+            let mut f = testing::config();
+            f.retirement.prometheus_url = Some(url.into());
+            f
+        };
+        let s = with("https://prometheus.example:9090/prom").snapshot();
+        assert_eq!(
+            s.retirement.prometheus_url.as_deref(),
+            Some("https://prometheus.example:9090/prom")
+        );
+        let with = |url: &str| with(url).refused_keys();
+        assert_eq!(with("prometheus:9090"), ["retirement.prometheus_url"]);
+        assert_eq!(
+            with("http://ops:secret@prometheus:9090"),
+            ["retirement.prometheus_url"]
+        );
+        // Credentials come from files, one kind at a time, and only with a URL.
+        let mut f = testing::config();
+        f.retirement.prometheus_token_file = Some("token".into());
+        assert_eq!(f.refused_keys(), ["retirement.prometheus_token_file"]);
+        let mut f = testing::config();
+        f.retirement.prometheus_url = Some("https://prometheus:9090".into());
+        f.retirement.prometheus_token_file = Some("token".into());
+        f.retirement.prometheus_basic_auth_file = Some("pair".into());
+        assert_eq!(f.refused_keys(), ["retirement.prometheus_basic_auth_file"]);
     }
 
     #[test]

@@ -17,13 +17,13 @@ use serde::de::value::{Error, StrDeserializer};
 use serde::de::{self, DeserializeSeed, IntoDeserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
-use super::file::FileConfig;
+use super::file::{AgentsFile, FileConfig};
 
 /// The suffix of the keys that take milliseconds, each of which also takes its name without
 /// it and a duration string.
 pub const MS_SUFFIX: &str = "_ms";
 
-/// The keys of each table, by table path (`""` for the top, `auth.agents[]` for each
+/// The keys of each table of a file, by table path (`""` for the top, `auth.agents[]` for each
 /// `[[auth.agents]]`).
 #[derive(Debug)]
 pub struct Schema {
@@ -34,15 +34,23 @@ impl Schema {
     /// The schema of [`FileConfig`], read on first use.
     pub fn file() -> &'static Schema {
         static SCHEMA: OnceLock<Schema> = OnceLock::new();
-        SCHEMA.get_or_init(|| {
-            let mut tables = BTreeMap::new();
-            FileConfig::deserialize(Probe {
-                path: String::new(),
-                tables: &mut tables,
-            })
-            .expect("the probe answers every type the file layer uses");
-            Schema { tables }
+        SCHEMA.get_or_init(Self::of::<FileConfig>)
+    }
+
+    /// The schema of the agents file ([`AgentsFile`]), read on first use.
+    pub fn agents_file() -> &'static Schema {
+        static SCHEMA: OnceLock<Schema> = OnceLock::new();
+        SCHEMA.get_or_init(Self::of::<AgentsFile>)
+    }
+
+    fn of<'de, T: Deserialize<'de>>() -> Schema {
+        let mut tables = BTreeMap::new();
+        T::deserialize(Probe {
+            path: String::new(),
+            tables: &mut tables,
         })
+        .expect("the probe answers every type the file layer uses");
+        Schema { tables }
     }
 
     /// The keys the table at `path` takes; `None` when `path` is no table.
@@ -96,11 +104,10 @@ macro_rules! zero {
 impl<'de> de::Deserializer<'de> for Probe<'_> {
     type Error = Error;
 
-    fn deserialize_any<V: Visitor<'de>>(self, _visitor: V) -> Result<V::Value, Error> {
-        Err(de::Error::custom(format!(
-            "{}: the schema probe needs a concrete type",
-            self.path
-        )))
+    /// A value the file may write in more than one shape (`token_sha256`: one digest or a
+    /// list) is a leaf: a string stands for it.
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        visitor.visit_str("")
     }
 
     fn deserialize_struct<V: Visitor<'de>>(
@@ -243,5 +250,10 @@ mod tests {
             assert!(keys.iter().any(|k| k == key), "{key} missing: {keys:?}");
         }
         assert!(!keys.iter().any(|k| k == "auth" || k == "auth.agents"));
+        // One digest or a list is one key; the tokens' table has its own.
+        assert!(keys.iter().any(|k| k == "auth.agents[].token_sha256"));
+        assert!(keys.iter().any(|k| k == "auth.agents[].tokens[].not_after"));
+        let agents = Schema::agents_file();
+        assert_eq!(agents.keys("agents[]"), schema.keys("auth.agents[]"));
     }
 }

@@ -8,8 +8,8 @@
 use std::net::SocketAddr;
 
 use super::file::{
-    AgentFile, AuthFile, BrownoutFile, LimitsFile, ListenFile, RateLimitFile, RetirementFile,
-    ServerFile, TracingFile, UpstreamFile, V1File, V2File, ValidationFile,
+    AdminFile, AgentFile, AuthFile, BrownoutFile, Digests, LimitsFile, ListenFile, RateLimitFile,
+    RetirementFile, ServerFile, TracingFile, UpstreamFile, V1File, V2File, ValidationFile,
 };
 use super::{FileConfig, Snapshot, TokenDigest, V1Policy};
 
@@ -31,6 +31,8 @@ impl FileConfig {
                 tls_cert: None,
                 tls_key: None,
                 http2: true,
+                trusted_proxies: Vec::new(),
+                proxy_protocol: false,
             },
             server: ServerFile::default(),
             v1: V1File {
@@ -48,6 +50,7 @@ impl FileConfig {
             validation: ValidationFile::default(),
             rate_limit: RateLimitFile::default(),
             tracing: TracingFile::default(),
+            admin: AdminFile::default(),
         }
     }
 
@@ -85,7 +88,8 @@ impl AgentFile {
     pub fn new(id: &str, token: &str) -> Self {
         AgentFile {
             id: id.into(),
-            token_sha256: TokenDigest::of(token.as_bytes()).to_hex(),
+            token_sha256: Digests(vec![TokenDigest::of(token.as_bytes()).to_hex()]),
+            tokens: Vec::new(),
             default_service: None,
             services: None,
             v1_policy: V1Policy::default(),

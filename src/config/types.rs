@@ -4,6 +4,7 @@
 //! [`BasePath`] always a clean absolute path.
 
 use std::fmt;
+use std::net::IpAddr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sha2::{Digest, Sha256};
@@ -87,6 +88,78 @@ impl TokenDigest {
     /// The digest as written in `token_sha256`.
     pub fn to_hex(&self) -> String {
         hex::encode(self.0)
+    }
+
+    /// Its first 8 hex digits: how metrics name a token. They tell tokens apart and give
+    /// nothing of a token that is not guessable (a weak one, such as the demo's, can be
+    /// checked against them as against the whole digest).
+    pub fn label(&self) -> String {
+        hex::encode(&self.0[..4])
+    }
+}
+
+/// An IP network (`10.0.0.0/8`, `2001:db8::/32`) or one address (`192.0.2.7`, a /32 or /128).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IpNet {
+    /// The network's address, its host bits zero.
+    addr: IpAddr,
+    prefix: u8,
+}
+
+impl IpNet {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let bad = || format!("{s:?} is not an IP address or network such as 10.0.0.0/8");
+        let (addr, prefix) = match s.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (s, None),
+        };
+        let addr: IpAddr = addr.parse().map_err(|_| bad())?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            None => max,
+            Some(p) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => {
+                p.parse().ok().filter(|n| *n <= max).ok_or_else(bad)?
+            }
+            Some(_) => return Err(bad()),
+        };
+        let net = IpNet { addr, prefix };
+        if net.masked(addr) != addr {
+            return Err(format!(
+                "{s:?} has host bits set: the network is {}/{prefix}",
+                net.masked(addr)
+            ));
+        }
+        Ok(net)
+    }
+
+    /// Whether `ip` is in this network (an IPv4-mapped IPv6 address as its IPv4 one).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        ip.is_ipv4() == self.addr.is_ipv4() && self.masked(ip) == self.addr
+    }
+
+    /// `ip` with the bits past the prefix cleared (`ip` of this network's family).
+    fn masked(&self, ip: IpAddr) -> IpAddr {
+        match ip {
+            IpAddr::V4(v4) => {
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                IpAddr::V4((u32::from(v4) & mask).into())
+            }
+            IpAddr::V6(v6) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                IpAddr::V6((u128::from(v6) & mask).into())
+            }
+        }
+    }
+}
+
+impl fmt::Display for IpNet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
     }
 }
 
@@ -351,12 +424,41 @@ mod tests {
     }
 
     #[test]
+    fn networks_hold_their_addresses_and_nothing_else() {
+        let net = |s: &str| IpNet::parse(s).unwrap();
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert!(net("10.0.0.0/8").contains(ip("10.255.1.2")));
+        assert!(!net("10.0.0.0/8").contains(ip("11.0.0.1")));
+        assert!(net("192.0.2.7").contains(ip("192.0.2.7")));
+        assert!(!net("192.0.2.7").contains(ip("192.0.2.8")));
+        assert!(net("0.0.0.0/0").contains(ip("203.0.113.9")));
+        assert!(!net("0.0.0.0/0").contains(ip("::1")));
+        assert!(net("2001:db8::/32").contains(ip("2001:db8:1::5")));
+        assert!(!net("2001:db8::/32").contains(ip("2001:db9::5")));
+        // A v4 peer seen on a dual-stack socket is still the v4 address.
+        assert!(net("127.0.0.0/8").contains(ip("::ffff:127.0.0.2")));
+        for bad in [
+            "10.0.0.1/8",
+            "10.0.0.0/33",
+            "10.0.0.0/",
+            "10/8",
+            "::1/129",
+            "x",
+            "1.2.3.4/-1",
+        ] {
+            assert!(IpNet::parse(bad).is_err(), "{bad} accepted");
+        }
+        assert_eq!(net("10.0.0.0/8").to_string(), "10.0.0.0/8");
+    }
+
+    #[test]
     fn a_token_digest_is_the_hex_sha256_of_the_token() {
         let d = TokenDigest::of(b"secret");
         assert_eq!(
             d.to_hex(),
             "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"
         );
+        assert_eq!(d.label(), "2bb80d53");
         assert_eq!(TokenDigest::parse_hex(&d.to_hex()), Ok(d));
     }
 }

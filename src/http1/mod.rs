@@ -20,7 +20,7 @@ use std::ops::Range;
 pub use chunked::{ChunkError, ChunkedDecoder};
 pub use request::{Request, RequestHead};
 pub use response::ResponseHead;
-pub use writer::{percent_encode, RequestWriter, ResponseWriter};
+pub use writer::{escape_html, percent_encode, RequestWriter, ResponseWriter};
 
 /// The most header lines a head may have; `limits.max_headers` cannot go above it.
 pub const MAX_HEADERS: usize = 256;

@@ -1,6 +1,7 @@
 //! Head writers: a response head for a client, a request head for a backend. Both write
 //! straight into the connection's output buffer, one header at a time. And the
-//! percent-encoding of what goes into a request target.
+//! percent-encoding of what goes into a request target, and the escaping of text that goes into
+//! an HTML body (the load report, the admin listener's board).
 
 use std::fmt::Write as _;
 
@@ -109,6 +110,22 @@ pub fn percent_encode(s: &str) -> String {
             out.push(char::from(b));
         } else {
             let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+/// Text safe in HTML content and attribute values.
+pub fn escape_html(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
         }
     }
     out

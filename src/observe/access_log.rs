@@ -89,6 +89,13 @@ pub fn json_line(out: &mut Vec<u8>, ex: &Exchange, elapsed: Duration, now: Syste
         line.key("trace_id");
         let _ = write!(line.0, "\"{id}\"");
     }
+    line.key("client_addr");
+    // An address's text needs no escaping.
+    match ex.client_addr {
+        Some(ip) => drop(write!(line.0, "\"{ip}\"")),
+        None => line.0.extend_from_slice(b"\"\""),
+    }
+    line.str("user_agent", ex.user_agent.as_deref().unwrap_or(""));
     line.str("target", TARGET);
     line.0.extend_from_slice(b"}\n");
 }
@@ -142,6 +149,8 @@ pub fn event(ex: &Exchange, elapsed: Duration) {
         client_aborted = ex.client_aborted,
         // Joins the line to the request's trace (absent when tracing is off).
         trace_id = ex.trace_id().map(tracing::field::display),
+        client_addr = %ex.client_addr.map_or_else(String::new, |ip| ip.to_string()),
+        user_agent = ex.user_agent.as_deref().unwrap_or(""),
         "request"
     );
 }
@@ -202,6 +211,8 @@ mod tests {
         ex.upstream.duration = Some(Duration::from_micros(1234));
         ex.bytes_in = 23;
         ex.bytes_out = 109;
+        ex.client_addr = Some("2001:db8::7".parse().unwrap());
+        ex.user_agent = Some("agent-sdk/1.2 \"quoted\"".into());
         ex
     }
 
@@ -251,7 +262,7 @@ mod tests {
         let (text, v) = by_hand(&forwarded(), Duration::from_millis(1));
         let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
         // serde_json's map sorts keys; the order on the line is checked on the text.
-        assert_eq!(keys.len(), 19);
+        assert_eq!(keys.len(), 21);
         let order = [
             "timestamp",
             "level",
@@ -271,6 +282,8 @@ mod tests {
             "bytes_out",
             "auth",
             "client_aborted",
+            "client_addr",
+            "user_agent",
             "target",
         ];
         let at: Vec<usize> = order
@@ -280,6 +293,8 @@ mod tests {
         assert_eq!(at.len(), order.len(), "{text}");
         assert!(at.windows(2).all(|w| w[0] < w[1]), "{text}");
         assert_eq!(v["upstream_path"], "/api/v2/verify/S/request");
+        assert_eq!(v["client_addr"], "2001:db8::7");
+        assert_eq!(v["user_agent"], "agent-sdk/1.2 \"quoted\"");
         assert!(!text.contains("secret"));
     }
 }

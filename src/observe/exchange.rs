@@ -2,7 +2,7 @@
 //! made from. The data plane writes it as the request is served and never reads it back to
 //! decide.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant, SystemTime};
 
 use opentelemetry::trace::TraceId;
@@ -85,6 +85,13 @@ pub struct Exchange {
     pub operation: Option<Operation>,
     /// Only ids of configured agents, so labels and logs never carry arbitrary client input.
     pub agent_id: Option<String>,
+    /// The first 8 hex digits of the token the agent authenticated with.
+    pub token_label: Option<String>,
+    /// Who is calling ([`crate::policy::client`]): the peer, or behind a trusted proxy the
+    /// address it forwarded for.
+    pub client_addr: Option<IpAddr>,
+    /// The client's `User-Agent`, as sent (lossily UTF-8).
+    pub user_agent: Option<String>,
     pub auth_failure: Option<AuthFailure>,
     /// The gateway's own answer, when it gave one instead of the backend's.
     pub refused: Option<Reply>,
@@ -135,6 +142,9 @@ impl Exchange {
             version: None,
             operation: None,
             agent_id: None,
+            token_label: None,
+            client_addr: None,
+            user_agent: None,
             auth_failure: None,
             refused: None,
             failure: None,
@@ -168,6 +178,7 @@ impl Exchange {
         self.version = who.version;
         self.operation = who.operation;
         self.agent_id = who.agent.map(|a| a.id.clone());
+        self.token_label = who.token.map(|t| t.label.clone());
     }
 
     /// Notes an admission refusal: who asked, and why they were refused.
@@ -199,8 +210,16 @@ impl Exchange {
         matches!(self.refused, Some(Reply::RateLimited { .. }))
     }
 
-    /// `ok`, `not_required`, or the failure reason: the access log's auth outcome.
+    /// Whether the client's address was refused for its failed authentications.
+    pub fn auth_throttled(&self) -> bool {
+        matches!(self.refused, Some(Reply::AuthThrottled { .. }))
+    }
+
+    /// `ok`, `not_required`, `throttled` or the failure reason: the access log's auth outcome.
     pub fn auth_outcome(&self) -> &'static str {
+        if self.auth_throttled() {
+            return "throttled";
+        }
         match (self.auth_failure, &self.agent_id) {
             (Some(f), _) => f.as_str(),
             (None, Some(_)) => "ok",

@@ -123,6 +123,11 @@ async fn vector(
         .collect()
 }
 
+/// The instant vector `promql` yields at Prometheus' present.
+pub async fn instant(prom: &mut impl Prometheus, promql: &str) -> Result<Vec<Sample>, FleetError> {
+    vector(prom, promql, None).await
+}
+
 /// A time as a PromQL `@` or query time: Unix seconds with milliseconds.
 fn unix_seconds(t: SystemTime) -> f64 {
     t.duration_since(SystemTime::UNIX_EPOCH)

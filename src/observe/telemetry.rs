@@ -7,19 +7,22 @@
 //! bounded: versions, operations, reasons and kinds are fixed sets; `agent_id` is a configured
 //! agent or `unknown`; `code` is an HTTP status. Never a raw path, never a token.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use prometheus::core::Collector;
 use prometheus::{
     exponential_buckets, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter,
     IntCounterVec, IntGaugeVec, Opts, Registry,
 };
 
-use crate::api::failure::UpstreamErrorKind;
+use crate::api::failure::{Failure, UpstreamErrorKind};
 use crate::api::operation::{ApiVersion, Operation};
 use crate::api::reply::V1Refusal;
 use crate::config::Snapshot;
 use crate::observe::access_log::AccessLog;
+use crate::observe::backend::BackendMetrics;
 use crate::observe::exchange::{operation_name, version_name, Exchange, Protocol};
 use crate::observe::in_flight::InFlight;
 use crate::observe::log_sink::LineSink;
@@ -181,6 +184,8 @@ impl ProtocolMetrics {
 /// Requests refused or failed, by reason: credentials, the backend, the body's schema.
 struct FailureMetrics {
     auth: [IntCounter; AuthFailure::COUNT],
+    /// Requests refused with 429 for their address's failed authentications.
+    auth_throttled: IntCounter,
     upstream: [IntCounter; UpstreamErrorKind::COUNT],
     validation: IntCounterVec,
 }
@@ -193,6 +198,10 @@ impl FailureMetrics {
                 "Requests refused with 401, by reason.",
             ),
             &["reason"],
+        )?;
+        let auth_throttled = IntCounter::new(
+            "agent_gateway_auth_throttled_total",
+            "Requests refused with 429 because their client address failed to authenticate auth.max_failures_per_minute times in its minute.",
         )?;
         let upstream = IntCounterVec::new(
             Opts::new(
@@ -209,10 +218,12 @@ impl FailureMetrics {
             &["operation", "rule"],
         )?;
         registry.register(Box::new(auth.clone()))?;
+        registry.register(Box::new(auth_throttled.clone()))?;
         registry.register(Box::new(upstream.clone()))?;
         registry.register(Box::new(validation.clone()))?;
         Ok(Self {
             auth: AuthFailure::ALL.map(|r| auth.with_label_values(&[r.as_str()])),
+            auth_throttled,
             upstream: UpstreamErrorKind::ALL.map(|k| upstream.with_label_values(&[k.as_str()])),
             validation,
         })
@@ -221,6 +232,9 @@ impl FailureMetrics {
     fn record(&self, ex: &Exchange, operation: &str) {
         if let Some(f) = ex.auth_failure {
             self.auth[f as usize].inc();
+        }
+        if ex.auth_throttled() {
+            self.auth_throttled.inc();
         }
         for kind in &ex.upstream.errors {
             self.upstream[*kind as usize].inc();
@@ -240,6 +254,9 @@ struct AgentMetrics {
     v1_refusals: IntCounterVec,
     v1_first_seen: GaugeVec,
     v1_last_seen: GaugeVec,
+    /// When each agent last authenticated with each of its tokens: when an old token stopped
+    /// being used, so that it can be removed.
+    token_last_used: GaugeVec,
 }
 
 impl AgentMetrics {
@@ -272,8 +289,16 @@ impl AgentMetrics {
             ),
             &["agent_id"],
         )?;
+        let token_last_used = GaugeVec::new(
+            Opts::new(
+                "agent_gateway_agent_token_last_used_timestamp_seconds",
+                "Unix time each agent last authenticated with each token (token: the first 8 hex digits of its SHA-256).",
+            ),
+            &["agent_id", "token"],
+        )?;
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(v1_refusals.clone()))?;
+        registry.register(Box::new(token_last_used.clone()))?;
         registry.register(Box::new(v1_first_seen.clone()))?;
         registry.register(Box::new(v1_last_seen.clone()))?;
         Ok(Self {
@@ -281,6 +306,7 @@ impl AgentMetrics {
             v1_refusals,
             v1_first_seen,
             v1_last_seen,
+            token_last_used,
         })
     }
 
@@ -308,6 +334,11 @@ impl AgentMetrics {
             .started_at
             .duration_since(UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
+        if let (Some(id), Some(token)) = (&ex.agent_id, &ex.token_label) {
+            self.token_last_used
+                .with_label_values(&[id, token])
+                .set(started_at);
+        }
         if v == ApiVersion::V1 {
             self.v1_last_seen
                 .with_label_values(&[agent])
@@ -388,7 +419,7 @@ impl RateLimitMetrics {
 }
 
 /// What the process is: its version, and when it started (its counters started from zero
-/// then). Set once; nothing is kept.
+/// then), set once; and how it fares (CPU, memory, file descriptors), read at each scrape.
 fn register_process_info(registry: &Registry, started: SystemTime) -> prometheus::Result<()> {
     let build_info = IntGaugeVec::new(
         Opts::new(
@@ -413,7 +444,35 @@ fn register_process_info(registry: &Registry, started: SystemTime) -> prometheus
     );
     registry.register(Box::new(build_info))?;
     registry.register(Box::new(start_time))?;
-    Ok(())
+    register_process_collector(registry)
+}
+
+/// The standard `process_*` series (CPU seconds, resident memory, open and maximum file
+/// descriptors, start time, threads), read from `/proc` at each scrape by the prometheus
+/// crate's collector. The crate registers one in its default registry by itself, which the
+/// binary passes here: that one is kept.
+fn register_process_collector(registry: &Registry) -> prometheus::Result<()> {
+    let collector = prometheus::process_collector::ProcessCollector::for_self();
+    match registry.register(Box::new(collector)) {
+        Err(prometheus::Error::AlreadyReg) | Ok(()) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The values of `counters`, summed by their `label`.
+fn counter_sums(counters: &IntCounterVec, label: &str) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for family in counters.collect() {
+        for metric in family.get_metric() {
+            let key = metric
+                .get_label()
+                .iter()
+                .find(|l| l.name() == label)
+                .map_or("", |l| l.value());
+            *out.entry(key.to_owned()).or_insert(0) += metric.get_counter().value() as u64;
+        }
+    }
+    out
 }
 
 /// Every metric the gateway exports, as ready handles, by family.
@@ -430,6 +489,8 @@ pub struct Telemetry {
     pub in_flight: Arc<InFlight>,
     /// Per-agent counts behind `/v1-usage`.
     pub usage: UsageTracker,
+    /// The backend's names and addresses: the proxy counts DNS errors and ejections into it.
+    pub backends: Arc<BackendMetrics>,
     access_log: AccessLog,
 }
 
@@ -447,6 +508,7 @@ impl Telemetry {
             retirement: RetirementMetrics::register(registry)?,
             in_flight: InFlight::register(registry)?,
             usage,
+            backends: Arc::new(BackendMetrics::register(registry)?),
             access_log: AccessLog::new(None),
         })
     }
@@ -476,6 +538,16 @@ impl Telemetry {
         self.retirement.publish(snapshot, now);
     }
 
+    /// Each agent's 429s for being over its rate limit since this gateway started.
+    pub fn rate_limited_by_agent(&self) -> BTreeMap<String, u64> {
+        counter_sums(&self.rate_limits.limited, "agent_id")
+    }
+
+    /// Requests by API version (`v1`, `v2`, `none`) since this gateway started.
+    pub fn requests_by_version(&self) -> BTreeMap<String, u64> {
+        counter_sums(&self.routes.requests, "api_version")
+    }
+
     /// Counts a client connection speaking `protocol`.
     pub fn connection_opened(&self, protocol: Protocol) {
         self.protocols.connections[protocol as usize].inc();
@@ -490,6 +562,9 @@ impl Telemetry {
         self.routes.record(ex, route, elapsed);
         self.failures.record(ex, operation);
         self.rate_limits.record(ex);
+        if let Some(Failure::Overflow(o)) = &ex.failure {
+            self.backends.overflowed(o.reason);
+        }
         if let Some(v) = ex.version {
             self.agents.record(ex, v, operation, &self.usage);
         }

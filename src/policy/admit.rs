@@ -20,7 +20,7 @@ use crate::api::route::{
     match_route, path_template, upstream_path, RouteError, RouteMatch, Successor,
 };
 use crate::api::schema::ObjectSchema;
-use crate::config::{Agent, RateLimit, Snapshot, Terms, ValidationMode};
+use crate::config::{Agent, AgentToken, RateLimit, Snapshot, Terms, ValidationMode};
 use crate::policy::auth::{authenticate, AuthFailure, AGENT_ID_HEADER, AUTH_TOKEN_HEADER};
 use crate::policy::headers;
 use crate::policy::rate_limit::{self, Outcome};
@@ -35,6 +35,8 @@ pub struct Identified<'s> {
     pub version: Option<ApiVersion>,
     pub operation: Option<Operation>,
     pub agent: Option<&'s Agent>,
+    /// The token the agent authenticated with.
+    pub token: Option<&'s AgentToken>,
 }
 
 /// The facts of a request head that admission looks at, whatever the protocol.
@@ -305,12 +307,14 @@ pub fn admit<'s>(
     who.operation = Some(route.operation);
 
     if route.operation.needs_auth(snapshot.auth.require_on_status) {
-        let agent = authenticate(&snapshot.auth, req.agent_id, req.token).map_err(|f| {
-            // A stranger learns no agent's service code from the successor link.
-            let successor = unscoped_successor(route);
-            Refusal::unauthorized(who, f).with(RetirementHeaders::of(snapshot, &who, successor))
-        })?;
+        let (agent, token) = authenticate(&snapshot.auth, req.agent_id, req.token, req.now)
+            .map_err(|f| {
+                // A stranger learns no agent's service code from the successor link.
+                let successor = unscoped_successor(route);
+                Refusal::unauthorized(who, f).with(RetirementHeaders::of(snapshot, &who, successor))
+            })?;
         who.agent = Some(agent);
+        who.token = Some(token);
     }
 
     let service = match (route.operation.is_service_scoped(), route.service) {

@@ -1,11 +1,14 @@
 //! Authentication of `X-Service-Agent-Id` / `X-Auth-Token` against the configured agents.
 //!
-//! Pure: header bytes and a snapshot's agent table in, an agent or a reason out. Every
-//! failure answers the same 401 to the client; the reason exists for metrics and logs only.
+//! Pure: header bytes, a snapshot's agent table and the time in, an agent and the token it
+//! used, or a reason, out. Every failure answers the same 401 to the client; the reason
+//! exists for metrics and logs only.
 
-use subtle::ConstantTimeEq;
+use std::time::SystemTime;
 
-use crate::config::{Agent, AuthConfig, TokenDigest};
+use subtle::{Choice, ConstantTimeEq};
+
+use crate::config::{Agent, AgentToken, AuthConfig, TokenDigest};
 
 pub const AUTH_TOKEN_HEADER: &str = "x-auth-token";
 pub const AGENT_ID_HEADER: &str = "x-service-agent-id";
@@ -21,7 +24,24 @@ listed_enum! {
     }
 }
 
-/// Finds the agent named by `agent_id` and checks `token` against its digest in constant time.
+/// The index of the digest among `candidates` that equals `digest`: every candidate is
+/// compared, in constant time, whichever matches.
+pub fn matching_digest<'d>(
+    digest: &TokenDigest,
+    candidates: impl IntoIterator<Item = &'d TokenDigest>,
+) -> Option<usize> {
+    let mut found = None;
+    for (i, candidate) in candidates.into_iter().enumerate() {
+        let equal: Choice = candidate.0.ct_eq(&digest.0);
+        if bool::from(equal) {
+            found = Some(i);
+        }
+    }
+    found
+}
+
+/// Finds the agent named by `agent_id` and checks `token` against each of its tokens in
+/// constant time; a token past its `not_after` at `now` fails as a wrong one does.
 ///
 /// The token is hashed even when the agent is unknown, so timing does not tell which agent
 /// ids exist.
@@ -29,7 +49,8 @@ pub fn authenticate<'a>(
     auth: &'a AuthConfig,
     agent_id: Option<&[u8]>,
     token: Option<&[u8]>,
-) -> Result<&'a Agent, AuthFailure> {
+    now: SystemTime,
+) -> Result<(&'a Agent, &'a AgentToken), AuthFailure> {
     let (Some(agent_id), Some(token)) = (agent_id, token) else {
         return Err(AuthFailure::MissingHeaders);
     };
@@ -41,11 +62,10 @@ pub fn authenticate<'a>(
         .ok()
         .and_then(|id| auth.agents.get(id))
         .ok_or(AuthFailure::UnknownAgent)?;
-    if bool::from(agent.token.0.ct_eq(&digest.0)) {
-        Ok(agent)
-    } else {
-        Err(AuthFailure::BadToken)
-    }
+    let matched = matching_digest(&digest, agent.tokens.iter().map(|t| &t.digest))
+        .map(|i| &agent.tokens[i])
+        .filter(|t| t.valid_at(now));
+    matched.map(|t| (agent, t)).ok_or(AuthFailure::BadToken)
 }
 
 #[cfg(test)]
@@ -53,11 +73,18 @@ mod tests {
     use super::*;
     use crate::config::BusinessCode;
     use std::collections::HashMap;
+    use std::time::Duration;
+
+    const NOW: SystemTime = SystemTime::UNIX_EPOCH;
+
+    fn token(t: &[u8], not_after: Option<SystemTime>) -> AgentToken {
+        AgentToken::new(TokenDigest::of(t), not_after)
+    }
 
     fn table() -> AuthConfig {
         let agent = Agent {
             id: "agent-1".into(),
-            token: TokenDigest::of(b"secret"),
+            tokens: vec![token(b"secret", None)],
             default_service: None,
             services: Some(vec![BusinessCode::parse("ALLOWED").unwrap()]),
             v1_policy: Default::default(),
@@ -67,14 +94,50 @@ mod tests {
         AuthConfig {
             require_on_status: true,
             agents: HashMap::from([("agent-1".to_string(), agent)]),
+            max_failures_per_minute: None,
         }
     }
 
     #[test]
     fn valid_credentials_find_the_agent() {
         let t = table();
-        let agent = authenticate(&t, Some(b"agent-1"), Some(b"secret")).unwrap();
+        let (agent, used) = authenticate(&t, Some(b"agent-1"), Some(b"secret"), NOW).unwrap();
         assert_eq!(agent.id, "agent-1");
+        assert_eq!(used.digest, TokenDigest::of(b"secret"));
+    }
+
+    #[test]
+    fn every_listed_token_works_until_its_not_after() {
+        let mut t = table();
+        let end = NOW + Duration::from_secs(60);
+        t.agents.get_mut("agent-1").unwrap().tokens =
+            vec![token(b"old", Some(end)), token(b"new", None)];
+        let auth = |tok: &[u8], at| {
+            authenticate(&t, Some(b"agent-1"), Some(tok), at).map(|(_, used)| used.digest.clone())
+        };
+        assert_eq!(auth(b"old", NOW), Ok(TokenDigest::of(b"old")));
+        assert_eq!(auth(b"new", NOW), Ok(TokenDigest::of(b"new")));
+        assert_eq!(
+            auth(b"old", end - Duration::from_secs(1)),
+            Ok(TokenDigest::of(b"old"))
+        );
+        // From not_after on, the old token is a wrong one; the new one goes on.
+        assert_eq!(auth(b"old", end), Err(AuthFailure::BadToken));
+        assert_eq!(auth(b"new", end), Ok(TokenDigest::of(b"new")));
+        assert_eq!(auth(b"secret", NOW), Err(AuthFailure::BadToken));
+    }
+
+    #[test]
+    fn the_matching_digest_is_found_among_all() {
+        let list = [
+            TokenDigest::of(b"a"),
+            TokenDigest::of(b"b"),
+            TokenDigest::of(b"c"),
+        ];
+        assert_eq!(matching_digest(&TokenDigest::of(b"c"), &list), Some(2));
+        assert_eq!(matching_digest(&TokenDigest::of(b"a"), &list), Some(0));
+        assert_eq!(matching_digest(&TokenDigest::of(b"d"), &list), None);
+        assert_eq!(matching_digest(&TokenDigest::of(b"d"), []), None);
     }
 
     #[test]
@@ -88,10 +151,10 @@ mod tests {
             (Some("agent-1"), Some("secreT"), AuthFailure::BadToken),
         ];
         for (id, token, want) in cases {
-            let got = authenticate(&t, id.map(str::as_bytes), token.map(str::as_bytes));
+            let got = authenticate(&t, id.map(str::as_bytes), token.map(str::as_bytes), NOW);
             assert_eq!(got.unwrap_err(), want);
         }
-        let not_utf8 = authenticate(&t, Some(b"\xff"), Some(b"secret"));
+        let not_utf8 = authenticate(&t, Some(b"\xff"), Some(b"secret"), NOW);
         assert_eq!(not_utf8.unwrap_err(), AuthFailure::UnknownAgent);
     }
 

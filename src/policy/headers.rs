@@ -8,7 +8,7 @@ use super::request_id;
 
 /// Request headers that describe one hop, not the request, or that the gateway sets itself;
 /// never forwarded as sent.
-pub const NOT_FORWARDED: [&str; 11] = [
+pub const NOT_FORWARDED: [&str; 12] = [
     "connection",
     "keep-alive",
     "proxy-connection",
@@ -20,6 +20,7 @@ pub const NOT_FORWARDED: [&str; 11] = [
     "content-length",
     request_id::HEADER,
     "x-forwarded-for",
+    "x-forwarded-proto",
 ];
 
 /// The W3C trace context (`traceparent`, `tracestate`). When the gateway traces, the backend

@@ -107,6 +107,81 @@ pub fn brownout_percent(retirement: &RetirementConfig, agent: &Agent, now: Syste
         .unwrap_or(0)
 }
 
+/// A brownout window as scheduled: when it opens and closes, and the share its ramp refuses
+/// as it opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScheduledWindow {
+    pub start: SystemTime,
+    pub end: SystemTime,
+    /// 1 to 100.
+    pub percent: u8,
+}
+
+/// The first window of `brownout` to open after `now`, if it has one left.
+fn next_window(brownout: &Brownout, now: SystemTime) -> Option<ScheduledWindow> {
+    let length = brownout
+        .end
+        .duration_since(brownout.start)
+        .unwrap_or_default();
+    let start = match &brownout.repeat {
+        None => Some(brownout.start).filter(|s| *s > now)?,
+        Some(r) => {
+            let first = match now.duration_since(brownout.start) {
+                Err(_) => 0,
+                Ok(since) => u32::try_from(since.as_nanos() / r.every.as_nanos()).ok()? + 1,
+            };
+            // A daily window on chosen days opens within a week, if at all.
+            (first..first.saturating_add(8))
+                .map(|k| brownout.start + r.every * k)
+                .take_while(|opened| *opened < r.until)
+                .find(|opened| {
+                    r.days
+                        .as_ref()
+                        .is_none_or(|days| days.contains(&Weekday::of(*opened)))
+                })?
+        }
+    };
+    Some(ScheduledWindow {
+        start,
+        end: start + length,
+        percent: ramp(brownout, start),
+    })
+}
+
+/// The earliest of `windows`; of windows opening together, the one refusing most.
+fn earliest(windows: impl Iterator<Item = ScheduledWindow>) -> Option<ScheduledWindow> {
+    windows.min_by_key(|w| (w.start, std::cmp::Reverse(w.percent)))
+}
+
+/// The next brownout window that will refuse some of `agent`'s v1 calls, opening after `now`:
+/// none for an agent whose policy is not `allow`.
+pub fn next_brownout_for(
+    retirement: &RetirementConfig,
+    agent: &Agent,
+    now: SystemTime,
+) -> Option<ScheduledWindow> {
+    if agent.v1_policy != V1Policy::Allow {
+        return None;
+    }
+    earliest(
+        retirement
+            .brownouts
+            .iter()
+            .filter(|b| applies_to(b, Some(agent)))
+            .filter_map(|b| next_window(b, now)),
+    )
+}
+
+/// The plan's next brownout window, whoever it applies to, opening after `now`.
+pub fn next_brownout(retirement: &RetirementConfig, now: SystemTime) -> Option<ScheduledWindow> {
+    earliest(
+        retirement
+            .brownouts
+            .iter()
+            .filter_map(|b| next_window(b, now)),
+    )
+}
+
 /// Whether a v1 call by `agent` (None: no known agent) at `now` may go upstream. The policy
 /// decides first; a call it lets through that asked for a `rehearsal` gets the sunset's
 /// answer instead.
@@ -156,7 +231,7 @@ fn policy(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Dates, Recurrence, Terms, TokenDigest};
+    use crate::config::{Dates, Recurrence, Terms};
     use std::time::Duration;
 
     fn at(s: &str) -> SystemTime {
@@ -166,7 +241,7 @@ mod tests {
     fn agent(id: &str, policy: V1Policy) -> Agent {
         Agent {
             id: id.into(),
-            token: TokenDigest([0; 32]),
+            tokens: Vec::new(),
             default_service: None,
             services: None,
             v1_policy: policy,
@@ -512,5 +587,69 @@ mod tests {
             brownout_percent(&r, &agent("late", V1Policy::Allow), after),
             70
         );
+    }
+
+    #[test]
+    fn the_next_window_skips_the_open_one_and_the_days_off_and_ends_with_the_schedule() {
+        let r = RetirementConfig {
+            brownouts: vec![weekday_mornings()],
+            ..Default::default()
+        };
+        let a = agent("a", V1Policy::Allow);
+        let next = |t: &str| next_brownout_for(&r, &a, at(t));
+        // Before the schedule: its first window, at its starting share.
+        assert_eq!(
+            next("2026-11-20T00:00:00Z"),
+            Some(ScheduledWindow {
+                start: at("2026-12-01T10:00:00Z"),
+                end: at("2026-12-01T10:30:00Z"),
+                percent: 10
+            })
+        );
+        // During Tuesday's window, Wednesday's is next; on Friday evening, Monday's.
+        let wednesday = next("2026-12-01T10:10:00Z").unwrap();
+        assert_eq!(wednesday.start, at("2026-12-02T10:00:00Z"));
+        assert_eq!(
+            next("2026-12-04T18:00:00Z").unwrap().start,
+            at("2026-12-07T10:00:00Z")
+        );
+        // Halfway up the ramp the next window opens at the share reached then.
+        assert_eq!(next("2027-01-14T12:00:00Z").unwrap().percent, 30);
+        // After Friday 26 February's window nothing is left.
+        assert_eq!(next("2027-02-26T10:10:00Z"), None);
+        // Blocked and exempt agents face no brownout.
+        assert_eq!(
+            next_brownout_for(&r, &agent("b", V1Policy::Block), at("2026-11-20T00:00:00Z")),
+            None
+        );
+        assert_eq!(
+            next_brownout(&r, at("2026-12-04T18:00:00Z")).unwrap().start,
+            at("2026-12-07T10:00:00Z")
+        );
+    }
+
+    #[test]
+    fn an_agent_s_next_window_is_the_earliest_of_those_naming_it() {
+        let r = RetirementConfig {
+            brownouts: vec![
+                once("2026-12-10T10:00:00Z", "2026-12-10T11:00:00Z", 20, 20),
+                Brownout {
+                    agents: Some(vec!["late".into()]),
+                    ..once("2026-12-05T10:00:00Z", "2026-12-05T11:00:00Z", 90, 90)
+                },
+            ],
+            ..Default::default()
+        };
+        let now = at("2026-12-01T00:00:00Z");
+        let late = next_brownout_for(&r, &agent("late", V1Policy::Allow), now).unwrap();
+        assert_eq!((late.start, late.percent), (at("2026-12-05T10:00:00Z"), 90));
+        let other = next_brownout_for(&r, &agent("other", V1Policy::Allow), now).unwrap();
+        assert_eq!(
+            (other.start, other.percent),
+            (at("2026-12-10T10:00:00Z"), 20)
+        );
+        assert_eq!(next_brownout(&r, now), Some(late));
+        // A one-off window that has opened is no one's next.
+        assert_eq!(next_brownout(&r, at("2026-12-10T10:00:00Z")), None);
     }
 }

@@ -3,14 +3,15 @@
 //! A request is forwarded with its own headers minus those that describe the client's hop
 //! ([`NOT_FORWARDED`], and any the client named in `Connection`), and with the ones the
 //! gateway owns written by the gateway: the exact `Content-Length` of the body it read, the
-//! request id, `X-Forwarded-For` and, when it traces, `traceparent` (the client's `tracestate`
-//! only with the client's trace). (Answers going the other way: [`crate::proxy::relay`].)
+//! request id, `X-Forwarded-For`, `X-Forwarded-Proto` and, when it traces, `traceparent` (the
+//! client's `tracestate` only with the client's trace). (Answers going the other way: [`crate::proxy::relay`].)
 
 use bytes::{BufMut, BytesMut};
 
 use crate::http1::RequestWriter;
 use crate::observe::trace::Propagation;
 use crate::policy::admit::RequestView;
+use crate::policy::client::FORWARDED_PROTO;
 use crate::policy::headers::{is_listed, NOT_FORWARDED, TRACEPARENT, TRACESTATE};
 use crate::policy::request_id;
 
@@ -24,8 +25,11 @@ pub struct UpstreamRequest<'a, R> {
     /// The backend path and query, from admission.
     pub path: &'a str,
     pub request_id: &'a str,
-    /// The client's IP address, appended to `X-Forwarded-For`.
+    /// The connection's peer (the PROXY protocol's source, else the TCP peer), appended to
+    /// `X-Forwarded-For`.
     pub client_ip: Option<&'a str>,
+    /// `X-Forwarded-Proto`: `http` or `https` ([`crate::policy::client::forwarded_proto`]).
+    pub proto: &'a str,
     /// The trace context the gateway sends instead of the client's; `None` when it does not
     /// trace (the client's passes unchanged).
     pub trace: Option<Propagation>,
@@ -67,6 +71,7 @@ impl<R: RequestView> UpstreamRequest<'_, R> {
             }
             w.value_part(ip.as_bytes()).end_value();
         }
+        w.header(FORWARDED_PROTO, self.proto);
         if let Some(trace) = &self.trace {
             w.header(TRACEPARENT, &trace.traceparent[..]);
         }
@@ -112,6 +117,7 @@ mod tests {
             path: "/backend/v2/x?q=1",
             request_id: "rid-1",
             client_ip,
+            proto: "http",
             trace,
         };
         let mut out = BytesMut::new();
@@ -124,14 +130,14 @@ mod tests {
         let got = upstream_head(
             "POST /api/v1/x HTTP/1.1\r\nHost: gw\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\n\
              Keep-Alive: 5\r\nTE: trailers\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\
-             X-Request-Id: client-id\r\nX-Forwarded-For: 10.0.0.1\r\nX-Auth-Token: t\r\n\r\n",
+             X-Request-Id: client-id\r\nX-Forwarded-For: 10.0.0.1\r\nX-Forwarded-Proto: https\r\nX-Auth-Token: t\r\n\r\n",
             b"{}",
             Some("127.0.0.1"),
         );
         assert_eq!(
             got,
             "POST /backend/v2/x?q=1 HTTP/1.1\r\nHost: gw\r\nX-Auth-Token: t\r\n\
-             content-length: 2\r\nx-request-id: rid-1\r\nx-forwarded-for: 10.0.0.1, 127.0.0.1\r\n\r\n{}"
+             content-length: 2\r\nx-request-id: rid-1\r\nx-forwarded-for: 10.0.0.1, 127.0.0.1\r\nx-forwarded-proto: http\r\n\r\n{}"
         );
     }
 
@@ -140,7 +146,7 @@ mod tests {
         let got = upstream_head("GET http://gw:8080/a HTTP/1.0\r\n\r\n", b"", None);
         assert_eq!(
             got,
-            "GET /backend/v2/x?q=1 HTTP/1.1\r\nhost: gw:8080\r\nx-request-id: rid-1\r\n\r\n"
+            "GET /backend/v2/x?q=1 HTTP/1.1\r\nhost: gw:8080\r\nx-request-id: rid-1\r\nx-forwarded-proto: http\r\n\r\n"
         );
     }
 
@@ -155,7 +161,7 @@ mod tests {
             got,
             "GET /backend/v2/x?q=1 HTTP/1.1\r\nHost: gw\r\n\
              TraceParent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\n\
-             tracestate: a=1\r\ntracestate: b=2\r\nx-request-id: rid-1\r\n\r\n"
+             tracestate: a=1\r\ntracestate: b=2\r\nx-request-id: rid-1\r\nx-forwarded-proto: http\r\n\r\n"
         );
     }
 
@@ -169,7 +175,7 @@ mod tests {
         assert_eq!(
             got,
             "GET /backend/v2/x?q=1 HTTP/1.1\r\nHost: gw\r\ntracestate: a=1\r\ntracestate: b=2\r\n\
-             x-request-id: rid-1\r\ntraceparent: 00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01\r\n\r\n"
+             x-request-id: rid-1\r\nx-forwarded-proto: http\r\ntraceparent: 00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01\r\n\r\n"
         );
     }
 
@@ -183,7 +189,7 @@ mod tests {
         assert_eq!(
             got,
             "GET /backend/v2/x?q=1 HTTP/1.1\r\nHost: gw\r\nx-request-id: rid-1\r\n\
-             traceparent: 00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01\r\n\r\n"
+             x-forwarded-proto: http\r\ntraceparent: 00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01\r\n\r\n"
         );
     }
 

@@ -4,7 +4,9 @@
 //! `upstream.health_check_interval_ms`: a connect (TCP, and TLS when `upstream.tls`), then,
 //! when `upstream.health_check_path` is set, a `GET` of it answered 2xx or 3xx, over the
 //! same connector and HTTP/1.1 client the proxy uses. An address that fails leaves the
-//! rotation until it passes again. Requests and `/readyz` only read the last result: a
+//! rotation until it passes again; an address ejected by failures since the check began
+//! comes back when it passes. The addresses checked are the set of the moment
+//! ([`Backends`]), as DNS moves it. Requests and `/readyz` only read the last result: a
 //! probe of `/readyz` never causes a check.
 
 use std::net::SocketAddr;
@@ -18,6 +20,7 @@ use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use pingora::upstreams::peer::{HttpPeer, Peer};
 
+use super::backends::Backends;
 use super::connect::Connect;
 use crate::config::Snapshot;
 use crate::http1::client;
@@ -88,6 +91,7 @@ pub struct HealthChecker {
     pub config: Arc<ArcSwap<Snapshot>>,
     pub health: Arc<UpstreamHealth>,
     pub connector: Arc<dyn Connect>,
+    pub backends: Arc<Backends>,
 }
 
 impl HealthChecker {
@@ -96,16 +100,21 @@ impl HealthChecker {
         let up = &snap.upstream;
         let timeout = up.connect_timeout + up.read_timeout.min(Duration::from_secs(2));
         let mut down = Vec::new();
-        for backend in &up.backends {
-            let addr = &backend.addr;
+        let set = self.backends.current_full();
+        for address in set.iter() {
+            let addr = &address.addr;
+            let started = tokio::time::Instant::now();
             let ok = check(
                 &*self.connector,
-                &backend.peer,
+                &address.peer,
                 up.health_check_path.as_deref(),
                 up.connect_timeout,
                 timeout,
             )
             .await;
+            if ok && address.check_passed(started) {
+                tracing::info!(%addr, "upstream address passed its check; its ejection ends early");
+            }
             if ok != self.health.is_up(addr) {
                 if ok {
                     tracing::info!(%addr, "upstream address is back in rotation");
@@ -117,7 +126,7 @@ impl HealthChecker {
                 down.push(*addr);
             }
         }
-        self.health.store(down, up.backends.len());
+        self.health.store(down, set.len());
         up.health_check_interval
     }
 }

@@ -4,16 +4,20 @@
 //! which serves it with the client's protocol ([`h1`] or [`h2`], each a [`downstream::Downstream`],
 //! HTTP/2 chosen by ALPN on TLS or by its preface on plaintext); every request then
 //! goes through the same [`pipeline`]: admission ([`crate::policy::admit`]), the body, the
-//! backend ([`upstream`] over [`connect`] and [`pool`], steered by [`health`]) and the answer
+//! backend ([`upstream`] over [`connect`] and [`pool`], its addresses followed by
+//! [`backends`] and [`names`], steered by [`health`]) and the answer
 //! ([`relay`]), with the headers that cross each hop decided in [`forwarding`]. Decisions
 //! are made by pure functions elsewhere; this module carries them out.
 
+pub mod backends;
 pub mod connect;
 mod downstream;
+mod failed_auths;
 mod forwarding;
 mod h1;
 mod h2;
 pub mod health;
+pub mod names;
 mod pipeline;
 pub mod pool;
 mod relay;
@@ -46,6 +50,8 @@ pub struct ProxyApp {
     telemetry: Arc<Telemetry>,
     tracer: Arc<Tracer>,
     rate_limits: Arc<RateLimits>,
+    /// Each client address's failed authentications (`auth.max_failures_per_minute`).
+    failed_auths: failed_auths::FailedAuths,
     /// `listen.http2`: serve HTTP/2 to the clients that ask for it.
     http2: bool,
     /// `server.grace_period_seconds`: how long an HTTP/2 connection may drain after its GOAWAY.
@@ -78,6 +84,7 @@ impl ProxyApp {
             telemetry,
             tracer,
             rate_limits,
+            failed_auths: failed_auths::FailedAuths::default(),
             drain,
         }
     }

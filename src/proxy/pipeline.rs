@@ -11,6 +11,8 @@
 //! [`super::h1`], HTTP/2 in [`super::h2`]) supplies the request's head and body and renders
 //! answers, and keeps its own connection state.
 
+use std::net::IpAddr;
+
 use super::downstream::{header_bytes, Downstream};
 use super::forwarding::UpstreamRequest;
 use super::relay;
@@ -25,7 +27,9 @@ use crate::observe::trace::RequestSpan;
 use crate::policy::admit::{
     self, admit, Forward, Refusal, RequestFacts, RequestView, RetirementHeaders,
 };
+use crate::policy::client::{self, FORWARDED_FOR, FORWARDED_PROTO};
 use crate::policy::request_id;
+use crate::policy::throttle::Verdict;
 
 impl ProxyApp {
     /// Serves the request whose head `d` holds, under one snapshot from start to end.
@@ -36,7 +40,15 @@ impl ProxyApp {
             let method = http::Method::from_bytes(req.method().as_bytes()).ok();
             let mut ex = Exchange::start(d.protocol(), method.as_ref(), req.path());
             ex.request_id = request_id::client_value(&req).unwrap_or_else(|| self.ids.next_id());
-            ex.span = self.tracer.start(snap, &req, d.client_ip(), ex.started_at);
+            let peer = d.client_ip().and_then(|ip| ip.parse::<IpAddr>().ok());
+            let trusted = &snap.edge.trusted_proxies;
+            ex.client_addr = peer.map(|peer| {
+                client::client_address(peer, req.headers_named(FORWARDED_FOR), trusted)
+            });
+            ex.user_agent = req
+                .single_header("user-agent")
+                .map(|v| String::from_utf8_lossy(v).into_owned());
+            ex.span = self.tracer.start(snap, &req, ex.client_addr, ex.started_at);
             ex
         };
         self.serve_admitted(d, snap, &mut ex).await;
@@ -64,13 +76,38 @@ impl ProxyApp {
     }
 
     async fn serve_admitted<D: Downstream>(&self, d: &mut D, snap: &Snapshot, ex: &mut Exchange) {
+        // A client address past `auth.max_failures_per_minute` is refused before anything of
+        // its request is looked at: its credential is not checked.
+        let guessers = snap.auth.max_failures_per_minute.zip(ex.client_addr);
+        if let Some((limit, client)) = guessers {
+            let verdict = self.failed_auths.verdict(client, limit, ex.started);
+            if let Verdict::Throttled {
+                retry_after_secs,
+                first,
+            } = verdict
+            {
+                if first {
+                    tracing::warn!(client_addr = %client, limit, retry_after_secs, "too many failed authentications from this address: its requests get 429 for the rest of the minute");
+                }
+                let reply = Reply::AuthThrottled { retry_after_secs };
+                ex.refused = Some(reply);
+                return self
+                    .answer(d, ex, reply, None, &RetirementHeaders::default())
+                    .await;
+            }
+        }
         let admitted = admit(
             snap,
             &RequestFacts::of(&d.request(), &ex.request_id, ex.started_at),
         );
         let forward = match admitted {
             Ok(forward) => forward,
-            Err(refusal) => return self.refuse(d, ex, &refusal).await,
+            Err(refusal) => {
+                if let (Some((_, client)), Some(_)) = (guessers, refusal.auth_failure) {
+                    self.failed_auths.failed(client, ex.started);
+                }
+                return self.refuse(d, ex, &refusal).await;
+            }
         };
         ex.identified(&forward.who);
         // Only authenticated requests reach the bucket, so strangers cannot spend an agent's
@@ -137,6 +174,7 @@ impl ProxyApp {
                 path: &forward.upstream_path,
                 request_id: &ex.request_id,
                 client_ip: d.client_ip(),
+                proto: forwarded_proto(snap, &req, d.client_ip()),
                 trace: ex.span.as_ref().map(RequestSpan::propagation),
             };
             self.upstream
@@ -183,4 +221,14 @@ impl ProxyApp {
         let sent = d.send_answer(answer.status, &headers, &answer.body).await;
         ex.client_aborted |= sent.is_err();
     }
+}
+
+/// `X-Forwarded-Proto` for a request `req` from the peer `peer`: a trusted proxy's own, else
+/// the proxy listener's scheme.
+fn forwarded_proto<R: RequestView>(snap: &Snapshot, req: &R, peer: Option<&str>) -> &'static str {
+    let trusted = peer
+        .and_then(|ip| ip.parse::<IpAddr>().ok())
+        .is_some_and(|ip| client::is_trusted(ip, &snap.edge.trusted_proxies));
+    let claimed = req.single_header(FORWARDED_PROTO);
+    client::forwarded_proto(trusted, claimed, snap.startup.proxy_tls.is_some())
 }

@@ -6,7 +6,9 @@
 //! runtime, as nginx's keepalive close handler and HAProxy's idle-connection polling do:
 //! when it is put back, its read side is polled once with a waker of its own, so bytes or a
 //! FIN that arrive while it is idle wake [`PoolSweeper`] as the runtime sees them, which
-//! closes it. Taking a quiet connection costs no system call.
+//! closes it. Taking a quiet connection costs no system call. A connection to an address
+//! that left the set is never kept: it closes when its request is done, or at the next sweep
+//! when it sat idle.
 //!
 //! The window left is the one nginx and HAProxy have too: bytes in flight at the instant of
 //! the take, or arrived in the kernel in the same turn of the event loop that takes the
@@ -33,6 +35,7 @@ use pingora::services::background::BackgroundService;
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::sync::Notify;
 
+use super::backends::{Backends, Slot};
 use super::timer::LazyTimer;
 use crate::config::Snapshot;
 use crate::http1::ResponseHead;
@@ -44,15 +47,18 @@ pub struct UpstreamConn {
     pub buf: BytesMut,
     pub head: ResponseHead,
     pub timer: LazyTimer,
+    /// Its place in its address's count of connections, freed when it closes.
+    pub slot: Slot,
 }
 
 impl UpstreamConn {
-    pub fn new(stream: Stream) -> Self {
+    pub fn new(stream: Stream, slot: Slot) -> Self {
         UpstreamConn {
             stream,
             buf: BytesMut::with_capacity(4096),
             head: ResponseHead::default(),
             timer: LazyTimer::default(),
+            slot,
         }
     }
 
@@ -98,11 +104,12 @@ struct Idle {
 }
 
 impl Idle {
-    /// Whether the connection may carry a request: younger than `idle_timeout`, and quiet.
-    /// One whose watch woke is polled again: a TLS record that carries no data (a session
-    /// ticket) leaves it quiet and watched; bytes or a FIN do not.
+    /// Whether the connection may carry a request: younger than `idle_timeout`, to an
+    /// address still in the set, and quiet. One whose watch woke is polled again: a TLS
+    /// record that carries no data (a session ticket) leaves it quiet and watched; bytes or a
+    /// FIN do not.
     fn usable(&mut self, idle_timeout: Duration) -> bool {
-        if self.since.elapsed() >= idle_timeout {
+        if self.since.elapsed() >= idle_timeout || self.conn.slot.address().is_retired() {
             return false;
         }
         !self.watch.woken.swap(false, Ordering::Relaxed) || self.conn.watch(&self.watch)
@@ -146,9 +153,14 @@ impl UpstreamPool {
         }
     }
 
-    /// Keeps `conn` for reuse and watches it while idle, unless `key` already has
-    /// `max_per_key` idle connections or the backend has closed it.
-    pub fn put(&self, key: u64, mut conn: UpstreamConn) {
+    /// Keeps `conn` for reuse and watches it while idle, unless its address left the set or
+    /// already has `max_per_key` idle connections, or the backend has closed it; the oldest
+    /// request waiting for the address may then take it.
+    pub fn put(&self, mut conn: UpstreamConn) {
+        let address = conn.slot.address().clone();
+        if address.is_retired() {
+            return;
+        }
         conn.buf.clear();
         let watch = Arc::new(IdleWatch {
             woken: AtomicBool::new(false),
@@ -159,7 +171,7 @@ impl UpstreamPool {
         }
         let mut idle = self.lock();
         let was_empty = idle.is_empty();
-        let stack = idle.entry(key).or_default();
+        let stack = idle.entry(address.key).or_default();
         if stack.len() < self.max_per_key {
             stack.push(Idle {
                 conn,
@@ -172,10 +184,11 @@ impl UpstreamPool {
             // The sweeper sleeps without a deadline while the pool is empty.
             self.sweep.notify_one();
         }
+        address.returned();
     }
 
-    /// Closes every connection idle for `idle_timeout` or closed by its backend; when the
-    /// next one expires, if any is left.
+    /// Closes every connection idle for `idle_timeout`, closed by its backend, or to an
+    /// address that left the set; says when the next one expires, if any is left.
     pub fn evict(&self, idle_timeout: Duration) -> Option<Instant> {
         let mut idle = self.lock();
         for stack in idle.values_mut() {
@@ -191,17 +204,24 @@ impl UpstreamPool {
         next_expiry
     }
 
+    /// Idle connections kept for `key` right now.
+    pub fn idle_count_of(&self, key: u64) -> usize {
+        self.lock().get(&key).map_or(0, Vec::len)
+    }
+
     /// Idle connections kept right now.
     pub fn idle_count(&self) -> usize {
         self.lock().values().map(Vec::len).sum()
     }
 }
 
-/// Closes idle connections the backend closed as soon as their watch says so, and expired
-/// ones when they expire (`upstream.idle_timeout_ms`). With no idle connection it sleeps
-/// until one comes: an idle gateway wakes no timer for its pool.
+/// Closes idle connections the backend closed as soon as their watch says so, those of an
+/// address that left the set as soon as it left, and expired ones when they expire
+/// (`upstream.idle_timeout_ms`). With no idle connection it sleeps until one comes: an idle
+/// gateway wakes no timer for its pool.
 pub struct PoolSweeper {
     pub pool: Arc<UpstreamPool>,
+    pub backends: Arc<Backends>,
     pub config: Arc<ArcSwap<Snapshot>>,
 }
 
@@ -219,6 +239,7 @@ impl BackgroundService for PoolSweeper {
             tokio::select! {
                 _ = shutdown.changed() => return,
                 _ = self.pool.sweep.notified() => {}
+                _ = self.backends.address_retired() => {}
                 _ = expired => {}
             }
             next_expiry = self.pool.evict(self.config.load().upstream.idle_timeout);
@@ -229,12 +250,31 @@ impl BackgroundService for PoolSweeper {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::BudgetConfig;
+    use crate::proxy::backends::{Address, Admit};
     use pingora::protocols::GetSocketDigest;
     use std::io::Write;
 
-    /// A pooled connection over a real loopback socket, and the backend's end of it.
-    async fn pooled_socket() -> (UpstreamConn, std::net::TcpStream) {
+    fn unlimited() -> BudgetConfig {
+        BudgetConfig {
+            max_connections_per_address: None,
+            max_pending: 0,
+            pending_timeout: Duration::from_secs(1),
+        }
+    }
+
+    /// A backend on loopback: its listener and its address in the pool's terms.
+    fn backend() -> (std::net::TcpListener, Arc<Address>) {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = Address::detached(listener.local_addr().unwrap());
+        (listener, address)
+    }
+
+    /// A connection to `address`, which `listener` serves, and the backend's end of it.
+    async fn pooled_socket_to(
+        listener: &std::net::TcpListener,
+        address: &Arc<Address>,
+    ) -> (UpstreamConn, std::net::TcpStream) {
         let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
             .await
             .unwrap();
@@ -243,7 +283,11 @@ mod tests {
         let fd = std::os::fd::AsRawFd::as_raw_fd(&client);
         let mut stream = pingora::protocols::l4::stream::Stream::from(client);
         stream.set_socket_digest(pingora::protocols::SocketDigest::from_raw_fd(fd));
-        (UpstreamConn::new(Box::new(stream)), backend)
+        let slot = match address.admit(&unlimited(), false) {
+            Ok(Admit::Connect(slot)) => slot,
+            _ => unreachable!("no budget"),
+        };
+        (UpstreamConn::new(Box::new(stream), slot), backend)
     }
 
     const LONG: Duration = Duration::from_secs(60);
@@ -275,13 +319,14 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn a_quiet_idle_connection_is_handed_out_newest_first() {
         let pool = UpstreamPool::new(4);
-        let (older, _older_backend) = pooled_socket().await;
-        let (newer, _newer_backend) = pooled_socket().await;
+        let (listener, address) = backend();
+        let (older, _older_backend) = pooled_socket_to(&listener, &address).await;
+        let (newer, _newer_backend) = pooled_socket_to(&listener, &address).await;
         let newer_fd = newer.stream.id();
-        pool.put(1, older);
-        pool.put(1, newer);
+        pool.put(older);
+        pool.put(newer);
         assert_eq!(pool.idle_count(), 2);
-        let taken = pool.take(1, LONG).unwrap();
+        let taken = pool.take(address.key, LONG).unwrap();
         assert_eq!(taken.stream.id(), newer_fd);
         assert_eq!(pool.idle_count(), 1);
     }
@@ -289,10 +334,12 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn unsolicited_bytes_on_an_idle_connection_close_it_as_the_runtime_sees_them() {
         let pool = UpstreamPool::new(4);
-        let (quiet, _kept) = pooled_socket().await;
-        let (noisy, mut noisy_backend) = pooled_socket().await;
-        pool.put(1, quiet);
-        pool.put(1, noisy);
+        let (listener, address) = backend();
+        let (quiet, _kept) = pooled_socket_to(&listener, &address).await;
+        let (noisy, mut noisy_backend) = pooled_socket_to(&listener, &address).await;
+        pool.put(quiet);
+        pool.put(noisy);
+        assert_eq!(address.open(), 2);
         noisy_backend.write_all(b"HTTP/1.1 200 OK\r\n").unwrap();
         // The sweeper's part: woken by the watch, it evicts without anyone taking.
         until(|| {
@@ -301,26 +348,32 @@ mod tests {
         })
         .await;
         assert!(closed_by_the_pool(&mut noisy_backend));
+        assert_eq!(address.open(), 1, "its place is freed");
         // The quiet one is still there to take.
-        assert!(pool.take(1, LONG).is_some());
+        assert!(pool.take(address.key, LONG).is_some());
     }
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_fin_on_an_idle_connection_keeps_it_out_of_use() {
         let pool = UpstreamPool::new(4);
-        let (conn, backend) = pooled_socket().await;
-        pool.put(1, conn);
-        let woken = pool.lock()[&1][0].watch.clone();
+        let (listener, address) = backend();
+        let (conn, backend) = pooled_socket_to(&listener, &address).await;
+        pool.put(conn);
+        let woken = pool.lock()[&address.key][0].watch.clone();
         drop(backend);
         until(|| woken.woken.load(Ordering::Relaxed)).await;
-        assert!(pool.take(1, LONG).is_none(), "the backend closed it");
+        assert!(
+            pool.take(address.key, LONG).is_none(),
+            "the backend closed it"
+        );
         assert_eq!(pool.idle_count(), 0);
     }
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_connection_closed_before_it_is_put_back_is_not_kept() {
         let pool = UpstreamPool::new(4);
-        let (mut conn, backend) = pooled_socket().await;
+        let (listener, address) = backend();
+        let (mut conn, backend) = pooled_socket_to(&listener, &address).await;
         drop(backend);
         let watch = Arc::new(IdleWatch {
             woken: AtomicBool::new(false),
@@ -328,18 +381,20 @@ mod tests {
         });
         // Once the runtime has seen the FIN, a poll of the read side says so.
         until(|| !conn.watch(&watch)).await;
-        pool.put(1, conn);
+        pool.put(conn);
         assert_eq!(pool.idle_count(), 0);
+        assert_eq!(address.open(), 0);
     }
 
     #[tokio::test(flavor = "current_thread", start_paused = true)]
     async fn expired_connections_are_not_handed_out_and_evict_says_when_the_next_expires() {
         let pool = UpstreamPool::new(4);
-        let (old, _a) = pooled_socket().await;
-        pool.put(1, old);
+        let (listener, address) = backend();
+        let (old, _a) = pooled_socket_to(&listener, &address).await;
+        pool.put(old);
         tokio::time::advance(Duration::from_secs(30)).await;
-        let (young, _b) = pooled_socket().await;
-        pool.put(1, young);
+        let (young, _b) = pooled_socket_to(&listener, &address).await;
+        pool.put(young);
         let now = Instant::now();
         // The oldest expires first: 30 s from now.
         assert_eq!(pool.evict(LONG), Some(now + Duration::from_secs(30)));
@@ -347,7 +402,8 @@ mod tests {
         assert_eq!(pool.evict(LONG), Some(now + LONG));
         assert_eq!(pool.idle_count(), 1);
         tokio::time::advance(LONG).await;
-        assert!(pool.take(1, LONG).is_none());
+        assert!(pool.take(address.key, LONG).is_none());
         assert_eq!(pool.evict(LONG), None);
+        assert_eq!(address.open(), 0);
     }
 }

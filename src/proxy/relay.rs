@@ -96,11 +96,7 @@ pub(super) async fn relay<D: Downstream>(
     ex: &mut Exchange,
     retirement: &RetirementHeaders<'_>,
 ) {
-    let UpstreamResponse {
-        mut conn,
-        key,
-        started,
-    } = response;
+    let UpstreamResponse { mut conn, started } = response;
     let framing = conn.head.framing;
     let decode = framing == Framing::Chunked && d.wants_decoded();
     ex.status = conn.head.status;
@@ -160,7 +156,7 @@ pub(super) async fn relay<D: Downstream>(
     // has the last bytes, so the client's next request can have it.
     ex.upstream.duration = Some(started.elapsed());
     if conn.head.keep_alive && conn.buf.is_empty() {
-        pool.put(key, conn);
+        pool.put(conn);
     }
     ex.bytes_out += d.out().len() - head_bytes;
     if let Err(e) = d.send(true).await {
@@ -174,7 +170,11 @@ async fn read_more(
     conn: &mut UpstreamConn,
     read_timeout: std::time::Duration,
 ) -> Result<bool, UpstreamErrorKind> {
-    match conn.timer.limit(read_timeout, conn.stream.read_buf(&mut conn.buf)).await {
+    match conn
+        .timer
+        .limit(read_timeout, conn.stream.read_buf(&mut conn.buf))
+        .await
+    {
         Ok(Ok(n)) => Ok(n > 0),
         Ok(Err(_)) => Err(UpstreamErrorKind::Reset),
         Err(_) => Err(UpstreamErrorKind::Timeout),

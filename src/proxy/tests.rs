@@ -13,6 +13,7 @@ use pingora::protocols::Stream;
 use pingora::upstreams::peer::HttpPeer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
+use super::backends::Backends;
 use super::connect::{Connect, ConnectFuture};
 use super::health::UpstreamHealth;
 use super::pool::UpstreamPool;
@@ -164,12 +165,15 @@ impl Harness {
             seen: Arc::default(),
         });
         let telemetry = Telemetry::register(&prometheus::Registry::new()).unwrap();
+        let snapshot = cfg.snapshot();
+        let backends = Arc::new(Backends::new(telemetry.backends.clone()));
+        backends.follow(&snapshot.upstream);
         let upstream = Upstream::new(
             backend.clone(),
             Arc::new(UpstreamPool::new(8)),
             Arc::new(UpstreamHealth::default()),
+            backends,
         );
-        let snapshot = cfg.snapshot();
         let rate_limits = Arc::new(RateLimits::new(&snapshot.rate_limit));
         let tracer = Arc::new(Tracer::register(&prometheus::Registry::new()).unwrap());
         let spans = Collected::default();

@@ -41,7 +41,11 @@ impl Default for LazyTimer {
 impl LazyTimer {
     /// Runs `work` until it completes, or fails with [`TimedOut`] once `limit` from now has
     /// passed.
-    pub async fn limit<F: Future>(&mut self, limit: Duration, work: F) -> Result<F::Output, TimedOut> {
+    pub async fn limit<F: Future>(
+        &mut self,
+        limit: Duration,
+        work: F,
+    ) -> Result<F::Output, TimedOut> {
         self.deadline = Instant::now() + limit;
         if self.deadline < self.sleep.deadline() {
             self.sleep.as_mut().reset(self.deadline);
@@ -96,7 +100,10 @@ mod tests {
     async fn a_later_deadline_is_honoured_after_the_armed_one_fires() {
         let mut timer = LazyTimer::default();
         // Armed at 10 s by the first piece of work.
-        timer.limit(Duration::from_secs(10), async {}).await.unwrap();
+        timer
+            .limit(Duration::from_secs(10), async {})
+            .await
+            .unwrap();
         tokio::time::advance(Duration::from_secs(5)).await;
         // The next one's limit ends at 15 s: the timer fires at 10 s and is re-armed.
         let start = Instant::now();
@@ -116,7 +123,10 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_shorter_limit_after_a_longer_one_still_ends_on_time() {
         let mut timer = LazyTimer::default();
-        timer.limit(Duration::from_secs(60), async {}).await.unwrap();
+        timer
+            .limit(Duration::from_secs(60), async {})
+            .await
+            .unwrap();
         let start = Instant::now();
         let never = timer
             .limit(Duration::from_secs(2), std::future::pending::<()>())

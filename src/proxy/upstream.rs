@@ -1,10 +1,12 @@
-//! The backend side of a request: pick an address, take a pooled connection or make one,
+//! The backend side of a request: pick an address, take a pooled connection or make one
+//! within the address's connection budget (waiting in its queue when the budget is spent),
 //! send the request and read the answer's head.
 //!
 //! A request that may have reached a backend is never sent twice. Only a connect failure
 //! (nothing was sent) moves on to the next address, and a read (GET) whose kept-alive
 //! connection the backend had already closed goes once more, to the next address in
-//! rotation, on a new connection.
+//! rotation, on a new connection. The queue is before anything is sent: a request refused
+//! there (503) went nowhere.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -14,15 +16,20 @@ use bytes::Buf;
 use pingora::{Error, ErrorType};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use super::backends::{Address, Admit, Backends, Slot};
 use super::connect::Connect;
 use super::forwarding::UpstreamRequest;
 use super::health::UpstreamHealth;
 use super::pool::{UpstreamConn, UpstreamPool};
-use crate::api::failure::{Chain, UpstreamError, UpstreamErrorKind};
-use crate::config::Snapshot;
+use crate::api::failure::{
+    Chain, Failure, OverflowReason, UpstreamError, UpstreamErrorKind, UpstreamOverflow,
+};
+use crate::config::{BudgetConfig, Snapshot};
 use crate::http1::HeadError;
+use crate::observe::backend::AddressView;
 use crate::observe::exchange::UpstreamRecord;
 use crate::policy::admit::RequestView;
+use crate::policy::backend::order;
 
 /// Longest response head accepted from a backend.
 const MAX_UPSTREAM_HEAD: usize = 64 * 1024;
@@ -32,6 +39,7 @@ pub struct Upstream {
     connector: Arc<dyn Connect>,
     pool: Arc<UpstreamPool>,
     health: Arc<UpstreamHealth>,
+    backends: Arc<Backends>,
     next_peer: AtomicUsize,
 }
 
@@ -39,10 +47,14 @@ pub struct Upstream {
 /// buffer, its body still to come, for [`super::relay`] to pass on.
 pub struct UpstreamResponse {
     pub conn: UpstreamConn,
-    /// The connection's pool key, to return it when the answer is done.
-    pub key: u64,
     /// When the request was sent.
     pub started: Instant,
+}
+
+/// A connection for a request: one from the pool, or the place to open one.
+enum Acquired {
+    Reused(UpstreamConn),
+    Connect(Slot),
 }
 
 impl Upstream {
@@ -50,17 +62,57 @@ impl Upstream {
         connector: Arc<dyn Connect>,
         pool: Arc<UpstreamPool>,
         health: Arc<UpstreamHealth>,
+        backends: Arc<Backends>,
     ) -> Self {
         Upstream {
             connector,
             pool,
             health,
+            backends,
             next_peer: AtomicUsize::new(0),
         }
     }
 
     pub fn pool(&self) -> &Arc<UpstreamPool> {
         &self.pool
+    }
+
+    fn in_rotation(&self, address: &Address) -> bool {
+        in_rotation(&self.health, address)
+    }
+
+    /// A connection to `address` under `budget`: an idle one when `reuse` allows and no
+    /// request waits before this one, else the place to open one, else a wait in the
+    /// address's queue; refused when the queue is full or the wait too long.
+    async fn acquire(
+        &self,
+        address: &Arc<Address>,
+        budget: &BudgetConfig,
+        idle_timeout: Duration,
+        reuse: bool,
+    ) -> Result<Acquired, OverflowReason> {
+        let mut woken = false;
+        let mut deadline = None;
+        loop {
+            if reuse && (woken || address.nobody_waiting()) {
+                if let Some(conn) = self.pool.take(address.key, idle_timeout) {
+                    return Ok(Acquired::Reused(conn));
+                }
+            }
+            let mut waiter = match address.admit(budget, woken)? {
+                Admit::Connect(slot) => return Ok(Acquired::Connect(slot)),
+                Admit::Wait(waiter) => waiter,
+            };
+            let until = *deadline
+                .get_or_insert_with(|| tokio::time::Instant::now() + budget.pending_timeout);
+            if tokio::time::timeout_at(until, waiter.woken())
+                .await
+                .is_err()
+            {
+                return Err(OverflowReason::Timeout);
+            }
+            woken = true;
+        }
     }
 
     /// Sends `request` to one backend and reads the head of its answer; the failures on the
@@ -71,61 +123,78 @@ impl Upstream {
         request: &UpstreamRequest<'_, R>,
         idempotent: bool,
         record: &mut UpstreamRecord,
-    ) -> Result<UpstreamResponse, UpstreamError> {
+    ) -> Result<UpstreamResponse, Failure> {
         let request_id = request.request_id;
         let upstream = &snap.upstream;
-        let count = upstream.backends.len();
+        let set = self.backends.current();
+        let count = set.len();
         let first = self.next_peer.fetch_add(1, Ordering::Relaxed);
-        // Addresses that failed their health check leave the rotation, unless all have.
-        let any_up = upstream.backends.iter().any(|b| self.health.is_up(&b.addr));
         let mut last_failure = UpstreamError::new(
             UpstreamErrorKind::Connect,
             "no backend address to connect to",
         );
         let mut resent = false;
-        let mut rotation = (0..count).map(|i| (first + i) % count).peekable();
+        // Addresses that failed their health check or are ejected leave the rotation, unless all have.
+        let mut rotation = order(first, count, |i| self.in_rotation(&set[i])).peekable();
         while let Some(&index) = rotation.peek() {
-            let backend = &upstream.backends[index];
-            let (peer, key) = (&backend.peer, backend.pool_key);
-            if any_up && !self.health.is_up(&backend.addr) {
-                rotation.next();
-                continue;
-            }
+            let address = &set[index];
+            let peer = &address.peer;
             let started = Instant::now();
             // A resent request goes on a new connection, never on another pooled one.
-            let pooled = if resent {
-                None
-            } else {
-                self.pool.take(key, upstream.idle_timeout)
-            };
-            let reused = pooled.is_some();
-            record.attempt(backend.addr, started, reused);
-            let mut conn = match pooled {
-                Some(conn) => conn,
-                None => match self.connector.connect(peer, upstream.connect_timeout).await {
-                    Ok(stream) => {
-                        record.connect_time = Some(started.elapsed());
-                        UpstreamConn::new(stream)
+            let acquired = self
+                .acquire(address, &upstream.budget, upstream.idle_timeout, !resent)
+                .await
+                .map_err(|reason| UpstreamOverflow { reason })?;
+            let reused = matches!(acquired, Acquired::Reused(_));
+            record.attempt(address.addr, started, reused);
+            let mut conn = match acquired {
+                Acquired::Reused(conn) => conn,
+                Acquired::Connect(slot) => {
+                    match self.connector.connect(peer, upstream.connect_timeout).await {
+                        Ok(stream) => {
+                            record.connect_time = Some(started.elapsed());
+                            UpstreamConn::new(stream, slot)
+                        }
+                        Err(e) => {
+                            let failure =
+                                UpstreamError::caused(classify(&e), "connecting to the backend", e);
+                            record.errors.push(failure.kind);
+                            tracing::warn!(request_id = %request_id, peer = %peer, error = %Chain(&failure), "upstream connect failed");
+                            self.backends.failed(
+                                &set,
+                                address,
+                                |a| self.health.is_up(&a.addr),
+                                upstream,
+                            );
+                            last_failure = failure;
+                            rotation.next();
+                            continue;
+                        }
                     }
-                    Err(e) => {
-                        let failure =
-                            UpstreamError::caused(classify(&e), "connecting to the backend", e);
-                        record.errors.push(failure.kind);
-                        tracing::warn!(request_id = %request_id, peer = %peer, error = %Chain(&failure), "upstream connect failed");
-                        last_failure = failure;
-                        rotation.next();
-                        continue;
-                    }
-                },
+                }
             };
             match send_and_read_head(&mut conn, request, upstream.read_timeout).await {
                 Ok(()) => {
                     record.header_time = Some(started.elapsed());
-                    return Ok(UpstreamResponse { conn, key, started });
+                    address.succeeded();
+                    return Ok(UpstreamResponse { conn, started });
                 }
                 Err(failure) => {
                     record.errors.push(failure.kind);
                     tracing::warn!(request_id = %request_id, peer = %peer, reused, error = %Chain(&failure), "upstream exchange failed");
+                    // A new connection that broke, or an answer that is not HTTP, counts
+                    // against the address; a kept-alive one the backend had closed, or a
+                    // slow answer, does not.
+                    if failure.kind != UpstreamErrorKind::Timeout
+                        && !(reused && failure.kind == UpstreamErrorKind::Reset)
+                    {
+                        self.backends.failed(
+                            &set,
+                            address,
+                            |a| self.health.is_up(&a.addr),
+                            upstream,
+                        );
+                    }
                     // A kept-alive connection the backend had already closed: a read goes
                     // once more, to the next address (this one just failed) unless it is the
                     // only one, on a new connection. A POST never does.
@@ -137,12 +206,38 @@ impl Upstream {
                         continue;
                     }
                     record.header_time = Some(started.elapsed());
-                    return Err(failure);
+                    return Err(failure.into());
                 }
             }
         }
-        Err(last_failure)
+        Err(last_failure.into())
     }
+}
+
+/// Whether `address` takes requests: it passed its last check and is not ejected.
+fn in_rotation(health: &UpstreamHealth, address: &Address) -> bool {
+    health.is_up(&address.addr) && !address.is_ejected()
+}
+
+/// The addresses as the per-address gauges show them.
+pub fn address_views(
+    backends: &Backends,
+    pool: &UpstreamPool,
+    health: &UpstreamHealth,
+) -> Vec<AddressView> {
+    backends
+        .current()
+        .iter()
+        .map(|a| {
+            let idle = pool.idle_count_of(a.key);
+            AddressView {
+                address: a.addr.to_string(),
+                up: in_rotation(health, a),
+                active: a.open().saturating_sub(idle),
+                idle,
+            }
+        })
+        .collect()
 }
 
 /// Writes the request (its head, with a small body inside the same buffer, and any larger
@@ -203,7 +298,11 @@ async fn send_and_read_head<R: RequestView>(
         if up.buf.capacity() - up.buf.len() < 1024 {
             up.buf.reserve(4096);
         }
-        match up.timer.limit(read_timeout, up.stream.read_buf(&mut up.buf)).await {
+        match up
+            .timer
+            .limit(read_timeout, up.stream.read_buf(&mut up.buf))
+            .await
+        {
             Ok(Ok(n)) if n > 0 => {}
             Ok(Ok(_)) => {
                 return Err(UpstreamError::new(

@@ -82,7 +82,7 @@ impl Gate {
         changed.notify_all();
     }
 
-    fn wait(&self) {
+    pub fn wait(&self) {
         let (open, changed) = &*self.0;
         let mut is_open = open.lock().unwrap();
         while !*is_open {
@@ -124,6 +124,11 @@ impl Backend {
     /// A default backend on the port `closed` holds, until it is dropped.
     pub fn start_on(closed: &ClosedPort) -> Backend {
         Self::on(closed.listen(), echo)
+    }
+
+    /// A default backend on `listener` (another loopback address than 127.0.0.1, say).
+    pub fn listening(listener: TcpListener) -> Backend {
+        Self::on(listener, echo)
     }
 
     fn on(

@@ -63,11 +63,21 @@ pub fn dashboard_variable_queries(dash: &serde_json::Value) -> Vec<String> {
     out
 }
 
-/// The `agent_gateway_*` metric names a PromQL expression reads, in order of appearance
-/// (string literals such as label values are skipped).
-pub fn gateway_metric_names(expr: &str) -> Vec<String> {
+/// The label matchers every panel query of the dashboard puts on every series it reads: its
+/// template variables, so that two environments scraped by one Prometheus never mix.
+pub const DASHBOARD_SCOPE: &str = "job=~\"$job\",namespace=~\"$namespace\",instance=~\"$instance\"";
+
+/// Whether `name` is a metric the gateway exports: its own, and the process' standard ones.
+fn is_gateway_metric(name: &str) -> bool {
+    name.starts_with("agent_gateway_") || name.starts_with("process_")
+}
+
+/// Each series selector of a gateway metric in a PromQL expression, in order of appearance:
+/// the metric's name and the text between its braces (empty without braces). String literals
+/// such as label values are skipped.
+pub fn metric_selectors(expr: &str) -> Vec<(String, String)> {
     let b = expr.as_bytes();
-    let mut out: Vec<String> = Vec::new();
+    let mut out = Vec::new();
     let mut i = 0;
     while i < b.len() {
         let c = b[i];
@@ -85,9 +95,12 @@ pub fn gateway_metric_names(expr: &str) -> Vec<String> {
             let word = &expr[start..i];
             // `$__rate_interval` and the like are Grafana variables, not identifiers.
             let is_variable = start > 0 && b[start - 1] == b'$';
-            if !is_variable && word.starts_with("agent_gateway_") && !out.iter().any(|w| w == word)
-            {
-                out.push(word.to_string());
+            if !is_variable && is_gateway_metric(word) {
+                let matchers = match expr[i..].strip_prefix('{') {
+                    Some(rest) => rest[..rest.find('}').expect("a closed selector")].to_owned(),
+                    None => String::new(),
+                };
+                out.push((word.to_owned(), matchers));
             }
         } else if c.is_ascii_digit() {
             // A number or duration (`5m`, `1e3`) is not the start of a name.
@@ -96,6 +109,17 @@ pub fn gateway_metric_names(expr: &str) -> Vec<String> {
             }
         } else {
             i += 1;
+        }
+    }
+    out
+}
+
+/// The gateway metric names a PromQL expression reads, each once, in order of appearance.
+pub fn gateway_metric_names(expr: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for (name, _) in metric_selectors(expr) {
+        if !out.contains(&name) {
+            out.push(name);
         }
     }
     out

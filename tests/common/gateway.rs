@@ -209,8 +209,7 @@ impl GatewayBuilder {
         config_path: PathBuf,
         log_path: PathBuf,
     ) -> Gateway {
-        let text = std::fs::read_to_string(&config_path).unwrap();
-        let snapshot = Snapshot::parse(&text).unwrap_or_else(|e| panic!("test config: {e}"));
+        let snapshot = Snapshot::load(&config_path).unwrap_or_else(|e| panic!("test config: {e}"));
         let addrs = ListenAddrs::configured(&snapshot.startup, None);
         let listeners = Listeners::bind(&addrs).unwrap();
         let at = listeners.local_addrs().unwrap();
@@ -219,7 +218,7 @@ impl GatewayBuilder {
         let log = std::fs::File::create(&log_path).unwrap();
         let (dispatch, logs) = logging::subscriber(LogFormat::Json, filter, log);
         let registry = prometheus::Registry::new();
-        let store = ConfigStore::new(snapshot, Some(config_path.clone()), text, &registry)
+        let store = ConfigStore::new(snapshot, Some(config_path.clone()), &registry)
             .expect("a store for the test config");
         let options = BuildOptions {
             logs: Some(logs),

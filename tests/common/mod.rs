@@ -12,16 +12,21 @@
 //!   timeouts that take no wall time.
 //! - [`ports`]: ports no other process takes meanwhile, an address that refuses connections.
 //! - [`process`]: other programs, signals, and [`wait_until`] with one bounded deadline.
-//! - [`redis`], [`otlp`], [`python`], [`pki`]: a real Redis, a recording OTLP collector, the
-//!   pinned Python tools, a test CA; [`dashboard`] and [`traffic`] for the metrics tests;
+//! - [`dns`]: a real DNS server whose answers the test changes.
+//! - [`redis`], [`otlp`], [`python`], [`pki`], [`chromium`]: a real Redis, a recording OTLP
+//!   collector, the pinned Python tools, a test CA, a headless browser; [`board`]: the
+//!   retirement board's rows; [`dashboard`] and [`traffic`] for the metrics tests;
 //!   [`markdown`]: the commands of the docs.
 // Each test binary uses a part of the harness.
 #![allow(dead_code, unused_imports)]
 
 pub mod backend;
+pub mod board;
+pub mod chromium;
 pub mod client;
 pub mod curl;
 pub mod dashboard;
+pub mod dns;
 pub mod gateway;
 pub mod markdown;
 pub mod otlp;
@@ -38,6 +43,8 @@ use std::net::SocketAddr;
 use agent_gateway::config::FileConfig;
 
 pub use backend::{backend_with_reset, Action, Backend, Gate, MockBackend, Recorded};
+pub use board::board_row;
+pub use chromium::chromium;
 pub use client::*;
 pub use dashboard::*;
 pub use gateway::{

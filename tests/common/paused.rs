@@ -34,13 +34,12 @@ impl PausedGateway {
     pub async fn start(config: &FileConfig) -> PausedGateway {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("gateway.toml");
-        let text = config.to_toml();
-        std::fs::write(&path, &text).unwrap();
-        let snapshot = Snapshot::parse(&text).unwrap_or_else(|e| panic!("test config: {e}"));
+        std::fs::write(&path, config.to_toml()).unwrap();
+        let snapshot = Snapshot::load(&path).unwrap_or_else(|e| panic!("test config: {e}"));
         let listeners = Listeners::bind(&ListenAddrs::configured(&snapshot.startup, None)).unwrap();
         let at = listeners.local_addrs().unwrap();
         let registry = prometheus::Registry::new();
-        let store = ConfigStore::new(snapshot, Some(path), text, &registry).unwrap();
+        let store = ConfigStore::new(snapshot, Some(path), &registry).unwrap();
         let gateway = server::build(store, &registry, BuildOptions::default()).unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
         tokio::spawn(serve(listeners, gateway, async {

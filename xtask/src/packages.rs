@@ -99,6 +99,12 @@ pub static PACKAGES: &[SystemPackage] = &[
         why: "tests against a real Redis",
     },
     SystemPackage {
+        debian: "dnsmasq-base",
+        probe: Probe::Programs(&["dnsmasq"]),
+        need: Need::Tests,
+        why: "a DNS server whose answers tests change (tests/backend.rs)",
+    },
+    SystemPackage {
         debian: "nghttp2-client",
         probe: Probe::Programs(&["h2load"]),
         need: Need::Tests,

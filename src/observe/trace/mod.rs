@@ -15,6 +15,7 @@
 mod export;
 
 use std::borrow::Cow;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -114,7 +115,7 @@ impl Tracer {
         &self,
         snap: &Snapshot,
         req: &R,
-        client_ip: Option<&str>,
+        client: Option<IpAddr>,
         started_at: SystemTime,
     ) -> Option<RequestSpan> {
         snap.tracing.as_ref()?;
@@ -137,7 +138,7 @@ impl Tracer {
             .start_with_context(&pipeline.tracer, &parent);
         let mut span = RequestSpan::new(span, continued);
         if let Inner::Recording(s) = &mut span.inner {
-            s.set_attributes(request_attributes(snap, req, method, client_ip));
+            s.set_attributes(request_attributes(snap, req, method, client));
         }
         Some(span)
     }
@@ -163,7 +164,7 @@ fn request_attributes<R: RequestView>(
     snap: &Snapshot,
     req: &R,
     method: Option<&'static str>,
-    client_ip: Option<&str>,
+    client: Option<IpAddr>,
 ) -> Vec<KeyValue> {
     let scheme = if snap.startup.proxy_tls.is_some() {
         "https"
@@ -191,8 +192,8 @@ fn request_attributes<R: RequestView>(
             attributes.push(KeyValue::new("server.port", i64::from(port)));
         }
     }
-    if let Some(ip) = client_ip {
-        attributes.push(KeyValue::new("client.address", ip.to_owned()));
+    if let Some(ip) = client {
+        attributes.push(KeyValue::new("client.address", ip.to_string()));
     }
     if let Some(agent) = req.single_header("user-agent") {
         attributes.push(KeyValue::new(

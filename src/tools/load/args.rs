@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::api::operation::{ApiVersion, Operation};
 
@@ -19,10 +19,28 @@ pub const DEFAULT_MIX: &str = "verify_request=50,verify_response=20,connection_i
 
 /// Command-line arguments of `agent-gateway load`.
 #[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct LoadArgs {
-    /// Base URL, http only (`http://127.0.0.1:8080`); a path in it is a prefix before `/api/v1`.
-    #[arg(long, value_parser = check_target)]
-    pub target: String,
+    /// Instead of a run: redraw the report of a run saved with --save.
+    #[command(subcommand)]
+    pub command: Option<LoadCommand>,
+    /// Base URL, `http://` or `https://` (`https://gw.example.com`); a path in it is a prefix
+    /// before `/api/v1`.
+    #[arg(long, required = true, value_parser = check_target)]
+    pub target: Option<String>,
+    /// Trust only the CA certificates of this PEM file for an https:// target (instead of the
+    /// platform's roots).
+    #[arg(long, value_name = "FILE", conflicts_with = "insecure")]
+    pub cacert: Option<PathBuf>,
+    /// Do not check the https:// target's certificate (a test deployment's self-signed one).
+    #[arg(long)]
+    pub insecure: bool,
+    /// Speak HTTP/2: ALPN `h2` on an https:// target, prior knowledge (h2c) on http://.
+    #[arg(long)]
+    pub http2: bool,
+    /// With --http2: requests in flight at once on each connection (each on its stream).
+    #[arg(long, default_value_t = 1, requires = "http2")]
+    pub streams: usize,
     /// Requests per second on a fixed schedule (open model), or `max`: each connection sends
     /// back to back (closed model). With --find-max: the first step's rate.
     #[arg(long, default_value = "1000")]
@@ -36,15 +54,23 @@ pub struct LoadArgs {
     /// start) to its own; `0s:RATE` jumps. The run lasts the stages' total.
     #[arg(long, conflicts_with_all = ["rate", "duration", "find_max"])]
     pub stages: Option<Stages>,
-    /// Pass/fail threshold, repeatable: `p99<50ms`, `errors<0.1%`, `rps>1800` (metrics p50,
-    /// p90, p99, p99.9, max, mean, errors, rps; <, <=, >, >=). A failed one makes the exit
-    /// status 1.
+    /// End the run once this many answers are in (or at the end of its --duration or
+    /// --stages, whichever comes first).
+    #[arg(long, value_name = "N", conflicts_with = "find_max")]
+    pub requests: Option<u64>,
+    /// Pass/fail threshold, repeatable: `p99<50ms`, `errors<0.1%`, `rps>1800`, or a latency
+    /// of one operation, `verify_request.p99<50ms` (metrics p50, p90, p99, p99.9, max, mean,
+    /// errors, rps; <, <=, >, >=). A failed one makes the exit status 1.
     #[arg(long, value_name = "EXPR")]
     pub threshold: Vec<Threshold>,
     /// Write the report as one self-contained HTML page (charts over time, the latency
     /// distribution, parameters, verdicts) to this file.
     #[arg(long, value_name = "FILE.html")]
     pub report: Option<PathBuf>,
+    /// Write one JSON line per request to this file as the run goes (intended start, latency,
+    /// status or error, operation, agent); `load report FILE` redraws the report from it.
+    #[arg(long, value_name = "FILE.jsonl", conflicts_with = "find_max")]
+    pub save: Option<PathBuf>,
     /// Find the highest rate that holds the --slo: flat steps of --duration from --rate,
     /// doubling until one breaks it, then bisecting to within 5%.
     #[arg(long, requires = "slo", conflicts_with = "threshold")]
@@ -55,7 +81,7 @@ pub struct LoadArgs {
     /// The most steps --find-max runs.
     #[arg(long, default_value_t = 12, requires = "find_max")]
     pub max_steps: usize,
-    /// Client connections (kept alive, one request in flight each).
+    /// Client connections (kept alive; one request in flight each, or --streams with --http2).
     #[arg(long, default_value_t = 16)]
     pub connections: usize,
     /// Operation weights, `name=weight,...` over verify_request, verify_response,
@@ -65,18 +91,26 @@ pub struct LoadArgs {
     /// Interface version to call.
     #[arg(long, value_enum, default_value = "v1")]
     pub api: Api,
-    /// Service business code put in v2 paths (required with `--api v2`).
+    /// Service business code put in v2 paths (required with `--api v2`, unless every agent
+    /// of --agents has its own).
     #[arg(long)]
     pub service: Option<String>,
     /// Sent as X-Service-Agent-Id.
-    #[arg(long, requires = "token", conflicts_with = "credentials")]
+    #[arg(long, requires = "token", conflicts_with_all = ["credentials", "agents"])]
     pub agent_id: Option<String>,
     /// Sent as X-Auth-Token (prefer --credentials: a command line is visible to other users).
-    #[arg(long, requires = "agent_id", conflicts_with = "credentials")]
+    #[arg(long, requires = "agent_id", conflicts_with_all = ["credentials", "agents"])]
     pub token: Option<String>,
     /// A TOML or JSON file with `agent_id` and `token`.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "agents")]
     pub credentials: Option<PathBuf>,
+    /// A TOML file of `[[agents]]` (`id`, `token` or `token_file`, optional `service` and
+    /// `weight`): requests are spread over them by weight.
+    #[arg(long, value_name = "FILE")]
+    pub agents: Option<PathBuf>,
+    /// A header sent with every request, `Name: value`; repeatable.
+    #[arg(short = 'H', long = "header", value_name = "NAME: VALUE")]
+    pub headers: Vec<HeaderArg>,
     /// Per-request time limit; also how long to wait for stragglers after the run.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub timeout: Duration,
@@ -88,11 +122,59 @@ pub struct LoadArgs {
     pub json: bool,
 }
 
+/// What `agent-gateway load` does other than a run.
+#[derive(Debug, clap::Subcommand)]
+pub enum LoadCommand {
+    /// Redraw the report of a run saved with --save, without the target: the same text,
+    /// JSON and HTML as the run's own.
+    Report(ReportArgs),
+}
+
+/// Arguments of `agent-gateway load report`.
+#[derive(Debug, clap::Args)]
+pub struct ReportArgs {
+    /// The file the run wrote with --save.
+    #[arg(value_name = "FILE.jsonl")]
+    pub file: PathBuf,
+    /// Judge these thresholds instead of the run's own; repeatable.
+    #[arg(long, value_name = "EXPR")]
+    pub threshold: Vec<Threshold>,
+    /// Write the HTML report to this file.
+    #[arg(long, value_name = "FILE.html")]
+    pub report: Option<PathBuf>,
+    /// Print the JSON report instead of the text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The protocol a run speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HttpVersion {
+    #[serde(rename = "1.1")]
+    Http1,
+    #[serde(rename = "2")]
+    Http2,
+}
+
+impl HttpVersion {
+    /// As the report shows it: `1.1` or `2`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HttpVersion::Http1 => "1.1",
+            HttpVersion::Http2 => "2",
+        }
+    }
+}
+
 /// Where to send: `Host` header value, socket address to resolve, and a path prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
     /// The URL as given, for the report.
     pub url: String,
+    /// `https://`: TLS to the target, the host named in it (SNI) and checked by the certificate.
+    pub tls: bool,
+    /// The host without port or IPv6 brackets: the name TLS asks for and checks.
+    pub host: String,
     /// The `Host` header (`host[:port]` as written in the URL).
     pub authority: String,
     /// `host:port` to resolve.
@@ -107,19 +189,26 @@ impl FromStr for Target {
     fn from_str(s: &str) -> Result<Self, LoadError> {
         let bad = |why| LoadError::Target(s.to_owned(), why);
         let uri: http::Uri = s.parse().map_err(|_| bad("not a URL"))?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some(_) => return Err(bad("only http:// is supported")),
-            None => return Err(bad("needs http://")),
-        }
+        let tls = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
+            Some(_) => return Err(bad("only http:// and https:// are supported")),
+            None => return Err(bad("needs http:// or https://")),
+        };
         let authority = uri.authority().ok_or_else(|| bad("no host"))?;
         if uri.query().is_some() {
             return Err(bad("no query string, please"));
         }
-        let port = authority.port_u16().unwrap_or(80);
+        let port = authority.port_u16().unwrap_or(if tls { 443 } else { 80 });
         let prefix = uri.path().trim_end_matches('/').to_owned();
         Ok(Target {
             url: s.to_owned(),
+            tls,
+            host: authority
+                .host()
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned(),
             authority: authority.as_str().to_owned(),
             host_port: format!("{}:{port}", authority.host()),
             prefix,
@@ -221,7 +310,8 @@ impl FromStr for Stages {
 }
 
 /// The interface version to call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Api {
     V1,
     V2,
@@ -309,7 +399,9 @@ pub(super) fn splitmix64(i: u64) -> u64 {
 impl Mix {
     /// The operation of request `i`: a deterministic draw with the mix's weights.
     pub fn pick(&self, i: u64) -> Operation {
-        draw(&self.weights, self.total, i).expect("a mix has a weight above zero")
+        let k =
+            draw(&self.weights, self.total, splitmix64(i)).expect("a mix has a weight above zero");
+        Operation::ALL[k]
     }
 
     /// A draw for request `i` among the operations other than `not`, with their weights;
@@ -317,24 +409,89 @@ impl Mix {
     pub fn pick_other_than(&self, i: u64, not: Operation) -> Option<Operation> {
         let mut weights = self.weights;
         weights[not as usize] = 0;
-        draw(&weights, weights.iter().map(|&w| u64::from(w)).sum(), i)
+        let total = weights.iter().map(|&w| u64::from(w)).sum();
+        draw(&weights, total, splitmix64(i)).map(|k| Operation::ALL[k])
     }
 }
 
-/// The operation whose share of `total` the draw for `i` falls in.
-fn draw(weights: &[u32; Operation::COUNT], total: u64, i: u64) -> Option<Operation> {
+/// The index whose share of `total` (the sum of `weights`) the random number `r` falls in;
+/// `None` when every weight is zero.
+pub(super) fn draw(weights: &[u32], total: u64, r: u64) -> Option<usize> {
     if total == 0 {
         return None;
     }
-    let mut r = splitmix64(i) % total;
-    for (op, w) in Operation::ALL.iter().zip(weights) {
+    let mut r = r % total;
+    for (k, w) in weights.iter().enumerate() {
         let w = u64::from(*w);
         if r < w {
-            return Some(*op);
+            return Some(k);
         }
         r -= w;
     }
     unreachable!("r < total, the sum of the weights")
+}
+
+/// Relative weights of a list (the agents of a run), for deterministic draws.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Weights {
+    weights: Vec<u32>,
+    total: u64,
+}
+
+impl Weights {
+    /// `None` when every weight is zero (or there is none).
+    pub fn new(weights: Vec<u32>) -> Option<Weights> {
+        let total = weights.iter().map(|&w| u64::from(w)).sum();
+        (total > 0).then_some(Weights { weights, total })
+    }
+
+    /// The index the random number `r` draws.
+    pub fn pick(&self, r: u64) -> usize {
+        draw(&self.weights, self.total, r).expect("weights with a total above zero")
+    }
+}
+
+/// `-H 'Name: value'`: a header sent with every request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderArg {
+    /// Lower case, as HTTP/2 sends it (HTTP/1.1 names are case-insensitive).
+    pub name: http::HeaderName,
+    pub value: http::HeaderValue,
+}
+
+/// Headers the generator writes itself for each request (framing, the connection, the
+/// credentials of the agent the request is from): `-H` may not set them.
+const OWN_HEADERS: [&str; 11] = [
+    "host",
+    "content-length",
+    "content-type",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "upgrade",
+    "te",
+    "x-service-agent-id",
+    "x-auth-token",
+];
+
+impl FromStr for HeaderArg {
+    type Err = LoadError;
+
+    fn from_str(s: &str) -> Result<Self, LoadError> {
+        let bad = |why| LoadError::Header(s.to_owned(), why);
+        let (name, value) = s.split_once(':').ok_or_else(|| bad("not `Name: value`"))?;
+        let name = http::HeaderName::from_bytes(name.trim().as_bytes())
+            .map_err(|_| bad("the name is not an HTTP header name"))?;
+        if OWN_HEADERS.contains(&name.as_str()) {
+            return Err(bad(
+                "the generator sets this header itself (the agents' credentials come from --agents, --credentials or --agent-id/--token)",
+            ));
+        }
+        let value = http::HeaderValue::from_str(value.trim())
+            .map_err(|_| bad("the value holds a control character"))?;
+        Ok(HeaderArg { name, value })
+    }
 }
 
 /// Agent credentials as read from `--credentials`.

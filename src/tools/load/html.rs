@@ -6,6 +6,7 @@
 use serde::Serialize;
 
 use super::report::{KneeReport, Report};
+use crate::http1::escape_html;
 
 const STYLE: &str = include_str!("report.css");
 const SCRIPT: &str = include_str!("report.js");
@@ -42,20 +43,4 @@ pub fn script_json<T: Serialize>(v: &T) -> String {
     serde_json::to_string(v)
         .expect("a report always serializes")
         .replace('<', "\\u003c")
-}
-
-/// Text safe in HTML content and attribute values.
-pub fn escape_html(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }

@@ -1,21 +1,31 @@
-//! A validated run: what to send (the script), how fast (the load model), to which address,
-//! over how many connections; and what the command does with it (one run, or `--find-max`).
-//! Made from the command line's arguments before anything is sent.
+//! A validated run: what it was asked to do as its report describes it (the [`Setup`], which a
+//! saved run keeps), what to send (the script), to which address and how (the connector);
+//! and what the command does with it (one run, or `--find-max`). Made from the command
+//! line's arguments before anything is sent.
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::ToSocketAddrs;
 use std::path::Path;
 use std::time::Duration;
 
+use rustls::pki_types::ServerName;
+use serde::{Deserialize, Serialize};
+
+use crate::client::tls::{client_config, Trust};
 use crate::config::BusinessCode;
 
-use super::args::{parse_credentials, splitmix64, Api, Credentials, LoadArgs, Rate, Target};
-use super::request::Script;
+use super::agents::{read_agents, single, Agent};
+use super::args::{
+    parse_credentials, splitmix64, Api, Credentials, HttpVersion, LoadArgs, Rate, Target, Weights,
+};
+use super::request::{AgentScript, Script};
 use super::schedule::Schedule;
 use super::threshold::Threshold;
+use super::transport::Connector;
 use super::LoadError;
 
 /// How requests are started.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Load {
     /// On a fixed schedule, whatever the answers do.
     Open(Schedule),
@@ -33,14 +43,39 @@ impl Load {
     }
 }
 
+/// An agent as a report names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentWeight {
+    pub id: String,
+    pub weight: u32,
+}
+
+/// What a run was asked to do, as its report describes it and its saved file keeps it: no
+/// address, no credential.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Setup {
+    /// The URL as given.
+    pub target: String,
+    pub api: Api,
+    pub http: HttpVersion,
+    pub load: Load,
+    pub connections: usize,
+    /// Requests in flight at once per connection (HTTP/2 streams; 1 for HTTP/1.1).
+    pub streams: usize,
+    pub mix: String,
+    pub timeout: Duration,
+    pub agents: Vec<AgentWeight>,
+    /// The names of the `-H` headers (their values may be secrets).
+    pub headers: Vec<String>,
+    /// `--requests`: the run ends once this many answers are in.
+    pub requests: Option<u64>,
+}
+
 /// A validated run, ready to execute.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    pub target_url: String,
-    pub addr: SocketAddr,
-    pub load: Load,
-    pub connections: usize,
-    pub timeout: Duration,
+    pub setup: Setup,
+    pub connector: Connector,
     pub script: Script,
     /// Write the one-second progress line to stderr.
     pub progress: bool,
@@ -69,10 +104,17 @@ pub(super) fn run_id() -> u64 {
 }
 
 impl Plan {
-    /// Checks the arguments, reads the credentials and resolves the target.
+    /// Checks the arguments, reads the credentials, resolves the target and makes its TLS
+    /// settings.
     pub fn from_args(args: &LoadArgs) -> Result<Self, LoadError> {
         if args.connections == 0 {
             return Err(LoadError::Invalid("--connections must be at least 1"));
+        }
+        if args.streams == 0 {
+            return Err(LoadError::Invalid("--streams must be at least 1"));
+        }
+        if args.requests == Some(0) {
+            return Err(LoadError::Invalid("--requests must be at least 1"));
         }
         let load = match (&args.stages, args.rate) {
             (Some(stages), _) => Load::Open(Schedule::ramps(stages.0.clone())),
@@ -91,30 +133,40 @@ impl Plan {
                 ));
             }
         }
-        let service = match (args.api, &args.service) {
-            (Api::V2, None) => return Err(LoadError::MissingService),
-            (_, Some(code)) => BusinessCode::parse(code)
-                .map_err(LoadError::Service)?
-                .as_str()
-                .to_owned(),
-            (Api::V1, None) => String::new(),
-        };
-        let creds = match (&args.agent_id, &args.token, &args.credentials) {
-            (Some(agent_id), Some(token), None) => Credentials {
-                agent_id: agent_id.clone(),
-                token: token.clone(),
-            },
-            (None, None, Some(path)) => read_credentials(path)?,
-            _ => return Err(LoadError::MissingCredentials),
-        };
-        for v in [&creds.agent_id, &creds.token] {
-            if v.bytes().any(|b| b.is_ascii_control()) {
-                return Err(LoadError::Invalid(
-                    "agent id and token must not hold control characters",
-                ));
-            }
+        let default_service = args
+            .service
+            .as_deref()
+            .map(|code| {
+                BusinessCode::parse(code)
+                    .map(|c| c.as_str().to_owned())
+                    .map_err(LoadError::Service)
+            })
+            .transpose()?;
+        // Each agent with the code of its v2 paths: its own, else --service.
+        let agents = agents_of(args)?
+            .into_iter()
+            .map(|a| {
+                let service = match args.api {
+                    Api::V1 => String::new(),
+                    Api::V2 => a
+                        .service
+                        .clone()
+                        .or_else(|| default_service.clone())
+                        .ok_or(LoadError::MissingService)?,
+                };
+                Ok((a, service))
+            })
+            .collect::<Result<Vec<(Agent, String)>, LoadError>>()?;
+        let target_text = args
+            .target
+            .as_deref()
+            .ok_or(LoadError::Invalid("give --target URL"))?;
+        let target: Target = target_text.parse()?;
+        if !target.tls && (args.cacert.is_some() || args.insecure) {
+            return Err(LoadError::Invalid(
+                "--cacert and --insecure are for an https:// target",
+            ));
         }
-        let target: Target = args.target.parse()?;
         let host_port = &target.host_port;
         let addr = host_port
             .to_socket_addrs()
@@ -126,24 +178,87 @@ impl Plan {
                     std::io::Error::new(std::io::ErrorKind::NotFound, "no address"),
                 )
             })?;
-        Ok(Plan {
-            target_url: target.url.clone(),
-            addr,
+        let http = if args.http2 {
+            HttpVersion::Http2
+        } else {
+            HttpVersion::Http1
+        };
+        let connector = if target.tls {
+            let trust = match (&args.cacert, args.insecure) {
+                (Some(file), _) => Trust::CaFile(file.clone()),
+                (None, true) => Trust::Insecure,
+                (None, false) => Trust::Platform,
+            };
+            let alpn: &[u8] = match http {
+                HttpVersion::Http1 => b"http/1.1",
+                HttpVersion::Http2 => b"h2",
+            };
+            let config = client_config(&trust, &[alpn])?;
+            let name = ServerName::try_from(target.host.clone())
+                .map_err(|_| LoadError::Target(target_text.to_owned(), "no host TLS can name"))?;
+            Connector::tls(addr, config, name)
+        } else {
+            Connector::plain(addr)
+        };
+        let setup = Setup {
+            target: target.url.clone(),
+            api: args.api,
+            http,
             load,
             connections: args.connections,
+            streams: match http {
+                HttpVersion::Http1 => 1,
+                HttpVersion::Http2 => args.streams,
+            },
+            mix: args.mix.to_string(),
             timeout: args.timeout,
+            agents: agents
+                .iter()
+                .map(|(a, _)| AgentWeight {
+                    id: a.id.clone(),
+                    weight: a.weight,
+                })
+                .collect(),
+            headers: args.headers.iter().map(|h| h.name.to_string()).collect(),
+            requests: args.requests,
+        };
+        let agent_weights = Weights::new(agents.iter().map(|(a, _)| a.weight).collect())
+            .ok_or(LoadError::Invalid("every agent's weight is zero"))?;
+        Ok(Plan {
+            setup,
+            connector,
             script: Script {
                 authority: target.authority,
                 prefix: target.prefix,
                 api: args.api.version(),
-                service,
-                agent_id: creds.agent_id,
-                token: creds.token,
+                agents: agents
+                    .into_iter()
+                    .map(|(a, service)| AgentScript {
+                        id: a.id,
+                        token: a.token,
+                        service,
+                    })
+                    .collect(),
+                agent_weights,
+                headers: args.headers.clone(),
                 mix: args.mix.clone(),
                 run: run_id(),
             },
             progress: true,
         })
+    }
+}
+
+/// The agents the arguments give: `--agents`, `--credentials`, or `--agent-id`/`--token`.
+fn agents_of(args: &LoadArgs) -> Result<Vec<Agent>, LoadError> {
+    match (&args.agent_id, &args.token, &args.credentials, &args.agents) {
+        (Some(agent_id), Some(token), None, None) => single(agent_id.clone(), token.clone()),
+        (None, None, Some(path), None) => {
+            let creds = read_credentials(path)?;
+            single(creds.agent_id, creds.token)
+        }
+        (None, None, None, Some(path)) => read_agents(path),
+        _ => Err(LoadError::MissingCredentials),
     }
 }
 

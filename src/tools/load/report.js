@@ -246,8 +246,10 @@
     : knee ? "open model, flat steps of " + data.step_duration_s + " s"
     : first.rate !== null ? "open model at " + rate(first.rate)
     : "open model, ramps " + first.stages.map(function (s) { return s.duration_s + "s:" + s.target_rps; }).join(",");
+  var connections = data.connections + " connections" +
+    (first && first.http === "2" ? " × " + first.streams + " streams (HTTP/2)" : "");
   root.appendChild(el("p", { class: "sub" }, [(knee ? data.target + " · " : "") + "api " + data.api + " · " + model +
-    " · " + data.connections + " connections · started " + data.started_at]));
+    " · " + connections + " · started " + data.started_at]));
 
   if (knee) {
     root.appendChild(el("div", { class: "cards" }, [
@@ -417,6 +419,104 @@
     }),
   }));
 
+  // Latency by operation (a run's page): the table, p99 of each per second, and each one's
+  // distribution next to the whole mix's.
+  var OPS = ["verify_request", "verify_response", "connection_invitation", "credential_offer", "transaction_status"];
+  var OP_COLORS = { verify_request: "#1f77b4", verify_response: "#ff7f0e", connection_invitation: "#2ca02c",
+    credential_offer: "#9467bd", transaction_status: "#8c564b" };
+  var byOp = knee ? {} : data.latency_by_operation || {};
+  var ops = OPS.filter(function (op) { return byOp[op]; });
+  if (ops.length) {
+    root.appendChild(el("h2", {}, "By operation"));
+    var opRow = function (name, n, l) { return [name, n, ms(l.p50), ms(l.p90), ms(l.p99), ms(l.p99_9), ms(l.max)]; };
+    root.appendChild(table(["operation", "answers", "p50", "p90", "p99", "p99.9", "max"],
+      [opRow("all (the mix)", data.responses, data.latency_ms)].concat(ops.map(function (op) {
+        return opRow(op, byOp[op].responses, byOp[op].latency_ms);
+      }))));
+    var olo = Infinity, ohi = 0;
+    seconds.forEach(function (p) {
+      ops.forEach(function (op) {
+        var l = (p.s.latency_by_operation || {})[op];
+        if (l) { olo = Math.min(olo, l.p99); ohi = Math.max(ohi, l.p99); }
+      });
+    });
+    if (!isFinite(olo)) { olo = 0.1; ohi = 1; }
+    root.appendChild(chart({
+      id: "operation-latency", title: "p99 per operation per second", x: xTime,
+      note: "Of each operation's answers completed in each second, measured from " + data.latency_from + "; log scale.",
+      y: { log: true, lo: olo / 1.5, hi: ohi * 1.5, title: "p99 (ms)" },
+      lines: ops.map(function (op) {
+        return { name: op, color: OP_COLORS[op],
+          points: seconds.map(function (p) { var l = (p.s.latency_by_operation || {})[op]; return [p.x + 0.5, l ? l.p99 : null]; }) };
+      }),
+      markers: markers,
+    }));
+    var ocap = Math.max(2, Math.log10(Math.max(1, data.responses))), odlo = Infinity, odhi = 0;
+    ops.forEach(function (op) {
+      byOp[op].latency_distribution.forEach(function (d) { odlo = Math.min(odlo, d.latency_ms); odhi = Math.max(odhi, d.latency_ms); });
+    });
+    if (!isFinite(odlo)) { odlo = 0.1; odhi = 1; }
+    var oTicks = [], oNames = {};
+    for (var oe = 0; oe <= Math.floor(ocap); oe++) {
+      oTicks.push(oe);
+      oNames[oe] = oe === 0 ? "0%" : (100 - Math.pow(10, 2 - oe)).toFixed(Math.max(0, oe - 2)) + "%";
+    }
+    var distLine = function (name, color, dist, n, dash) {
+      return { name: name, color: color, dash: dash, width: dash ? 2.5 : 2,
+        points: dist.map(function (d) { return [hdrX(d.percentile / 100, Math.log10(n)), d.latency_ms]; }) };
+    };
+    root.appendChild(chart({
+      id: "operation-distribution", title: "Latency by percentile per operation (HDR)",
+      note: "Each operation's answers next to the whole mix (dashed); axes as in the distribution above.",
+      x: { lo: 0, hi: ocap, ticks: oTicks, label: function (v) { return oNames[v]; }, title: "percentile" },
+      y: { log: true, lo: odlo / 1.5, hi: odhi * 1.5, title: "latency (ms)" },
+      lines: ops.map(function (op) {
+        return distLine(op, OP_COLORS[op], byOp[op].latency_distribution, byOp[op].responses, false);
+      }).concat([distLine("all (the mix)", "#3b4252", data.latency_distribution, data.responses, true)]),
+    }));
+  }
+
+  // Agents (a run's page): what each one's requests came to.
+  var agents = knee ? [] : data.agents || [];
+  if (agents.length) {
+    root.appendChild(el("h2", {}, "Agents"));
+    root.appendChild(table(["agent", "weight", "sent", "answered", "refused (4xx)", "errors", "statuses"], agents.map(function (a) {
+      return [el("code", {}, a.id), a.weight, a.requests, a.responses, a.refused, a.errors,
+        Object.keys(a.statuses).map(function (k) { return k + ": " + a.statuses[k]; }).join(", ") || "-"];
+    })));
+    var classOf = function (status) { return status >= 200 && status < 300 ? 0 : status >= 400 && status < 500 ? 1 : 2; };
+    var agentClasses = [
+      { name: "answered 2xx", color: "#2ca02c" },
+      { name: "refused (4xx)", color: "#ff7f0e" },
+      { name: "other answers (1xx, 3xx, 5xx)", color: "#d62728" },
+      { name: "no answer", color: "#6a3d9a" },
+    ];
+    var counts = agents.map(function (a) {
+      var c = [0, 0, 0, 0];
+      Object.keys(a.statuses).forEach(function (k) { c[classOf(+k)] += a.statuses[k]; });
+      c[3] = a.requests - a.responses;
+      return c;
+    });
+    var agentStack = agents.map(function () { return 0; });
+    var agentBars = agentClasses.map(function (cls, j) {
+      var values = [];
+      counts.forEach(function (c, k) {
+        if (!c[j]) return;
+        values.push([k - 0.35, k + 0.35, [agentStack[k], agentStack[k] + c[j]]]);
+        agentStack[k] += c[j];
+      });
+      return { name: cls.name, color: cls.color, values: values };
+    }).filter(function (b) { return b.values.length; });
+    root.appendChild(chart({
+      id: "agents", title: "Requests by agent",
+      note: "Each agent's requests by how they ended, stacked; its share of the run is its weight's.",
+      x: { lo: -0.5, hi: agents.length - 0.5, ticks: agents.map(function (a, k) { return k; }),
+        label: function (k) { return agents[k] ? agents[k].id : ""; }, title: "agent" },
+      y: { lo: 0, hi: Math.max.apply(null, agentStack.concat([1])) * 1.1, title: "requests" },
+      bars: agentBars,
+    }));
+  }
+
   // Parameters, statuses, operations.
   root.appendChild(el("h2", {}, "Parameters"));
   var params = [["target", data.target], ["api", data.api], ["model", model]];
@@ -427,7 +527,9 @@
   } else {
     params.push(["SLO", data.slo.join(", ")]);
   }
-  params.push(["connections", String(data.connections)], ["mix", data.mix], ["started", data.started_at]);
+  params.push(["connections", connections], ["mix", data.mix], ["started", data.started_at]);
+  if (!knee && data.requests_limit !== null && data.requests_limit !== undefined) params.push(["until", data.requests_limit + " answers (--requests)"]);
+  if (!knee && data.headers && data.headers.length) params.push(["headers (-H)", data.headers.join(", ")]);
   root.appendChild(table(["parameter", "value"], params.map(function (p) { return [p[0], el("code", {}, p[1])]; })));
   if (!knee) {
     root.appendChild(el("h2", {}, "Totals"));

@@ -1,5 +1,5 @@
 //! What a run measured: per-connection statistics merged into the report (the data model the
-//! text, the JSON and the HTML report are made from).
+//! text, the JSON and the HTML report are made from), described by the run's [`Setup`].
 
 use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
@@ -10,9 +10,9 @@ use serde::Serialize;
 
 use crate::api::operation::Operation;
 
-use super::plan::{Load, Plan};
+use super::plan::{Load, Setup};
 use super::schedule::Schedule;
-use super::stats::Stats;
+use super::stats::{AgentCounts, Stats};
 use super::threshold::Verdict;
 use super::timeline::Timeline;
 
@@ -28,7 +28,7 @@ pub struct Latency {
 }
 
 impl Latency {
-    fn of<T: hdrhistogram::Counter>(h: &Histogram<T>) -> Latency {
+    pub(super) fn of<T: hdrhistogram::Counter>(h: &Histogram<T>) -> Latency {
         let ms = |us: u64| us as f64 / 1000.0;
         Latency {
             p50: ms(h.value_at_quantile(0.50)),
@@ -73,6 +73,34 @@ pub struct SecondReport {
     pub statuses: BTreeMap<u16, u64>,
     /// Exchanges without an answer, by kind, and `unsent`.
     pub errors: BTreeMap<&'static str, u64>,
+    /// Of the answers of each operation that had any in this second.
+    pub latency_by_operation: BTreeMap<&'static str, Latency>,
+}
+
+/// One operation's answers over the run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OperationLatency {
+    /// Its answers (any status).
+    pub responses: u64,
+    pub latency_ms: Latency,
+    /// Its latency distribution (HdrHistogram's percentile spectrum).
+    pub latency_distribution: Vec<DistributionPoint>,
+}
+
+/// What one agent's requests came to.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AgentReport {
+    pub id: String,
+    pub weight: u32,
+    /// Requests sent as it.
+    pub requests: u64,
+    /// Its answers (any status).
+    pub responses: u64,
+    pub statuses: BTreeMap<u16, u64>,
+    /// Answers 4xx: refused, by the gateway (401, 403, 410, 429) or the backend.
+    pub refused: u64,
+    /// Its failed requests: non-2xx answers, no answer, or never sent.
+    pub errors: u64,
 }
 
 /// A point of the latency distribution: `percentile` % of the answers took at most
@@ -127,6 +155,18 @@ pub struct Report {
     pub latency_distribution: Vec<DistributionPoint>,
     /// `--threshold` (or `--slo`) verdicts.
     pub thresholds: Vec<Verdict>,
+    /// The HTTP version spoken: `1.1` or `2`.
+    pub http: &'static str,
+    /// Requests in flight at once per connection: HTTP/2 streams (1 for HTTP/1.1).
+    pub streams: usize,
+    /// The names of the `-H` headers sent with every request.
+    pub headers: Vec<String>,
+    /// `--requests`: the run ended once this many answers were in.
+    pub requests_limit: Option<u64>,
+    /// Latency of each operation that was answered.
+    pub latency_by_operation: BTreeMap<&'static str, OperationLatency>,
+    /// Each agent's requests, in the order they were given.
+    pub agents: Vec<AgentReport>,
 }
 
 impl Report {
@@ -168,7 +208,7 @@ impl Measured {
 }
 
 /// Builds the report (without verdicts) from what a run measured.
-pub fn make_report(plan: &Plan, m: &Measured) -> Report {
+pub fn make_report(setup: &Setup, m: &Measured) -> Report {
     let stats = &m.stats;
     let responses: u64 = stats.ended.statuses.values().sum();
     let by_status: BTreeMap<u16, u64> = stats
@@ -187,7 +227,7 @@ pub fn make_report(plan: &Plan, m: &Measured) -> Report {
     let total =
         by_status.values().sum::<u64>() + connection.values().sum::<u64>() + stats.ended.unsent;
     let secs = m.elapsed.as_secs_f64();
-    let schedule = match &plan.load {
+    let schedule = match &setup.load {
         Load::Open(s) => Some(s),
         Load::Closed(_) => None,
     };
@@ -196,13 +236,14 @@ pub fn make_report(plan: &Plan, m: &Measured) -> Report {
         Some(_) => ("open", "intended start"),
     };
     let ramps = schedule.filter(|s| s.flat_rate().is_none());
+    let all = stats.ended.latency_of_all();
     Report {
-        target: plan.target_url.clone(),
-        api: plan.script.api.as_str(),
+        target: setup.target.clone(),
+        api: setup.api.version().as_str(),
         model,
         rate: schedule.and_then(Schedule::flat_rate),
-        connections: plan.connections,
-        mix: plan.script.mix.to_string(),
+        connections: setup.connections,
+        mix: setup.mix.clone(),
         elapsed_s: secs,
         responses,
         throughput_rps: if secs > 0.0 {
@@ -211,7 +252,7 @@ pub fn make_report(plan: &Plan, m: &Measured) -> Report {
             0.0
         },
         latency_from,
-        latency_ms: Latency::of(&stats.ended.latency_us),
+        latency_ms: Latency::of(&all),
         statuses: stats.ended.statuses.clone(),
         errors: Errors {
             total,
@@ -235,14 +276,65 @@ pub fn make_report(plan: &Plan, m: &Measured) -> Report {
                 })
                 .collect()
         }),
-        duration_s: plan.load.duration().as_secs_f64(),
-        timeout_s: plan.timeout.as_secs_f64(),
+        duration_s: setup.load.duration().as_secs_f64(),
+        timeout_s: setup.timeout.as_secs_f64(),
         started_at: humantime::format_rfc3339_seconds(m.started_at).to_string(),
         interrupted: m.interrupted,
         cancelled: stats.cancelled,
         timeline: timeline_report(schedule, ramps.is_some(), &m.timeline),
-        latency_distribution: distribution(&stats.ended.latency_us),
+        latency_distribution: distribution(&all),
         thresholds: Vec::new(),
+        http: setup.http.as_str(),
+        streams: setup.streams,
+        headers: setup.headers.clone(),
+        requests_limit: setup.requests,
+        latency_by_operation: Operation::ALL
+            .iter()
+            .zip(&stats.ended.latency_us)
+            .filter(|(_, h)| !h.is_empty())
+            .map(|(op, h)| {
+                let of_op = OperationLatency {
+                    responses: h.len(),
+                    latency_ms: Latency::of(h),
+                    latency_distribution: distribution(h),
+                };
+                (op.as_str(), of_op)
+            })
+            .collect(),
+        agents: setup
+            .agents
+            .iter()
+            .enumerate()
+            .map(|(k, a)| {
+                let counts = stats.agents.get(k).cloned().unwrap_or_default();
+                agent_report(&a.id, a.weight, counts)
+            })
+            .collect(),
+    }
+}
+
+fn agent_report(id: &str, weight: u32, counts: AgentCounts) -> AgentReport {
+    let AgentCounts {
+        sent,
+        statuses,
+        unanswered,
+    } = counts;
+    let count = |range: std::ops::Range<u16>| -> u64 {
+        statuses
+            .iter()
+            .filter(|(s, _)| range.contains(s))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let responses = statuses.values().sum();
+    AgentReport {
+        id: id.to_owned(),
+        weight,
+        requests: sent,
+        responses,
+        refused: count(400..500),
+        errors: responses - count(200..300) + unanswered,
+        statuses,
     }
 }
 
@@ -277,9 +369,15 @@ fn timeline_report(
                     .filter(|_| ramps && t < planned)
                     .map(|s| s.stage_at(Duration::from_secs(t)) + 1),
                 responses,
-                latency_ms: (responses > 0).then(|| Latency::of(&second.latency_us)),
+                latency_ms: (responses > 0).then(|| Latency::of(&second.latency_of_all())),
                 statuses: second.statuses.clone(),
                 errors,
+                latency_by_operation: Operation::ALL
+                    .iter()
+                    .zip(&second.latency_us)
+                    .filter(|(_, h)| !h.is_empty())
+                    .map(|(op, h)| (op.as_str(), Latency::of(h)))
+                    .collect(),
             }
         })
         .collect()
@@ -328,9 +426,17 @@ pub fn format_report(r: &Report) -> String {
         ),
         _ => "open model".to_string(),
     };
+    let until = match r.requests_limit {
+        Some(n) => format!(" until {n} answers"),
+        None => String::new(),
+    };
+    let (http, streams) = match r.http {
+        "2" => (", HTTP/2", format!(" × {} streams", r.streams)),
+        _ => ("", String::new()),
+    };
     let _ = writeln!(
         out,
-        "{} (api {}): {model}, {} connections, mix {}",
+        "{} (api {}{http}): {model}{until}, {} connections{streams}, mix {}",
         r.target, r.api, r.connections, r.mix
     );
     if r.interrupted {
@@ -379,13 +485,55 @@ pub fn format_report(r: &Report) -> String {
         );
     }
     if r.late_starts > 0 {
+        let more = if r.http == "2" {
+            "--connections or --streams"
+        } else {
+            "--connections"
+        };
         let _ = writeln!(
             out,
-            "  late starts {} requests started > 1 ms after due (more --connections may help)",
+            "  late starts {} requests started > 1 ms after due (more {more} may help)",
             r.late_starts
         );
     }
     let _ = writeln!(out, "  operations  {}", join_counts(r.operations.clone()));
+    if !r.latency_by_operation.is_empty() {
+        let _ = writeln!(
+            out,
+            "  latency by operation (ms)  {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "p50", "p90", "p99", "p99.9", "max", "answers"
+        );
+        for (op, o) in &r.latency_by_operation {
+            let l = &o.latency_ms;
+            let _ = writeln!(
+                out,
+                "    {op:<24} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9}",
+                l.p50, l.p90, l.p99, l.p99_9, l.max, o.responses
+            );
+        }
+    }
+    if r.agents.len() > 1 || r.agents.iter().any(|a| a.refused > 0) {
+        let _ = writeln!(out, "  agents");
+        for a in &r.agents {
+            let _ = writeln!(
+                out,
+                "    {} (weight {}): {} sent, {} refused, {} errors; statuses {}",
+                a.id,
+                a.weight,
+                a.requests,
+                a.refused,
+                a.errors,
+                if a.statuses.is_empty() {
+                    "none".to_owned()
+                } else {
+                    join_counts(a.statuses.clone())
+                }
+            );
+        }
+    }
+    if !r.headers.is_empty() {
+        let _ = writeln!(out, "  headers     {}", r.headers.join(", "));
+    }
     if !r.thresholds.is_empty() {
         let _ = writeln!(out, "  thresholds");
         for v in &r.thresholds {

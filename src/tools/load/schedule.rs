@@ -7,9 +7,11 @@
 
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 /// One `--stages` step: move the rate linearly to `target` (req/s) over `duration` (zero for
 /// a jump).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Stage {
     pub duration: Duration,
     pub target: f64,
@@ -62,13 +64,37 @@ impl Piece {
     }
 }
 
-/// When each request of an open run is due.
-#[derive(Debug, Clone, PartialEq)]
+/// When each request of an open run is due. A saved run keeps it as its start rate and
+/// stages, from which the same schedule is built again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(into = "Parts", from = "Parts")]
 pub struct Schedule {
     start_rate: f64,
     stages: Vec<Stage>,
     pieces: Vec<Piece>,
     total: u64,
+}
+
+/// What a schedule is built from.
+#[derive(Serialize, Deserialize)]
+struct Parts {
+    start_rate: f64,
+    stages: Vec<Stage>,
+}
+
+impl From<Schedule> for Parts {
+    fn from(s: Schedule) -> Parts {
+        Parts {
+            start_rate: s.start_rate,
+            stages: s.stages,
+        }
+    }
+}
+
+impl From<Parts> for Schedule {
+    fn from(p: Parts) -> Schedule {
+        Schedule::build(p.start_rate, p.stages)
+    }
 }
 
 impl Schedule {

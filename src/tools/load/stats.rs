@@ -1,5 +1,7 @@
-//! What the connections count as a run goes: each connection's tally of answers, failures
-//! and latencies, merged into the run's at the end.
+//! What the connections count as a run goes. Each request ends as one [`Record`] (what a
+//! saved run keeps of it, a line of `--save`); a connection adds its records to its tally of
+//! answers, failures and latencies by operation, and to its counts per agent, merged into the
+//! run's at the end. A saved run read back goes through the same [`Stats::record`].
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -22,28 +24,64 @@ listed_enum! {
         /// A read or write failed (reset, broken pipe).
         Io => "io",
         Protocol => "protocol",
+        /// HTTP/2: the server reset the request's stream.
+        Reset => "reset",
     }
 }
 
-/// How one request ended, as the counts see it.
-#[derive(Debug, Clone, Copy)]
-pub enum Ended {
-    /// An answer, with its latency in whole µs (from [`latency_us`]).
-    Answered {
-        status: u16,
-        latency_us: u64,
-    },
+/// How one request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// An answer with this status.
+    Answered(u16),
     Failed(ConnErrorKind),
     /// Not sent: the run's hard deadline had passed.
     Unsent,
+    /// In flight when the run was interrupted: abandoned, counted nowhere but in `cancelled`.
+    Cancelled,
 }
 
-/// How requests ended: answers by status with their latencies, failures by kind, and requests
-/// never sent. A connection keeps one over the whole run ([`Stats`]) and one per second
-/// ([`super::timeline::Second`]).
+/// One request as the counts, the timeline and a saved run see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Record {
+    /// When it was due (open model) or sent (closed model), µs since the run's start.
+    pub start_us: u64,
+    /// From `start_us` to how it ended, µs: the latency of an answer.
+    pub latency_us: u64,
+    pub end: End,
+    pub op: Operation,
+    /// Index into the run's agents.
+    pub agent: usize,
+    /// Open model: sent more than 1 ms after it was due (no idle connection or stream, or a
+    /// busy client).
+    pub late: bool,
+}
+
+impl Record {
+    /// The whole second of the run in which it ended.
+    pub fn second(&self) -> usize {
+        (self.start_us.saturating_add(self.latency_us) / 1_000_000) as usize
+    }
+}
+
+/// Whole µs of `d`, saturating.
+pub fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// An empty latency histogram keeping `sigfig` significant digits. It grows to the largest
+/// latency recorded, so that a run of fast answers keeps small histograms.
+fn latency_histogram<C: Counter>(sigfig: u8) -> Histogram<C> {
+    Histogram::new(sigfig).expect("a valid number of significant digits")
+}
+
+/// How requests ended: answers by status with their latencies by operation, failures by
+/// kind, and requests never sent. A connection keeps one over the whole run ([`Stats`]) and
+/// one per second ([`super::timeline::Second`]).
 #[derive(Debug, Clone)]
 pub struct Tally<C: Counter> {
-    pub latency_us: Histogram<C>,
+    /// The latencies of answers, by operation (indexed like [`Operation::ALL`]).
+    pub latency_us: [Histogram<C>; Operation::COUNT],
     pub statuses: BTreeMap<u16, u64>,
     pub conn_errors: BTreeMap<ConnErrorKind, u64>,
     /// Scheduled requests never sent: the run's hard deadline had passed.
@@ -54,30 +92,36 @@ impl<C: Counter> Tally<C> {
     /// An empty tally whose latencies keep `sigfig` significant digits.
     pub fn new(sigfig: u8) -> Self {
         Self {
-            latency_us: Histogram::new_with_bounds(1, MAX_LATENCY_US, sigfig)
-                .expect("static histogram bounds are valid"),
+            latency_us: std::array::from_fn(|_| latency_histogram(sigfig)),
             statuses: BTreeMap::new(),
             conn_errors: BTreeMap::new(),
             unsent: 0,
         }
     }
 
-    pub fn record(&mut self, ended: Ended) {
-        match ended {
-            Ended::Answered { status, latency_us } => self.record_response(status, latency_us),
-            Ended::Failed(kind) => self.record_error(kind),
-            Ended::Unsent => self.unsent += 1,
+    /// Counts how `r` ended (a cancelled request is not counted here).
+    pub fn record(&mut self, r: &Record) {
+        match r.end {
+            End::Answered(status) => {
+                self.latency_us[r.op as usize]
+                    .record(r.latency_us.clamp(1, MAX_LATENCY_US))
+                    .expect("an auto-resizing histogram takes any latency up to the maximum");
+                *self.statuses.entry(status).or_default() += 1;
+            }
+            End::Failed(kind) => *self.conn_errors.entry(kind).or_default() += 1,
+            End::Unsent => self.unsent += 1,
+            End::Cancelled => {}
         }
     }
 
-    /// Records an answer; `latency_us` from [`latency_us`].
-    pub fn record_response(&mut self, status: u16, latency_us: u64) {
-        self.latency_us.saturating_record(latency_us);
-        *self.statuses.entry(status).or_default() += 1;
-    }
-
-    pub fn record_error(&mut self, kind: ConnErrorKind) {
-        *self.conn_errors.entry(kind).or_default() += 1;
+    /// The latencies of every operation together: the whole mix.
+    pub fn latency_of_all(&self) -> Histogram<C> {
+        let mut all = latency_histogram(self.latency_us[0].sigfig());
+        for h in &self.latency_us {
+            all.add(h)
+                .expect("an auto-resizing histogram takes any other");
+        }
+        all
     }
 
     pub fn merge(&mut self, other: &Tally<C>) {
@@ -89,9 +133,10 @@ impl<C: Counter> Tally<C> {
             conn_errors,
             unsent,
         } = other;
-        self.latency_us
-            .add(latency_us)
-            .expect("histograms share bounds");
+        for (mine, theirs) in self.latency_us.iter_mut().zip(latency_us) {
+            mine.add(theirs)
+                .expect("an auto-resizing histogram takes any other");
+        }
         for (k, v) in statuses {
             *self.statuses.entry(*k).or_default() += v;
         }
@@ -112,7 +157,7 @@ impl<C: Counter> Tally<C> {
         statuses.is_empty() && conn_errors.is_empty() && *unsent == 0
     }
 
-    /// Empties the tally, keeping its histogram's memory.
+    /// Empties the tally, keeping its histograms' memory.
     pub fn clear(&mut self) {
         let Tally {
             latency_us,
@@ -120,10 +165,35 @@ impl<C: Counter> Tally<C> {
             conn_errors,
             unsent,
         } = self;
-        latency_us.reset();
+        latency_us.iter_mut().for_each(Histogram::reset);
         statuses.clear();
         conn_errors.clear();
         *unsent = 0;
+    }
+}
+
+/// What one agent's requests came to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AgentCounts {
+    /// Requests sent as it (abandoned ones too).
+    pub sent: u64,
+    pub statuses: BTreeMap<u16, u64>,
+    /// Its requests that got no answer: failed, or never sent.
+    pub unanswered: u64,
+}
+
+impl AgentCounts {
+    fn merge(&mut self, other: &AgentCounts) {
+        let AgentCounts {
+            sent,
+            statuses,
+            unanswered,
+        } = other;
+        self.sent += sent;
+        for (k, v) in statuses {
+            *self.statuses.entry(*k).or_default() += v;
+        }
+        self.unanswered += unanswered;
     }
 }
 
@@ -132,9 +202,11 @@ impl<C: Counter> Tally<C> {
 pub struct Stats {
     /// How its requests ended.
     pub ended: Tally<u64>,
+    /// Requests sent, by operation (indexed like [`Operation::ALL`]).
     pub operations: [u64; Operation::COUNT],
-    /// Open model: requests that started more than 1 ms after they were due (no idle
-    /// connection, or a busy client).
+    /// By agent, indexed like the run's agents (shorter when the last ones sent nothing).
+    pub agents: Vec<AgentCounts>,
+    /// Open model: requests that started more than 1 ms after they were due.
     pub late_starts: u64,
     /// In flight when the run was interrupted: abandoned, counted nowhere else.
     pub cancelled: u64,
@@ -145,29 +217,51 @@ impl Default for Stats {
         Self {
             ended: Tally::new(3),
             operations: [0; Operation::COUNT],
+            agents: Vec::new(),
             late_starts: 0,
             cancelled: 0,
         }
     }
 }
 
-/// A latency in whole µs, within the histograms' bounds.
-pub fn latency_us(latency: Duration) -> u64 {
-    (latency.as_micros() as u64).clamp(1, MAX_LATENCY_US)
-}
-
 impl Stats {
+    /// Counts one request.
+    pub fn record(&mut self, r: &Record) {
+        self.ended.record(r);
+        if self.agents.len() <= r.agent {
+            self.agents.resize_with(r.agent + 1, AgentCounts::default);
+        }
+        let agent = &mut self.agents[r.agent];
+        if r.end != End::Unsent {
+            self.operations[r.op as usize] += 1;
+            agent.sent += 1;
+        }
+        self.late_starts += u64::from(r.late);
+        match r.end {
+            End::Answered(status) => *agent.statuses.entry(status).or_default() += 1,
+            End::Failed(_) | End::Unsent => agent.unanswered += 1,
+            End::Cancelled => self.cancelled += 1,
+        }
+    }
+
     pub fn merge(&mut self, other: &Stats) {
         // Every field, without `..`: a new count does not compile until it is merged.
         let Stats {
             ended,
             operations,
+            agents,
             late_starts,
             cancelled,
         } = other;
         self.ended.merge(ended);
         for (a, b) in self.operations.iter_mut().zip(operations) {
             *a += b;
+        }
+        if self.agents.len() < agents.len() {
+            self.agents.resize_with(agents.len(), AgentCounts::default);
+        }
+        for (mine, theirs) in self.agents.iter_mut().zip(agents) {
+            mine.merge(theirs);
         }
         self.late_starts += late_starts;
         self.cancelled += cancelled;

@@ -1,24 +1,26 @@
 //! Tests of the load generator's pure parts and of whole runs against a local server.
 
-use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use super::agents::*;
 use super::args::*;
+use super::exec::*;
 use super::html;
 use super::judge::*;
 use super::knee::*;
 use super::plan::*;
 use super::report::*;
 use super::request::*;
-use super::run::*;
+use super::save::*;
 use super::schedule::*;
 use super::stats::*;
 use super::threshold::*;
 use super::timeline::*;
+use super::transport::*;
 use super::*;
 use crate::api::operation::{ApiVersion, Operation};
 
@@ -94,10 +96,23 @@ fn targets_parse_into_address_authority_and_prefix() {
     assert_eq!(t.host_port, "127.0.0.1:8083");
     assert_eq!(t.authority, "127.0.0.1:8083");
     assert_eq!(t.prefix, "");
+    assert!(!t.tls);
     let t: Target = "http://localhost/gw/".parse().unwrap();
     assert_eq!(t.host_port, "localhost:80");
     assert_eq!(t.prefix, "/gw");
-    for bad in ["https://x", "127.0.0.1:80", "http://x/?a=1", "nope"] {
+    // https: port 443 unless given, the host as TLS names it (no IPv6 brackets).
+    let t: Target = "https://gw.example.com".parse().unwrap();
+    assert!(t.tls);
+    assert_eq!(
+        (t.host_port.as_str(), t.host.as_str()),
+        ("gw.example.com:443", "gw.example.com")
+    );
+    let t: Target = "https://[::1]:8443/p".parse().unwrap();
+    assert_eq!(
+        (t.host_port.as_str(), t.host.as_str(), t.prefix.as_str()),
+        ("[::1]:8443", "::1", "/p")
+    );
+    for bad in ["ftp://x", "127.0.0.1:80", "http://x/?a=1", "nope"] {
         assert!(bad.parse::<Target>().is_err(), "{bad}");
     }
 }
@@ -255,6 +270,28 @@ fn thresholds_parse_metrics_units_and_comparisons() {
         assert_eq!((t.metric, t.cmp), (metric, cmp), "{text}");
         assert!((t.limit - limit).abs() < 1e-12, "{text}: {}", t.limit);
         assert_eq!(t.text, text.trim());
+        assert_eq!(t.operation, None);
+    }
+    // A latency of one operation, p99.9's dot and all.
+    for (text, op, metric) in [
+        (
+            "verify_request.p99<50ms",
+            Operation::VerifyRequest,
+            Metric::P99,
+        ),
+        (
+            "transaction_status.p99.9<1s",
+            Operation::TransactionStatus,
+            Metric::P99_9,
+        ),
+        (
+            "credential_offer.p(90) < 2",
+            Operation::CredentialOffer,
+            Metric::P90,
+        ),
+    ] {
+        let t = threshold(text);
+        assert_eq!((t.operation, t.metric), (Some(op), metric), "{text}");
     }
     for bad in [
         "p99",
@@ -270,6 +307,11 @@ fn thresholds_parse_metrics_units_and_comparisons() {
         "errors<1ms",
         "rps>1800ms",
         "<5",
+        "verify_request.errors<1%",
+        "verify_request.rps>10",
+        "verify.p99<1ms",
+        "verify_request.p95<1ms",
+        "verify_request<1ms",
     ] {
         assert!(
             matches!(bad.parse::<Threshold>(), Err(LoadError::Threshold(..))),
@@ -278,10 +320,29 @@ fn thresholds_parse_metrics_units_and_comparisons() {
     }
 }
 
+/// An answer to verify_request from the first agent, due at the start.
+fn answer(status: u16, latency_us: u64) -> Record {
+    Record {
+        start_us: 0,
+        latency_us,
+        end: End::Answered(status),
+        op: Operation::VerifyRequest,
+        agent: 0,
+        late: false,
+    }
+}
+
+fn failure(kind: ConnErrorKind) -> Record {
+    Record {
+        end: End::Failed(kind),
+        ..answer(0, 1_000)
+    }
+}
+
 fn stats_with(latencies_us: impl IntoIterator<Item = u64>, status: u16) -> Stats {
     let mut stats = Stats::default();
     for us in latencies_us {
-        stats.ended.record_response(status, us);
+        stats.record(&answer(status, us));
     }
     stats
 }
@@ -291,15 +352,15 @@ fn thresholds_are_judged_against_the_report() {
     // 1000 answers of 10 µs to 10 ms, 10 of them 503, 5 connection errors: 15 failed of 1005.
     let mut stats = stats_with((1..=990).map(|i| i * 10), 200);
     for _ in 0..10 {
-        stats.ended.record_response(503, 10_000);
+        stats.record(&answer(503, 10_000));
     }
     for _ in 0..5 {
-        stats.ended.record_error(ConnErrorKind::Io);
+        stats.record(&failure(ConnErrorKind::Io));
     }
     let mut m = Measured::new(std::time::SystemTime::now());
     m.stats = stats;
     m.elapsed = Duration::from_secs(2);
-    let r = make_report(&sample_plan(Load::Closed(Duration::from_secs(2))), &m);
+    let r = make_report(&setup(Load::Closed(Duration::from_secs(2))), &m);
     assert!((r.error_ratio().unwrap() - 15.0 / 1005.0).abs() < 1e-12);
     assert_eq!(r.throughput_rps, 500.0);
     let v = |t: &str| threshold(t).judge(&r);
@@ -320,7 +381,7 @@ fn thresholds_are_judged_against_the_report() {
     // A run that measured nothing fails every latency and error threshold: no answer is not
     // a fast answer.
     let empty = make_report(
-        &sample_plan(Load::Closed(Duration::from_secs(1))),
+        &setup(Load::Closed(Duration::from_secs(1))),
         &Measured::new(std::time::SystemTime::now()),
     );
     for t in ["p99<1s", "max<1s", "errors<1%"] {
@@ -411,6 +472,15 @@ fn bodies_follow_the_spec() {
         body_json(Operation::VerifyRequest, 2)["request_uid"]
     );
     assert!(request_body(Operation::TransactionStatus, 0, 7).is_none());
+    // The bytes a `serde_json::Value` of the same fields writes (keys in order).
+    for i in 0..16 {
+        for op in Operation::ALL {
+            if let Some(body) = request_body(op, i, 7) {
+                let value: serde_json::Value = serde_json::from_str(&body).unwrap();
+                assert_eq!(value.to_string(), body, "{op:?} {i}");
+            }
+        }
+    }
 }
 
 #[test]
@@ -480,22 +550,37 @@ fn script(m: &str) -> Script {
         authority: "127.0.0.1:8083".into(),
         prefix: String::new(),
         api: ApiVersion::V1,
-        service: String::new(),
-        agent_id: "agent-1".into(),
-        token: "secret".into(),
+        agents: vec![AgentScript {
+            id: "agent-1".into(),
+            token: "secret".into(),
+            service: String::new(),
+        }],
+        agent_weights: Weights::new(vec![1]).unwrap(),
+        headers: Vec::new(),
         mix: mix(m),
         run: 0xab,
     }
 }
 
+/// Transaction ids the first agent was given.
+fn ids(given: &[&str]) -> TxIds {
+    let mut ids = TxIds::default();
+    for id in given {
+        ids.remember(0, id.to_string());
+    }
+    ids
+}
+
 #[test]
 fn request_bytes_are_valid_http() {
     let s = script(DEFAULT_MIX);
-    let ids = VecDeque::from(["tx-1".to_string()]);
+    let ids = ids(&["tx-1"]);
     let mut out = BytesMut::new();
     let mut seen_post = false;
     for i in 0..50 {
-        let op = s.write_request(i, &ids, &mut out);
+        let req = s.prepare(i, &ids);
+        s.write_h1(&req, &mut out);
+        let op = req.op;
         let mut headers = [httparse::EMPTY_HEADER; 16];
         let mut req = httparse::Request::new(&mut headers);
         let head = match req.parse(&out).unwrap() {
@@ -527,12 +612,11 @@ fn request_bytes_are_valid_http() {
 #[test]
 fn status_reads_use_returned_transaction_ids() {
     let s = script("transaction_status=1");
-    let ids = VecDeque::from(["tx-1".to_string()]);
     let mut out = BytesMut::new();
-    s.write_request(3, &ids, &mut out);
+    s.write_h1(&s.prepare(3, &ids(&["tx-1"])), &mut out);
     assert!(out.starts_with(b"GET /api/v1/transaction/tx-1/status HTTP/1.1\r\n"));
     // Only status reads in the mix, no id yet: a synthetic one (which a backend answers 404).
-    s.write_request(3, &VecDeque::new(), &mut out);
+    s.write_h1(&s.prepare(3, &TxIds::default()), &mut out);
     assert!(out.starts_with(b"GET /api/v1/transaction/tx-load-000000ab-3/status "));
     // A mix with other operations sends one of those until a transaction id is known,
     // drawn with their weights.
@@ -540,7 +624,7 @@ fn status_reads_use_returned_transaction_ids() {
     let mut counts = [0u64; Operation::COUNT];
     for i in 0..10_000 {
         let op = s.operation(i, false);
-        assert_eq!(s.write_request(i, &VecDeque::new(), &mut out), op);
+        assert_eq!(s.prepare(i, &TxIds::default()).op, op);
         counts[op as usize] += 1;
     }
     assert_eq!(counts[Operation::TransactionStatus as usize], 0);
@@ -598,10 +682,10 @@ fn the_command_line_makes_the_plan_and_refuses_what_cannot_run() {
     assert_eq!(a.duration, Duration::from_secs(10));
     assert_eq!(a.mix, mix(DEFAULT_MIX));
     let plan = Plan::from_args(&a).unwrap();
-    assert_eq!(plan.addr, "127.0.0.1:1".parse().unwrap());
+    assert_eq!(plan.connector.addr, "127.0.0.1:1".parse().unwrap());
     assert_eq!(plan.script.api, ApiVersion::V1);
     assert!(
-        matches!(&plan.load, Load::Open(s) if s.flat_rate() == Some(1000.0) && s.total() == 10_000)
+        matches!(&plan.setup.load, Load::Open(s) if s.flat_rate() == Some(1000.0) && s.total() == 10_000)
     );
     assert!(
         matches!(Mode::from_args(&a).unwrap(), Mode::Run { thresholds } if thresholds.is_empty())
@@ -609,13 +693,15 @@ fn the_command_line_makes_the_plan_and_refuses_what_cannot_run() {
 
     let a = args("--target http://127.0.0.1:1 --api v2 --service S1 --agent-id a --token t --rate max --mix verify_request=1 --json").unwrap();
     let plan = Plan::from_args(&a).unwrap();
-    assert!(matches!(plan.load, Load::Closed(d) if d == Duration::from_secs(10)));
-    assert_eq!(plan.script.service, "S1");
+    assert!(matches!(plan.setup.load, Load::Closed(d) if d == Duration::from_secs(10)));
+    assert_eq!(plan.script.agents[0].service, "S1");
     assert!(a.json);
 
     let a = args("--target http://127.0.0.1:1 --agent-id a --token t --stages 1s:10,2s:30 --threshold p99<50ms --threshold errors<0.1% --threshold rps>1800 --report r.html").unwrap();
     let plan = Plan::from_args(&a).unwrap();
-    assert!(matches!(&plan.load, Load::Open(s) if s.flat_rate().is_none() && s.total() == 45));
+    assert!(
+        matches!(&plan.setup.load, Load::Open(s) if s.flat_rate().is_none() && s.total() == 45)
+    );
     assert_eq!(a.report.as_deref(), Some(std::path::Path::new("r.html")));
     let Mode::Run { thresholds } = Mode::from_args(&a).unwrap() else {
         panic!("a run")
@@ -640,7 +726,19 @@ fn the_command_line_makes_the_plan_and_refuses_what_cannot_run() {
     assert_eq!((slo.len(), start, max_steps), (1, 500.0, 4));
 
     for bad in [
-        "--target https://x --agent-id a --token t",
+        "--target http://x --agent-id a --token t --streams 4",
+        "--target http://x --agents f --agent-id a --token t",
+        "--target http://x --agents f --credentials c",
+        "--target http://x --agent-id a --token t --save f --find-max --slo p99<1ms",
+        "--target http://x --agent-id a --token t --requests 5 --find-max --slo p99<1ms",
+        "--target http://x --agent-id a --token t --cacert f --insecure",
+        "--target http://x --agent-id a --token t -H nocolon",
+        "--target http://x --agent-id a --token t -H X-Auth-Token:t2",
+        "--target http://x --agent-id a --token t -H Host:other",
+        "--target http://x --agent-id a --token t --threshold verify_request.errors<1%",
+        "--target http://x --agent-id a --token t --threshold nope.p99<1ms",
+        "report",
+        "report f --target http://x",
         "--target http://x --agent-id a",
         "--target http://x --agent-id a --token t --credentials f",
         "--target http://x --agent-id a --token t --mix nope=1",
@@ -688,14 +786,31 @@ fn the_command_line_makes_the_plan_and_refuses_what_cannot_run() {
     ));
 }
 
-fn sample_plan(load: Load) -> Plan {
-    Plan {
-        target_url: "http://127.0.0.1:8083".into(),
-        addr: "127.0.0.1:8083".parse().unwrap(),
+fn setup(load: Load) -> Setup {
+    Setup {
+        target: "http://127.0.0.1:8083".into(),
+        api: Api::V1,
+        http: HttpVersion::Http1,
         load,
         connections: 4,
+        streams: 1,
+        mix: DEFAULT_MIX.into(),
         // Far past any answer of the local server, on a busy machine too.
         timeout: Duration::from_secs(10),
+        agents: vec![AgentWeight {
+            id: "agent-1".into(),
+            weight: 1,
+        }],
+        headers: Vec::new(),
+        requests: None,
+    }
+}
+
+/// A run of `load` against `addr`.
+fn sample_plan(load: Load, addr: SocketAddr) -> Plan {
+    Plan {
+        setup: setup(load),
+        connector: Connector::plain(addr),
         script: script(DEFAULT_MIX),
         progress: false,
     }
@@ -708,13 +823,13 @@ fn flat(rate: f64, ms: u64) -> Load {
 #[test]
 fn the_report_counts_errors_and_percentiles_in_text_and_json() {
     let mut stats = stats_with((1..=1000u64).map(|us| us * 10), 200);
-    stats.ended.record_response(401, 50);
-    stats.ended.record_error(ConnErrorKind::Io);
+    stats.record(&answer(401, 50));
+    stats.record(&failure(ConnErrorKind::Io));
     stats.operations = [500, 200, 100, 100, 101];
     let mut m = Measured::new(std::time::SystemTime::UNIX_EPOCH);
     m.stats = stats;
     m.elapsed = Duration::from_secs(1);
-    let mut r = make_report(&sample_plan(flat(1000.0, 1000)), &m);
+    let mut r = make_report(&setup(flat(1000.0, 1000)), &m);
     r.thresholds = judge_all(&[threshold("p99<1ms"), threshold("errors<1%")], &r);
     assert_eq!(r.responses, 1001);
     assert_eq!(r.errors.total, 2);
@@ -749,7 +864,7 @@ fn the_report_counts_errors_and_percentiles_in_text_and_json() {
     assert_eq!(v["thresholds"][1]["passed"], true);
     assert_eq!(v["thresholds"][1]["unit"], "ratio");
     let closed = make_report(
-        &sample_plan(Load::Closed(Duration::from_secs(1))),
+        &setup(Load::Closed(Duration::from_secs(1))),
         &Measured::new(std::time::SystemTime::now()),
     );
     assert!(format_report(&closed).contains("closed model"));
@@ -762,20 +877,25 @@ fn the_timeline_reports_each_second_against_the_schedule() {
     let lock = std::sync::Mutex::new(Timeline::default());
     // Two connections: one answers in seconds 0 and 2, the other in 0 and fails in 1.
     let mut a = SecondRecorder::default();
-    a.at(0, &lock).record_response(200, 1_000);
-    a.at(0, &lock).record_response(200, 3_000);
-    a.at(2, &lock).record_response(503, 9_000);
+    a.at(0, &lock).record(&answer(200, 1_000));
+    a.at(0, &lock).record(&answer(200, 3_000));
+    a.at(2, &lock).record(&answer(503, 9_000));
     a.flush(&lock);
     let mut b = SecondRecorder::default();
-    b.at(0, &lock).record_response(200, 2_000);
-    b.at(1, &lock).record_error(ConnErrorKind::Timeout);
-    b.at(1, &lock).unsent += 1;
+    b.at(0, &lock).record(&answer(200, 2_000));
+    b.at(1, &lock).record(&failure(ConnErrorKind::Timeout));
+    b.at(1, &lock).record(&Record {
+        end: End::Unsent,
+        ..answer(0, 0)
+    });
     b.flush(&lock);
     let mut m = Measured::new(std::time::SystemTime::now());
     m.timeline = lock.into_inner().unwrap();
     m.timeline.extend_to(4);
-    let plan = sample_plan(Load::Open(Schedule::ramps(stages("2s:100,2s:100"))));
-    let r = make_report(&plan, &m);
+    let r = make_report(
+        &setup(Load::Open(Schedule::ramps(stages("2s:100,2s:100")))),
+        &m,
+    );
     let t = &r.timeline;
     assert_eq!(t.len(), 4);
     assert_eq!(t.iter().map(|s| s.t).collect::<Vec<_>>(), [0, 1, 2, 3]);
@@ -804,7 +924,7 @@ fn the_timeline_reports_each_second_against_the_schedule() {
     );
     assert_eq!(r.rate, None);
     // A closed run has no targets or stages.
-    let closed = make_report(&sample_plan(Load::Closed(Duration::from_secs(4))), &m);
+    let closed = make_report(&setup(Load::Closed(Duration::from_secs(4))), &m);
     assert!(closed
         .timeline
         .iter()
@@ -816,7 +936,7 @@ fn the_timeline_reports_each_second_against_the_schedule() {
 fn the_latency_distribution_is_the_percentile_spectrum() {
     let mut m = Measured::new(std::time::SystemTime::now());
     m.stats = stats_with((1..=10_000u64).map(|i| i * 10), 200);
-    let r = make_report(&sample_plan(flat(1000.0, 1000)), &m);
+    let r = make_report(&setup(flat(1000.0, 1000)), &m);
     let d = &r.latency_distribution;
     assert!(d.len() > 20, "{}", d.len());
     assert!(d
@@ -828,7 +948,7 @@ fn the_latency_distribution_is_the_percentile_spectrum() {
     let p90 = d.iter().find(|p| p.percentile >= 90.0).unwrap();
     assert!((p90.latency_ms - 90.0).abs() < 1.0, "{p90:?}");
     let empty = make_report(
-        &sample_plan(flat(1000.0, 1000)),
+        &setup(flat(1000.0, 1000)),
         &Measured::new(std::time::SystemTime::now()),
     );
     assert!(empty.latency_distribution.is_empty());
@@ -870,9 +990,9 @@ fn progress_lines_show_the_stage_and_target() {
 fn the_html_page_is_self_contained_and_carries_the_report() {
     let mut m = Measured::new(std::time::SystemTime::now());
     m.stats = stats_with([100, 200, 300], 200);
-    let mut plan = sample_plan(flat(100.0, 1000));
-    plan.target_url = "http://h/</script><script>alert(1)</script>".into();
-    let r = make_report(&plan, &m);
+    let mut setup = setup(flat(100.0, 1000));
+    setup.target = "http://h/</script><script>alert(1)</script>".into();
+    let r = make_report(&setup, &m);
     let page = html::run_page(&r);
     assert!(page.starts_with("<!DOCTYPE html>"));
     // Nothing fetched from anywhere: no src/href attributes, imports or url()s, and a policy
@@ -902,6 +1022,322 @@ fn the_html_page_is_self_contained_and_carries_the_report() {
     );
 }
 
+#[test]
+fn agents_files_give_ids_tokens_services_and_weights() {
+    let text = r#"
+[[agents]]
+id = "agent-1"
+token = "secret"
+weight = 3
+
+[[agents]]
+id = "agent-2"
+token_file = "tokens/agent-2"
+service = "SVC2"
+"#;
+    let read = |path: &std::path::Path| {
+        assert_eq!(path, std::path::Path::new("tokens/agent-2"));
+        Ok("t2\n".to_string())
+    };
+    let agents = parse_agents(text, "a.toml", read).unwrap();
+    assert_eq!(
+        agents,
+        [
+            Agent {
+                id: "agent-1".into(),
+                token: "secret".into(),
+                service: None,
+                weight: 3
+            },
+            Agent {
+                id: "agent-2".into(),
+                token: "t2".into(),
+                service: Some("SVC2".into()),
+                weight: 1
+            },
+        ]
+    );
+    let no_file = |_: &std::path::Path| Err(std::io::Error::from(std::io::ErrorKind::NotFound));
+    for (bad, why) in [
+        ("", "missing field `agents`"),
+        ("agents = []", "no [[agents]]"),
+        ("[[agents]]\nid = \"a\"", "give one of token and token_file"),
+        (
+            "[[agents]]\nid = \"a\"\ntoken = \"t\"\ntoken_file = \"f\"",
+            "give one of token and token_file",
+        ),
+        (
+            "[[agents]]\nid = \"a\"\ntoken_file = \"f\"",
+            "cannot read token_file f",
+        ),
+        (
+            "[[agents]]\nid = \"\"\ntoken = \"t\"",
+            "agents[0]: id must not be empty",
+        ),
+        (
+            "[[agents]]\nid = \"a\"\ntoken = \"t\\n\"",
+            "agents[0]: the token must not",
+        ),
+        (
+            "[[agents]]\nid = \"a\"\ntoken = \"t\"\n[[agents]]\nid = \"a\"\ntoken = \"u\"",
+            "agents[1]: id \"a\" given twice",
+        ),
+        (
+            "[[agents]]\nid = \"a\"\ntoken = \"t\"\nservice = \"a/b\"",
+            "agents[0]: service:",
+        ),
+        (
+            "[[agents]]\nid = \"a\"\ntoken = \"t\"\nweight = 0",
+            "every weight is zero",
+        ),
+        (
+            "[[agents]]\nid = \"a\"\ntoken = \"t\"\nrate = 5",
+            "unknown field `rate`",
+        ),
+    ] {
+        match parse_agents(bad, "a.toml", no_file) {
+            Err(e @ LoadError::AgentsFormat { .. }) => {
+                let message = e.to_string();
+                assert!(message.contains(why), "{bad:?}: {message}");
+            }
+            other => panic!("{bad:?}: {other:?}"),
+        }
+    }
+}
+
+fn two_agents(m: &str) -> Script {
+    let mut s = script(m);
+    s.agents.push(AgentScript {
+        id: "agent-2".into(),
+        token: "t2".into(),
+        service: String::new(),
+    });
+    s.agent_weights = Weights::new(vec![3, 1]).unwrap();
+    s
+}
+
+#[test]
+fn requests_are_spread_over_the_agents_by_weight_and_read_their_own_transactions() {
+    let s = two_agents(DEFAULT_MIX);
+    let n = 40_000;
+    let mut by_agent = [0u64; 2];
+    let mut both = [[0u64; Operation::COUNT]; 2];
+    for i in 0..n {
+        let agent = s.agent(i);
+        by_agent[agent] += 1;
+        both[agent][s.mix.pick(i) as usize] += 1;
+    }
+    let share = by_agent[0] as f64 / n as f64;
+    assert!((share - 0.75).abs() < 0.01, "{by_agent:?}");
+    // Which agent sends a request does not follow its operation: each agent gets the mix.
+    let share = both[1][Operation::VerifyRequest as usize] as f64 / by_agent[1] as f64;
+    assert!((share - 0.5).abs() < 0.02, "{both:?}");
+
+    // Each agent's status reads ask for ids it was given, and its headers are its own.
+    let s = two_agents("transaction_status=1");
+    let mut ids = TxIds::default();
+    ids.remember(0, "tx-of-1".into());
+    ids.remember(1, "tx-of-2".into());
+    let mut out = BytesMut::new();
+    for i in 0..200 {
+        let req = s.prepare(i, &ids);
+        s.write_h1(&req, &mut out);
+        let text = String::from_utf8(out.to_vec()).unwrap();
+        let (id, token, tx) = match req.agent {
+            0 => ("agent-1", "secret", "tx-of-1"),
+            _ => ("agent-2", "t2", "tx-of-2"),
+        };
+        assert!(
+            text.contains(&format!("/transaction/{tx}/status ")),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("x-service-agent-id: {id}\r\n")),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("x-auth-token: {token}\r\n")),
+            "{text}"
+        );
+    }
+    // An agent given no id yet reads none: its status reads become other operations.
+    let s = two_agents("transaction_status=1,verify_request=1");
+    let ids = ids_for(1, "tx-of-2");
+    for i in 0..200 {
+        let req = s.prepare(i, &ids);
+        if req.agent == 0 {
+            assert_eq!(req.op, Operation::VerifyRequest);
+        }
+    }
+}
+
+/// Transaction ids of one agent.
+fn ids_for(agent: usize, id: &str) -> TxIds {
+    let mut ids = TxIds::default();
+    ids.remember(agent, id.into());
+    ids
+}
+
+#[test]
+fn headers_from_the_command_line_go_on_every_request_and_may_not_replace_framing() {
+    let h: HeaderArg = "X-Trace-Case:  load-1 ".parse().unwrap();
+    assert_eq!(
+        (h.name.as_str(), h.value.to_str().unwrap()),
+        ("x-trace-case", "load-1")
+    );
+    for bad in [
+        "nocolon",
+        ": v",
+        "bad name: v",
+        "Host: x",
+        "content-length: 5",
+        "X-Auth-Token: t",
+        "x-service-agent-id: a",
+        "Connection: close",
+        "X-A: a\u{1}b",
+    ] {
+        assert!(
+            matches!(bad.parse::<HeaderArg>(), Err(LoadError::Header(..))),
+            "{bad}"
+        );
+    }
+    let mut s = script("verify_request=1");
+    s.headers = vec![h, "User-Agent: my-tool/1".parse().unwrap()];
+    let req = s.prepare(0, &TxIds::default());
+    let mut out = BytesMut::new();
+    s.write_h1(&req, &mut out);
+    let text = String::from_utf8(out.to_vec()).unwrap();
+    assert!(text.contains("\r\nx-trace-case: load-1\r\n"), "{text}");
+    // -H replaces the generator's own user-agent rather than sending two.
+    assert_eq!(text.matches("user-agent").count(), 1, "{text}");
+    assert!(text.contains("user-agent: my-tool/1"), "{text}");
+    let (h2, body) = s.h2_request(req, &s.h2_heads(http::uri::Scheme::HTTPS));
+    assert_eq!(h2.uri(), "https://127.0.0.1:8083/api/v1/verify/request");
+    assert_eq!(h2.method(), "POST");
+    assert_eq!(h2.headers()["x-trace-case"], "load-1");
+    assert_eq!(h2.headers()["user-agent"], "my-tool/1");
+    assert_eq!(h2.headers()["x-service-agent-id"], "agent-1");
+    let body = body.unwrap();
+    assert_eq!(
+        h2.headers()["content-length"],
+        body.len().to_string().as_str()
+    );
+    serde_json::from_slice::<serde_json::Value>(&body).unwrap();
+}
+
+#[test]
+fn latency_by_operation_and_counts_by_agent_are_in_the_report_and_judged() {
+    let mut stats = Stats::default();
+    let at = |op: Operation, agent: usize, end: End, latency_us: u64| Record {
+        start_us: 0,
+        latency_us,
+        end,
+        op,
+        agent,
+        late: false,
+    };
+    // verify_request answers in 10 ms, transaction_status in 1 ms; agent 1 (of 0 and 1) is
+    // refused five times and loses one request to a timeout.
+    for k in 0..100 {
+        stats.record(&at(
+            Operation::VerifyRequest,
+            k % 2,
+            End::Answered(200),
+            10_000,
+        ));
+        stats.record(&at(
+            Operation::TransactionStatus,
+            0,
+            End::Answered(200),
+            1_000,
+        ));
+    }
+    for _ in 0..5 {
+        stats.record(&at(Operation::VerifyRequest, 1, End::Answered(429), 500));
+    }
+    stats.record(&at(
+        Operation::VerifyRequest,
+        1,
+        End::Failed(ConnErrorKind::Timeout),
+        10_000_000,
+    ));
+    let mut m = Measured::new(std::time::SystemTime::now());
+    m.stats = stats;
+    m.elapsed = Duration::from_secs(1);
+    let mut setup = setup(Load::Closed(Duration::from_secs(1)));
+    setup.agents.push(AgentWeight {
+        id: "agent-2".into(),
+        weight: 2,
+    });
+    let mut r = make_report(&setup, &m);
+    let vr = &r.latency_by_operation["verify_request"];
+    let ts = &r.latency_by_operation["transaction_status"];
+    assert_eq!((vr.responses, ts.responses), (105, 100));
+    assert!((ts.latency_ms.p99 - 1.0).abs() < 0.01, "{ts:?}");
+    assert!((vr.latency_ms.p50 - 10.0).abs() < 0.02, "{vr:?}");
+    assert!(!vr.latency_distribution.is_empty());
+    assert!(!r.latency_by_operation.contains_key("credential_offer"));
+    // The whole mix is both together.
+    assert_eq!(r.responses, 205);
+    assert!((r.latency_ms.p50 - 10.0).abs() < 0.02 || (r.latency_ms.p50 - 1.0).abs() < 0.01);
+    let (a1, a2) = (&r.agents[0], &r.agents[1]);
+    assert_eq!(
+        (
+            a1.id.as_str(),
+            a1.weight,
+            a1.requests,
+            a1.refused,
+            a1.errors
+        ),
+        ("agent-1", 1, 150, 0, 0)
+    );
+    assert_eq!(
+        (
+            a2.id.as_str(),
+            a2.weight,
+            a2.requests,
+            a2.responses,
+            a2.refused,
+            a2.errors
+        ),
+        ("agent-2", 2, 56, 55, 5, 6)
+    );
+    assert_eq!(a2.statuses[&429], 5);
+    r.thresholds = judge_all(
+        &[
+            threshold("transaction_status.p99<2ms"),
+            threshold("verify_request.p99<2ms"),
+            threshold("credential_offer.p99<2ms"),
+        ],
+        &r,
+    );
+    let passed: Vec<bool> = r.thresholds.iter().map(|v| v.passed).collect();
+    assert_eq!(passed, [true, false, false]);
+    assert_eq!(r.thresholds[1].operation, Some("verify_request"));
+    assert!(r.thresholds[1]
+        .describe()
+        .starts_with("verify_request.p99<2ms (verify_request.p99 10.0"));
+    // An operation that got no answer was not measured: its threshold fails.
+    assert_eq!(r.thresholds[2].actual, None);
+    let text = format_report(&r);
+    for want in [
+        "latency by operation (ms)",
+        "    transaction_status ",
+        "agent-2 (weight 2): 56 sent, 5 refused, 6 errors; statuses 200: 50, 429: 5",
+        "FAIL  verify_request.p99<2ms (verify_request.p99 10.0",
+    ] {
+        assert!(text.contains(want), "{want:?} not in\n{text}");
+    }
+    let v = serde_json::to_value(&r).unwrap();
+    assert_eq!(v["agents"][1]["refused"], 5);
+    assert_eq!(
+        v["latency_by_operation"]["verify_request"]["responses"],
+        105
+    );
+    assert_eq!(v["thresholds"][0]["operation"], "transaction_status");
+    assert_eq!(v["http"], "1.1");
+}
+
 /// A tiny keep-alive server answering every request with an InvitationResponse.
 async fn fixed_server() -> (SocketAddr, tokio::task::JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -926,7 +1362,7 @@ async fn fixed_server() -> (SocketAddr, tokio::task::JoinHandle<()>) {
                             });
                         if buf.len() >= head + len {
                             buf.drain(..head + len);
-                            let body = br#"{"status_code":200,"message_code":0,"message":"OK","transaction_id":"tx-7"}"#;
+                            let body = INVITATION;
                             // Head and body in one write: two would meet Nagle and
                             // delayed ACKs (40 ms an answer).
                             let mut resp = format!(
@@ -959,9 +1395,8 @@ fn no_stop() -> tokio::sync::watch::Receiver<bool> {
 #[tokio::test]
 async fn open_and_closed_runs_against_a_local_server_count_every_answer() {
     let (addr, server) = fixed_server().await;
-    let mut plan = sample_plan(flat(400.0, 250));
-    plan.addr = addr;
-    let r = execute(plan.clone(), no_stop()).await.unwrap();
+    let mut plan = sample_plan(flat(400.0, 250), addr);
+    let r = execute(plan.clone(), no_stop(), None).await.unwrap();
     assert_eq!(r.responses, 100, "{r:?}");
     assert_eq!(r.statuses[&200], 100);
     assert_eq!(r.errors.total, 0);
@@ -971,8 +1406,8 @@ async fn open_and_closed_runs_against_a_local_server_count_every_answer() {
     assert_eq!(r.timeline.iter().map(|s| s.responses).sum::<u64>(), 100);
 
     // How many a closed run gets in its time is the machine's speed: only that it got some.
-    plan.load = Load::Closed(Duration::from_millis(100));
-    let r = execute(plan, no_stop()).await.unwrap();
+    plan.setup.load = Load::Closed(Duration::from_millis(100));
+    let r = execute(plan, no_stop(), None).await.unwrap();
     assert!(r.responses > 0, "{r:?}");
     assert_eq!(r.errors.total, 0);
     assert_eq!(
@@ -986,9 +1421,11 @@ async fn open_and_closed_runs_against_a_local_server_count_every_answer() {
 async fn a_ramp_sends_every_request_its_stages_call_for() {
     let (addr, server) = fixed_server().await;
     // 0 -> 400 req/s over 0.5 s (100 requests), 400 -> 0 over 0.5 s (100 more).
-    let mut plan = sample_plan(Load::Open(Schedule::ramps(stages("500ms:400,500ms:0"))));
-    plan.addr = addr;
-    let r = execute(plan, no_stop()).await.unwrap();
+    let plan = sample_plan(
+        Load::Open(Schedule::ramps(stages("500ms:400,500ms:0"))),
+        addr,
+    );
+    let r = execute(plan, no_stop(), None).await.unwrap();
     assert_eq!(r.responses, 200, "{r:?}");
     assert_eq!(r.stages.as_ref().map(Vec::len), Some(2));
     assert_eq!(r.timeline.iter().map(|s| s.responses).sum::<u64>(), 200);
@@ -1000,10 +1437,9 @@ async fn a_ramp_sends_every_request_its_stages_call_for() {
 async fn a_stop_ends_the_run_early_and_reports_what_was_measured() {
     let (addr, server) = fixed_server().await;
     for load in [flat(200.0, 60_000), Load::Closed(Duration::from_secs(60))] {
-        let mut plan = sample_plan(load);
-        plan.addr = addr;
+        let plan = sample_plan(load, addr);
         let (stop, stopped) = tokio::sync::watch::channel(false);
-        let run = tokio::spawn(execute(plan, stopped));
+        let run = tokio::spawn(async move { execute(plan, stopped, None).await });
         tokio::time::sleep(Duration::from_millis(200)).await;
         stop.send(true).unwrap();
         let r = run.await.unwrap().unwrap();
@@ -1026,10 +1462,215 @@ async fn a_closed_port_is_a_connect_error() {
     let held = tokio::net::TcpSocket::new_v4().unwrap();
     held.bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = held.local_addr().unwrap();
-    let mut plan = sample_plan(flat(100.0, 1000));
-    plan.addr = addr;
+    let plan = sample_plan(flat(100.0, 1000), addr);
     assert!(matches!(
-        execute(plan, no_stop()).await,
+        execute(plan, no_stop(), None).await,
         Err(LoadError::Connect(a, _)) if a == addr
     ));
+}
+
+/// The body every local test server answers with.
+const INVITATION: &[u8] =
+    br#"{"status_code":200,"message_code":0,"message":"OK","transaction_id":"tx-7"}"#;
+
+/// An h2c server answering every request `delay` after it has read it, with an
+/// InvitationResponse; the heads of the requests it saw.
+async fn h2_server(
+    delay: Duration,
+) -> (
+    SocketAddr,
+    std::sync::Arc<std::sync::Mutex<Vec<http::request::Parts>>>,
+    tokio::task::JoinHandle<()>,
+) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let heads = seen.clone();
+    let handle = tokio::spawn(async move {
+        loop {
+            let Ok((s, _)) = listener.accept().await else {
+                return;
+            };
+            let heads = heads.clone();
+            tokio::spawn(async move {
+                let Ok(mut conn) = h2::server::handshake(s).await else {
+                    return;
+                };
+                while let Some(Ok((req, mut respond))) = conn.accept().await {
+                    let heads = heads.clone();
+                    tokio::spawn(async move {
+                        let (head, mut body) = req.into_parts();
+                        heads.lock().unwrap().push(head);
+                        while let Some(Ok(chunk)) = body.data().await {
+                            let _ = body.flow_control().release_capacity(chunk.len());
+                        }
+                        tokio::time::sleep(delay).await;
+                        let answer = http::Response::builder()
+                            .status(200)
+                            .header("content-type", "application/json")
+                            .body(())
+                            .unwrap();
+                        if let Ok(mut send) = respond.send_response(answer, false) {
+                            let _ = send.send_data(bytes::Bytes::from_static(INVITATION), true);
+                        }
+                    });
+                }
+            });
+        }
+    });
+    (addr, seen, handle)
+}
+
+fn http2_plan(load: Load, addr: SocketAddr, connections: usize, streams: usize) -> Plan {
+    let mut plan = sample_plan(load, addr);
+    plan.setup.http = HttpVersion::Http2;
+    plan.setup.connections = connections;
+    plan.setup.streams = streams;
+    plan
+}
+
+#[tokio::test]
+async fn http2_streams_carry_every_request_with_the_headers_asked_for() {
+    let (addr, seen, server) = h2_server(Duration::ZERO).await;
+    let mut plan = http2_plan(flat(400.0, 250), addr, 2, 4);
+    plan.script.headers = vec!["X-Trace-Case: h2".parse().unwrap()];
+    let r = execute(plan.clone(), no_stop(), None).await.unwrap();
+    assert_eq!(r.responses, 100, "{r:?}");
+    assert_eq!(r.errors.total, 0, "{r:?}");
+    assert_eq!((r.http, r.streams), ("2", 4));
+    {
+        let heads = seen.lock().unwrap();
+        assert_eq!(heads.len(), 100);
+        for head in heads.iter() {
+            assert_eq!(head.version, http::Version::HTTP_2);
+            assert_eq!(head.headers["x-trace-case"], "h2");
+            assert_eq!(head.headers["x-service-agent-id"], "agent-1");
+            assert_eq!(head.uri.authority().unwrap(), "127.0.0.1:8083");
+        }
+    }
+    // Status reads follow: the server's transaction id was remembered and asked for.
+    assert!(r.operations.contains_key("transaction_status"), "{r:?}");
+
+    // Closed model: each stream back to back.
+    plan.setup.load = Load::Closed(Duration::from_millis(100));
+    let r = execute(plan, no_stop(), None).await.unwrap();
+    assert!(r.responses > 0 && r.errors.total == 0, "{r:?}");
+    server.abort();
+}
+
+#[tokio::test]
+async fn busy_streams_show_as_latency_from_the_intended_start() {
+    // 40 requests due over 0.4 s, one connection of two streams, each answer 50 ms after its
+    // request: the server needs at least 20 × 50 ms = 1 s for them all, so the last, due at
+    // 0.39 s, waits for a stream and is answered at least 0.6 s after it was due. Measured
+    // from its send it would have taken 50 ms.
+    let (addr, _, server) = h2_server(Duration::from_millis(50)).await;
+    let plan = http2_plan(flat(100.0, 400), addr, 1, 2);
+    let r = execute(plan, no_stop(), None).await.unwrap();
+    assert_eq!(r.responses, 40, "{r:?}");
+    assert_eq!(r.latency_from, "intended start");
+    assert!(r.latency_ms.max >= 600.0, "{:?}", r.latency_ms);
+    assert!(r.late_starts > 0, "{r:?}");
+    server.abort();
+}
+
+#[tokio::test]
+async fn a_request_count_ends_the_run_with_exactly_that_many_answers() {
+    let (addr, server) = fixed_server().await;
+    let (h2_addr, _, h2) = h2_server(Duration::ZERO).await;
+    for mut plan in [
+        sample_plan(flat(400.0, 60_000), addr),
+        sample_plan(Load::Closed(Duration::from_secs(60)), addr),
+        http2_plan(flat(400.0, 60_000), h2_addr, 2, 8),
+        http2_plan(Load::Closed(Duration::from_secs(60)), h2_addr, 2, 8),
+    ] {
+        plan.setup.requests = Some(30);
+        let r = execute(plan, no_stop(), None).await.unwrap();
+        assert_eq!(r.responses, 30, "{r:?}");
+        assert_eq!(
+            r.operations.values().sum::<u64>(),
+            30,
+            "nothing sent beyond"
+        );
+        assert_eq!(r.requests_limit, Some(30));
+        assert!(!r.interrupted && r.cancelled == 0, "{r:?}");
+    }
+    server.abort();
+    h2.abort();
+}
+
+#[tokio::test]
+async fn a_saved_run_read_back_makes_the_same_report() {
+    let (addr, server) = fixed_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.jsonl");
+    let mut plan = sample_plan(flat(400.0, 250), addr);
+    plan.script = two_agents(DEFAULT_MIX);
+    plan.setup.agents.push(AgentWeight {
+        id: "agent-2".into(),
+        weight: 1,
+    });
+    let saver = Saver::create(&path, vec!["p99<1s".into()]).unwrap();
+    let live = execute(plan, no_stop(), Some(&saver)).await.unwrap();
+    saver.finish().unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    // The first line, one per request, the last.
+    assert_eq!(text.lines().count(), 102);
+    let saved = read_saved(&path).unwrap();
+    assert_eq!(saved.header.thresholds, ["p99<1s"]);
+    assert_eq!(make_report(&saved.header.setup, &saved.measured), live);
+    assert!(live.agents[1].requests > 0, "{live:?}");
+
+    // Killed before its last line: read as interrupted at its last request.
+    let cut: String = text.lines().take(60).map(|l| format!("{l}\n")).collect();
+    let partial = read_lines(cut.as_bytes(), "cut.jsonl").unwrap();
+    assert!(partial.measured.interrupted);
+    assert_eq!(partial.measured.stats.ended.statuses[&200], 59);
+
+    let line = |n: usize, s: &str| {
+        let lines: Vec<&str> = text.lines().collect();
+        let mut out: Vec<String> = lines[..n].iter().map(|l| l.to_string()).collect();
+        out.push(s.into());
+        out.join("\n")
+    };
+    for (bad, want) in [
+        ("".to_string(), "cut.jsonl:1: the file is empty"),
+        ("{}".to_string(), "cut.jsonl:1: not the first line"),
+        (
+            line(
+                1,
+                r#"{"start_us":1,"latency_us":1,"status":200,"operation":"nope","agent":"agent-1"}"#,
+            ),
+            "cut.jsonl:2: unknown operation \"nope\"",
+        ),
+        (
+            line(
+                1,
+                r#"{"start_us":1,"latency_us":1,"status":200,"operation":"verify_request","agent":"agent-9"}"#,
+            ),
+            "cut.jsonl:2: agent \"agent-9\" is not in the first line",
+        ),
+        (
+            line(
+                1,
+                r#"{"start_us":1,"latency_us":1,"error":"lost","operation":"verify_request","agent":"agent-1"}"#,
+            ),
+            "cut.jsonl:2: unknown error \"lost\"",
+        ),
+        (
+            line(
+                1,
+                r#"{"start_us":1,"latency_us":1,"status":200,"error":"io","operation":"verify_request","agent":"agent-1"}"#,
+            ),
+            "cut.jsonl:2: give one of status and error",
+        ),
+        (
+            line(102, "{\"start_us\":1}"),
+            "cut.jsonl:103: a line after the run's last",
+        ),
+    ] {
+        let e = read_lines(bad.as_bytes(), "cut.jsonl").unwrap_err();
+        assert!(e.to_string().starts_with(want), "{e}");
+    }
+    server.abort();
 }

@@ -1,5 +1,5 @@
 //! Pass/fail thresholds, as k6 has them: `METRIC OP VALUE` (`p99<50ms`, `errors<0.1%`,
-//! `rps>1800`), parsed once from the command line (`--threshold`, and `--slo` for
+//! `rps>1800`), a latency optionally of one operation (`verify_request.p99<50ms`), parsed once from the command line (`--threshold`, and `--slo` for
 //! `--find-max`), and the verdicts a report carries once they are judged against it
 //! ([`super::judge`]).
 
@@ -7,6 +7,8 @@ use std::fmt;
 use std::str::FromStr;
 
 use serde::Serialize;
+
+use crate::api::operation::Operation;
 
 use super::LoadError;
 
@@ -80,11 +82,13 @@ impl Cmp {
     }
 }
 
-/// One threshold: `metric op limit`, the limit in the metric's unit.
+/// One threshold: `[operation.]metric op limit`, the limit in the metric's unit.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Threshold {
     /// As given, for messages and the report.
     pub text: String,
+    /// The operation whose latency it judges; `None` for the whole mix.
+    pub operation: Option<Operation>,
     pub metric: Metric,
     pub cmp: Cmp,
     pub limit: f64,
@@ -111,21 +115,39 @@ impl FromStr for Threshold {
             (b'>', Some(b'=')) => (Cmp::Ge, &rest[2..]),
             _ => (Cmp::Gt, &rest[1..]),
         };
-        let metric = metric_named(name.trim()).ok_or_else(|| {
+        let (operation, name) = scope(name.trim());
+        let metric = metric_named(name).ok_or_else(|| {
             bad(format!(
-                "unknown metric {:?} (known: {})",
-                name.trim(),
+                "unknown metric {name:?} (known: {}, each optionally after an operation and a dot: verify_request.p99)",
                 Metric::ALL.map(Metric::as_str).join(", ")
             ))
         })?;
+        if operation.is_some() && metric.unit() != "ms" {
+            return Err(bad(format!(
+                "only a latency (p50, p90, p99, p99.9, max, mean) is measured per operation, not {}",
+                metric.as_str()
+            )));
+        }
         let limit = parse_limit(metric, value.trim()).map_err(bad)?;
         Ok(Threshold {
             text: s.trim().to_owned(),
+            operation,
             metric,
             cmp,
             limit,
         })
     }
+}
+
+/// The operation a threshold's name starts with (`verify_request.p99`), and the rest.
+fn scope(name: &str) -> (Option<Operation>, &str) {
+    Operation::ALL
+        .into_iter()
+        .find_map(|op| {
+            let metric = name.strip_prefix(op.as_str())?.strip_prefix('.')?;
+            Some((Some(op), metric))
+        })
+        .unwrap_or((None, name))
 }
 
 /// A metric by name; k6's `p(99)` spelling and `p99_9` are accepted too.
@@ -181,6 +203,8 @@ fn parse_limit(metric: Metric, text: &str) -> Result<f64, String> {
 pub struct Verdict {
     /// As given on the command line.
     pub threshold: String,
+    /// The operation whose latency was judged; null for the whole mix.
+    pub operation: Option<&'static str>,
     pub metric: &'static str,
     pub op: &'static str,
     /// In `unit`.
@@ -192,11 +216,16 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    /// `p99<50ms (p99 73.214 ms)`, or `(nothing measured)`.
+    /// `p99<50ms (p99 73.214 ms)`, `verify_request.p99<50ms (verify_request.p99 73.214 ms)`,
+    /// or `(nothing measured)`.
     pub fn describe(&self) -> String {
         let metric = metric_named(self.metric).expect("verdicts name known metrics");
+        let name = match self.operation {
+            Some(op) => format!("{op}.{}", self.metric),
+            None => self.metric.to_owned(),
+        };
         match self.actual {
-            Some(v) => format!("{} ({} {})", self.threshold, self.metric, metric.show(v)),
+            Some(v) => format!("{} ({name} {})", self.threshold, metric.show(v)),
             None => format!("{} (nothing measured)", self.threshold),
         }
     }

@@ -4,14 +4,15 @@
 //! One [`Timeline`] per run, shared by the connections behind a mutex; each connection keeps
 //! only its current second ([`SecondRecorder`]) and adds it to the timeline when its second
 //! changes, so the lock is taken about once a second per connection and memory grows with the
-//! run's length, not with its connections.
+//! run's length, not with its connections. A saved run read back records straight into the
+//! timeline.
 
 use std::sync::Mutex;
 
-use super::stats::Tally;
+use super::stats::{Record, Tally};
 
-/// Significant digits of a second's latency histogram: 1% resolution is plenty for a chart,
-/// and keeps a second at about 10 KiB (3 digits would be 128 KiB).
+/// Significant digits of a second's latency histograms: 1% resolution is plenty for a chart,
+/// and keeps an operation's second at a few KiB (3 digits would be ten times as much).
 const SECOND_SIGFIG: u8 = 2;
 
 /// What completed in one second.
@@ -34,6 +35,13 @@ impl Timeline {
             self.seconds.resize_with(index + 1, empty_second);
         }
         self.seconds[index].merge(second);
+    }
+
+    /// Counts `r` in the second it ended in.
+    pub fn record(&mut self, r: &Record) {
+        let index = r.second();
+        self.extend_to(index + 1);
+        self.seconds[index].record(r);
     }
 
     pub fn seconds(&self) -> &[Second] {
@@ -73,6 +81,11 @@ impl SecondRecorder {
             self.index = index;
         }
         &mut self.second
+    }
+
+    /// The second it is counting.
+    pub fn index(&self) -> usize {
+        self.index
     }
 
     /// Hands what was counted to `timeline`.

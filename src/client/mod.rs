@@ -6,7 +6,8 @@
 //! roots or the CAs of a file, `http://` as well; credentials as a bearer token read from a
 //! file, or basic auth from the URL (`https://user:password@host/`) or a file
 //! (`user:password`); each GET bounded in time and in the size of its answer. A URL's password
-//! and a token never appear in an error or a log line.
+//! and a token never appear in an error or a log line. Whom a client trusts is [`tls`]'s, for
+//! the load generator too.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -20,6 +21,10 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::rt::TokioExecutor;
+
+use tls::{TlsError, Trust};
+
+pub mod tls;
 
 /// How long one GET may take, answer included.
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -39,8 +44,9 @@ pub enum ClientError {
     },
     #[error("{0}")]
     Credentials(String),
-    #[error("TLS: {0}")]
-    Tls(String),
+    /// Its message names the CA file, or the certificate, it is about.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
     #[error("GET {url}: {source}")]
     Request {
         url: String,
@@ -61,6 +67,19 @@ pub struct ClientOptions {
     pub token_file: Option<PathBuf>,
     /// A file holding `user:password` for basic auth (a trailing newline is not part of it).
     pub basic_auth_file: Option<PathBuf>,
+}
+
+/// Whether `url` is one a [`Client`] takes, with no user or password in it: for a URL kept in
+/// a config file, which `config dump` and the admin listener's `/config` show as written.
+pub fn check_url_without_credentials(url: &str) -> Result<(), ClientError> {
+    let base = Base::parse(url)?;
+    match base.basic {
+        Some(_) => Err(ClientError::Url(format!(
+            "{}: must not carry a user or password (the config is shown by config dump and /config)",
+            redact_url(url)
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// A server's base URL, without its credentials.
@@ -201,43 +220,6 @@ fn authorization(base: &Base, options: &ClientOptions) -> Result<Option<HeaderVa
     Ok(Some(value))
 }
 
-/// The TLS settings: the CAs of `ca_file`, else the platform's.
-fn tls(ca_file: Option<&Path>) -> Result<rustls::ClientConfig, ClientError> {
-    let mut roots = rustls::RootCertStore::empty();
-    match ca_file {
-        Some(path) => {
-            let pem = std::fs::read(path).map_err(|source| ClientError::File {
-                path: path.display().to_string(),
-                source,
-            })?;
-            for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
-                let cert =
-                    cert.map_err(|e| ClientError::Tls(format!("{}: {e}", path.display())))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| ClientError::Tls(format!("{}: {e}", path.display())))?;
-            }
-            if roots.is_empty() {
-                return Err(ClientError::Tls(format!(
-                    "{} holds no PEM certificate",
-                    path.display()
-                )));
-            }
-        }
-        None => {
-            // A certificate the platform lists but rustls cannot use is left out, as curl does.
-            let found = rustls_native_certs::load_native_certs();
-            roots.add_parsable_certificates(found.certs);
-        }
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    Ok(rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| ClientError::Tls(e.to_string()))?
-        .with_root_certificates(roots)
-        .with_no_client_auth())
-}
-
 /// A server's status and answer body.
 #[derive(Debug, Clone)]
 pub struct Answer {
@@ -263,8 +245,12 @@ impl Client {
                 "{base}: a CA file is for https:// only"
             )));
         }
+        let trust = match &options.ca_file {
+            Some(path) => Trust::CaFile(path.clone()),
+            None => Trust::Platform,
+        };
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls(options.ca_file.as_deref())?)
+            .with_tls_config(Arc::unwrap_or_clone(tls::client_config(&trust, &[])?))
             .https_or_http()
             .enable_http1()
             .build();

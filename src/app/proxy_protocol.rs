@@ -1,0 +1,174 @@
+//! The PROXY protocol (`listen.proxy_protocol`): with it on, every connection to the proxy
+//! listener opens with a v1 (text) or v2 (binary) header, as AWS NLB and HAProxy send it,
+//! before TLS or HTTP. The header is read here, at accept, parsed by `ppp`, and its source
+//! address becomes the connection's peer (the socket digest every later layer reads); the
+//! bytes after it are put back for TLS or HTTP to read. A connection whose header is missing,
+//! malformed, too long or too slow is closed without an answer: there is no protocol yet to
+//! answer in.
+//!
+//! A `LOCAL` header (a balancer's health check) and an `UNKNOWN` or non-IP source keep the TCP
+//! peer. With `listen.trusted_proxies` set, only those peers may send a header.
+
+use std::net::SocketAddr;
+use std::os::unix::io::AsRawFd;
+use std::time::Duration;
+
+use pingora::protocols::l4::socket::SocketAddr as PeerAddr;
+use pingora::protocols::l4::stream::Stream as L4Stream;
+use pingora::protocols::{GetSocketDigest, SocketDigest};
+use ppp::{v1, v2, HeaderResult, PartialResult};
+use tokio::io::AsyncReadExt;
+
+use crate::config::EdgeConfig;
+use crate::policy::client::is_trusted;
+
+/// The longest header taken: a v1 header is at most 107 bytes; a v2 header's TLVs (AWS' VPC
+/// endpoint id, TLS details) stay far below this.
+pub const MAX_HEADER_BYTES: usize = 4096;
+
+/// Why a connection was closed at its PROXY protocol header.
+#[derive(Debug, thiserror::Error)]
+pub enum HeaderError {
+    #[error("the connection does not open with a valid PROXY protocol header: {0}")]
+    Malformed(String),
+    #[error("the PROXY protocol header is longer than {MAX_HEADER_BYTES} bytes")]
+    TooLong,
+    #[error("the connection closed before its PROXY protocol header was complete")]
+    Closed,
+    #[error("the PROXY protocol header did not arrive within limits.client_header_timeout")]
+    Timeout,
+    #[error("a PROXY protocol header from a peer outside listen.trusted_proxies")]
+    Untrusted,
+    #[error("reading the PROXY protocol header: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The source address a complete header gives, `None` when it keeps the TCP peer (`LOCAL`,
+/// `UNKNOWN`, a non-IP family); `Ok(None)` of the outer option while `bytes` could still
+/// become a header.
+pub fn parse(bytes: &[u8]) -> Result<Option<(usize, Option<SocketAddr>)>, HeaderError> {
+    let header = HeaderResult::parse(bytes);
+    if header.is_incomplete() {
+        return Ok(None);
+    }
+    let malformed = |e: &dyn std::fmt::Display| HeaderError::Malformed(e.to_string());
+    match header {
+        HeaderResult::V1(Ok(h)) => {
+            let source = match h.addresses {
+                v1::Addresses::Tcp4(a) => Some(SocketAddr::from((a.source_address, a.source_port))),
+                v1::Addresses::Tcp6(a) => Some(SocketAddr::from((a.source_address, a.source_port))),
+                v1::Addresses::Unknown => None,
+            };
+            Ok(Some((h.header.len(), source)))
+        }
+        HeaderResult::V2(Ok(h)) => {
+            let source = match (h.command, h.addresses) {
+                (v2::Command::Proxy, v2::Addresses::IPv4(a)) => {
+                    Some(SocketAddr::from((a.source_address, a.source_port)))
+                }
+                (v2::Command::Proxy, v2::Addresses::IPv6(a)) => {
+                    Some(SocketAddr::from((a.source_address, a.source_port)))
+                }
+                _ => None,
+            };
+            Ok(Some((h.len(), source)))
+        }
+        HeaderResult::V1(Err(e)) => Err(malformed(&e)),
+        HeaderResult::V2(Err(e)) => Err(malformed(&e)),
+    }
+}
+
+/// Reads the header `stream` opens with, within `timeout`, and makes its source the stream's
+/// peer; the bytes read past it are put back.
+pub async fn accept(
+    stream: &mut L4Stream,
+    edge: &EdgeConfig,
+    timeout: Duration,
+) -> Result<(), HeaderError> {
+    let peer = stream
+        .get_socket_digest()
+        .and_then(|d| d.peer_addr().and_then(PeerAddr::as_inet).copied());
+    if !edge.trusted_proxies.is_empty()
+        && !peer.is_some_and(|p| is_trusted(p.ip(), &edge.trusted_proxies))
+    {
+        return Err(HeaderError::Untrusted);
+    }
+    let (length, source, buf) = tokio::time::timeout(timeout, read_header(stream))
+        .await
+        .map_err(|_| HeaderError::Timeout)??;
+    stream.rewind(&buf[length..]);
+    if let Some(source) = source {
+        let digest = SocketDigest::from_raw_fd(stream.as_raw_fd());
+        let _ = digest.peer_addr.set(Some(PeerAddr::Inet(source)));
+        stream.set_socket_digest(digest);
+    }
+    Ok(())
+}
+
+/// Reads until `buf` holds a whole header: its length, its source, and every byte read.
+async fn read_header(
+    stream: &mut L4Stream,
+) -> Result<(usize, Option<SocketAddr>, Vec<u8>), HeaderError> {
+    let mut buf = Vec::with_capacity(256);
+    let mut chunk = [0u8; 512];
+    loop {
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(HeaderError::Closed);
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some((length, source)) = parse(&buf)? {
+            return Ok((length, source, buf));
+        }
+        if buf.len() >= MAX_HEADER_BYTES {
+            return Err(HeaderError::TooLong);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v1_and_v2_give_the_source_and_their_length() {
+        let v1 = b"PROXY TCP4 203.0.113.9 10.0.0.1 51000 8080\r\nGET / HTTP/1.1\r\n";
+        let (len, source) = parse(v1).unwrap().unwrap();
+        assert_eq!(
+            &v1[..len],
+            b"PROXY TCP4 203.0.113.9 10.0.0.1 51000 8080\r\n"
+        );
+        assert_eq!(source, Some("203.0.113.9:51000".parse().unwrap()));
+        let unknown = b"PROXY UNKNOWN\r\n";
+        assert_eq!(parse(unknown).unwrap(), Some((unknown.len(), None)));
+
+        let addresses: v2::Addresses = (
+            "[2001:db8::7]:443".parse::<SocketAddr>().unwrap(),
+            "[2001:db8::1]:8080".parse::<SocketAddr>().unwrap(),
+        )
+            .into();
+        let header = v2::Builder::with_addresses(
+            v2::Version::Two | v2::Command::Proxy,
+            v2::Protocol::Stream,
+            addresses,
+        )
+        .build()
+        .unwrap();
+        let (len, source) = parse(&header).unwrap().unwrap();
+        assert_eq!(len, header.len());
+        assert_eq!(source, Some("[2001:db8::7]:443".parse().unwrap()));
+    }
+
+    #[test]
+    fn a_partial_header_waits_and_a_broken_one_is_refused() {
+        assert!(parse(b"PROXY TCP4 203.0.113.9").unwrap().is_none());
+        assert!(parse(b"\r\n\r\n\0\r\nQUIT\n").unwrap().is_none());
+        for bad in [
+            &b"GET / HTTP/1.1\r\nHost: gw\r\n\r\n"[..],
+            b"PROXY TCP4 999.0.113.9 10.0.0.1 51000 8080\r\n",
+            b"PROXY TCP9 203.0.113.9 10.0.0.1 51000 8080\r\n",
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+    }
+}

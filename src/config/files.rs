@@ -1,0 +1,136 @@
+//! The files a config names besides itself that hold secrets (`auth.agents_file`,
+//! `rate_limit.redis_password_file`), read relative to the config's directory (an absolute
+//! path as it is). What was read is remembered as [`Inputs`]: a fingerprint of the config's
+//! text and every such file, which a reload compares to tell a change from an event that
+//! changed nothing, and the files, whose directories the watcher watches beside the config's.
+//! Their contents are never kept here, logged or put in a problem.
+
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+/// What a snapshot was read from, beyond the config's own text.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Inputs {
+    /// SHA-256 over the config's text and each file it named (path and contents, or why it
+    /// could not be read): equal inputs make an equal snapshot.
+    pub fingerprint: [u8; 32],
+    /// The files read besides the config, as their paths resolve.
+    pub files: Vec<PathBuf>,
+}
+
+/// Reads the files a config names, relative to the config's directory.
+pub(super) struct Files {
+    dir: PathBuf,
+    fingerprint: Sha256,
+    read: Vec<PathBuf>,
+}
+
+impl Files {
+    /// For the config whose text is `text`, in the directory `dir` (where relative names are).
+    pub fn new(dir: &Path, text: &str) -> Files {
+        let mut fingerprint = Sha256::new();
+        fingerprint.update(text.len().to_le_bytes());
+        fingerprint.update(text);
+        Files {
+            dir: dir.to_path_buf(),
+            fingerprint,
+            read: Vec::new(),
+        }
+    }
+
+    /// For the config file at `config`, whose text is `text`.
+    pub fn beside(config: &Path, text: &str) -> Files {
+        Files::new(&directory_of(config), text)
+    }
+
+    /// The file `name` (as the config writes it): its path and bytes, or a message naming
+    /// the path and why it cannot be read.
+    pub fn read(&mut self, name: &str) -> Result<(PathBuf, Vec<u8>), String> {
+        let path = self.dir.join(name);
+        let read = std::fs::read(&path);
+        let path_bytes = path.as_os_str().as_encoded_bytes();
+        self.fingerprint.update(path_bytes.len().to_le_bytes());
+        self.fingerprint.update(path_bytes);
+        match &read {
+            Ok(bytes) => {
+                self.fingerprint.update([1]);
+                self.fingerprint.update(bytes.len().to_le_bytes());
+                self.fingerprint.update(bytes);
+            }
+            Err(e) => {
+                self.fingerprint.update([0]);
+                self.fingerprint.update(e.to_string());
+            }
+        }
+        self.read.push(path.clone());
+        read.map(|bytes| (path.clone(), bytes))
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))
+    }
+
+    /// What was read.
+    pub fn finish(self) -> Inputs {
+        Inputs {
+            fingerprint: self.fingerprint.finalize().into(),
+            files: self.read,
+        }
+    }
+}
+
+/// The directory a file is in (`.` for a bare name): where the names a config writes are,
+/// and what a watcher of the file watches.
+pub fn directory_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// A secret read from a file: its text without one trailing newline (`echo` and editors add
+/// one). Never printed: a problem names the file, not what it holds.
+pub(super) fn secret_text(path: &Path, bytes: Vec<u8>) -> Result<String, String> {
+    let mut text =
+        String::from_utf8(bytes).map_err(|_| format!("{} is not UTF-8 text", path.display()))?;
+    if text.ends_with('\n') {
+        text.pop();
+        if text.ends_with('\r') {
+            text.pop();
+        }
+    }
+    if text.is_empty() {
+        return Err(format!("{} is empty", path.display()));
+    }
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_names_are_beside_the_config_and_the_fingerprint_follows_contents() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("pw"), "s3cret\n").unwrap();
+        let config = dir.path().join("gateway.toml");
+        let fingerprint = |text: &str| {
+            let mut files = Files::beside(&config, text);
+            let (path, _) = files.read("pw").unwrap();
+            assert_eq!(path, dir.path().join("pw"));
+            files.finish()
+        };
+        let (path, bytes) = Files::beside(&config, "a").read("pw").unwrap();
+        assert_eq!(secret_text(&path, bytes).unwrap(), "s3cret");
+        let first = fingerprint("a");
+        assert_eq!(first.files, [dir.path().join("pw")]);
+        assert_eq!(fingerprint("a"), first);
+        assert_ne!(fingerprint("b").fingerprint, first.fingerprint);
+        std::fs::write(dir.path().join("pw"), "other\n").unwrap();
+        assert_ne!(fingerprint("a").fingerprint, first.fingerprint);
+
+        let mut files = Files::beside(&config, "a");
+        let missing = files.read("nothing").unwrap_err();
+        assert!(missing.starts_with("cannot read "), "{missing}");
+        let empty = secret_text(Path::new("pw"), b"\n".to_vec()).unwrap_err();
+        assert_eq!(empty, "pw is empty");
+    }
+}

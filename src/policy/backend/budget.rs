@@ -1,0 +1,115 @@
+//! An address's connection budget (`upstream.max_connections_per_address`): every connection
+//! open to it counts, idle ones in the pool included, since that is what the backend sees. A
+//! request reuses an idle connection, or opens one while the address is under its budget, or
+//! waits in the address's FIFO queue; the queue holds at most `upstream.max_pending` requests
+//! of all addresses together, and a request that finds it full is refused at once. A request
+//! never jumps the queue: while others wait for an address, a newcomer waits behind them.
+
+use std::collections::VecDeque;
+
+/// What a request that found no idle connection to reuse does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Open a new connection (it counts from now).
+    Connect,
+    /// Wait for a connection to come back or close.
+    Wait,
+}
+
+/// Whether an address with `open` connections and `waiting` requests queued for it takes one
+/// more connection under `max` (`None`: unlimited).
+pub fn admit(open: usize, max: Option<usize>, waiting: usize) -> Admission {
+    match max {
+        None => Admission::Connect,
+        Some(max) if waiting == 0 && open < max => Admission::Connect,
+        Some(_) => Admission::Wait,
+    }
+}
+
+/// Whether an idle connection may be reused: not while others wait for one.
+pub fn may_reuse(waiting: usize) -> bool {
+    waiting == 0
+}
+
+/// Whether one more request may wait when `pending` already do, of `max_pending`.
+pub fn may_wait(pending: usize, max_pending: usize) -> bool {
+    pending < max_pending
+}
+
+/// The requests waiting for one address, oldest first, each known by the id it was given so
+/// that one that gives up can leave from anywhere in the line.
+#[derive(Debug)]
+pub struct Queue<W> {
+    waiting: VecDeque<(u64, W)>,
+    next_id: u64,
+}
+
+impl<W> Default for Queue<W> {
+    fn default() -> Self {
+        Queue {
+            waiting: VecDeque::new(),
+            next_id: 0,
+        }
+    }
+}
+
+impl<W> Queue<W> {
+    /// Puts `waiter` at the end of the line; its id.
+    pub fn push(&mut self, waiter: W) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.waiting.push_back((id, waiter));
+        id
+    }
+
+    /// The oldest waiter, out of the line.
+    pub fn pop(&mut self) -> Option<W> {
+        self.waiting.pop_front().map(|(_, w)| w)
+    }
+
+    /// Takes the waiter `id` out of the line; `None` when it is no longer in it.
+    pub fn remove(&mut self, id: u64) -> Option<W> {
+        let at = self.waiting.iter().position(|(i, _)| *i == id)?;
+        self.waiting.remove(at).map(|(_, w)| w)
+    }
+
+    pub fn len(&self) -> usize {
+        self.waiting.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.waiting.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_connects_under_the_budget_and_waits_at_it_or_behind_others() {
+        assert_eq!(admit(1000, None, 0), Admission::Connect);
+        assert_eq!(admit(3, Some(4), 0), Admission::Connect);
+        assert_eq!(admit(4, Some(4), 0), Admission::Wait);
+        assert_eq!(
+            admit(3, Some(4), 1),
+            Admission::Wait,
+            "no jumping the queue"
+        );
+        assert!(may_reuse(0) && !may_reuse(2));
+        assert!(may_wait(0, 1) && !may_wait(1, 1) && !may_wait(0, 0));
+    }
+
+    #[test]
+    fn the_queue_is_first_in_first_out_and_a_waiter_can_leave_it() {
+        let mut q = Queue::default();
+        let a = q.push('a');
+        let b = q.push('b');
+        q.push('c');
+        assert_eq!(q.remove(b), Some('b'));
+        assert_eq!(q.remove(b), None);
+        assert_eq!(q.pop(), Some('a'));
+        assert_eq!(q.remove(a), None);
+        assert_eq!((q.len(), q.pop(), q.is_empty()), (1, Some('c'), true));
+    }
+}

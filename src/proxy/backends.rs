@@ -1,0 +1,487 @@
+//! The backend's addresses as the proxy follows them: the set a request picks from, rebuilt
+//! when a reload changes `upstream.addresses` or DNS answers a name differently
+//! ([`crate::policy::backend::rotation`]), each address with its connection budget, its
+//! waiting requests and its ejection state.
+//!
+//! An address that stays in the set keeps its state (connections, budget, failures); one that
+//! leaves is retired: its idle connections are closed by the pool's sweeper at once, its busy ones
+//! when their request is done, and none is handed to a new request.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use pingora::upstreams::peer::{HttpPeer, Peer};
+use tokio::sync::{oneshot, Notify};
+use tokio::time::Instant;
+
+use crate::api::failure::OverflowReason;
+use crate::config::{BudgetConfig, UpstreamConfig};
+use crate::observe::backend::BackendMetrics;
+use crate::policy::backend::budget::{self, Admission, Queue};
+use crate::policy::backend::dns::NameRecord;
+use crate::policy::backend::outlier::Outlier;
+use crate::policy::backend::rotation;
+
+/// The addresses of the rotation, in its order.
+pub type AddressSet = Vec<Arc<Address>>;
+
+/// One address of the rotation and its state.
+pub struct Address {
+    pub addr: SocketAddr,
+    /// How it is reached (TLS, SNI, timeouts).
+    pub peer: HttpPeer,
+    /// The pool key of its connections (the peer's reuse hash).
+    pub key: u64,
+    /// Left the set: its connections close instead of going back to the pool.
+    retired: AtomicBool,
+    slots: Mutex<Slots>,
+    /// Requests waiting for a connection, all addresses together (`upstream.max_pending`).
+    pending: Arc<AtomicUsize>,
+    /// Failures in a row (connect, reset, protocol), reset by a success.
+    failures: AtomicU32,
+    /// Set while an ejection may be running, so that a request checks the clock only then.
+    ejected: AtomicBool,
+    outlier: Mutex<Outlier>,
+}
+
+/// Connections open to an address (idle ones included) and the requests waiting for one.
+#[derive(Default)]
+struct Slots {
+    open: usize,
+    queue: Queue<oneshot::Sender<()>>,
+}
+
+/// One open connection's place in its address's count; dropped with the connection, it
+/// frees the place and wakes the oldest waiting request.
+pub struct Slot(Arc<Address>);
+
+impl Slot {
+    pub fn address(&self) -> &Arc<Address> {
+        &self.0
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut slots = self.0.slots();
+        slots.open -= 1;
+        wake_oldest(&mut slots);
+    }
+}
+
+/// Wakes the oldest request still waiting.
+fn wake_oldest(slots: &mut Slots) {
+    while let Some(waiter) = slots.queue.pop() {
+        if waiter.send(()).is_ok() {
+            return;
+        }
+    }
+}
+
+/// What a request that may not reuse a connection is told by [`Address::admit`].
+pub enum Admit {
+    /// Open a connection: its place is taken.
+    Connect(Slot),
+    /// Wait for a connection to come back or close.
+    Wait(Waiter),
+}
+
+/// A request's place in an address's queue; dropped (answered, timed out, or its client
+/// gone), it leaves the queue.
+pub struct Waiter {
+    address: Arc<Address>,
+    id: u64,
+    woken: oneshot::Receiver<()>,
+}
+
+impl Waiter {
+    /// Waits until a connection came back or closed.
+    pub async fn woken(&mut self) {
+        // The sender lives in the queue until it wakes this waiter; it is dropped unsent only
+        // when the waiter has left, so an error cannot be seen here.
+        let _ = (&mut self.woken).await;
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        self.address.slots().queue.remove(self.id);
+        self.address.pending.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Address {
+    fn new(peer: HttpPeer, pending: Arc<AtomicUsize>) -> Self {
+        Address {
+            addr: *peer
+                .address()
+                .as_inet()
+                .expect("an upstream address is an IP address"),
+            key: peer.reuse_hash(),
+            peer,
+            retired: AtomicBool::new(false),
+            slots: Mutex::new(Slots::default()),
+            pending,
+            failures: AtomicU32::new(0),
+            ejected: AtomicBool::new(false),
+            outlier: Mutex::new(Outlier::default()),
+        }
+    }
+
+    /// An address outside any set, for tests of the pool.
+    #[cfg(test)]
+    pub fn detached(addr: SocketAddr) -> Arc<Self> {
+        Arc::new(Address::new(
+            HttpPeer::new(addr, false, String::new()),
+            Arc::default(),
+        ))
+    }
+
+    fn slots(&self) -> MutexGuard<'_, Slots> {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether the address is reached the same way as `peer` describes.
+    fn reached_as(&self, peer: &HttpPeer) -> bool {
+        self.key == peer.reuse_hash() && self.peer.options.idle_timeout == peer.options.idle_timeout
+    }
+
+    pub fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Relaxed)
+    }
+
+    /// Connections open to it now, idle ones included.
+    pub fn open(&self) -> usize {
+        self.slots().open
+    }
+
+    /// Whether no request waits for a connection: only then may an idle one be taken.
+    pub fn nobody_waiting(&self) -> bool {
+        budget::may_reuse(self.slots().queue.len())
+    }
+
+    /// Takes a place for a new connection under `budget`, or a place in the queue; `woken`:
+    /// the request was waiting already, and goes before those behind it.
+    pub fn admit(
+        self: &Arc<Self>,
+        budget: &BudgetConfig,
+        woken: bool,
+    ) -> Result<Admit, OverflowReason> {
+        let mut slots = self.slots();
+        let waiting = if woken { 0 } else { slots.queue.len() };
+        match budget::admit(slots.open, budget.max_connections_per_address, waiting) {
+            Admission::Connect => {
+                slots.open += 1;
+                Ok(Admit::Connect(Slot(self.clone())))
+            }
+            Admission::Wait => {
+                let pending = self.pending.load(Ordering::Relaxed);
+                if !budget::may_wait(pending, budget.max_pending) {
+                    return Err(OverflowReason::QueueFull);
+                }
+                self.pending.fetch_add(1, Ordering::Relaxed);
+                let (tx, woken) = oneshot::channel();
+                let id = slots.queue.push(tx);
+                Ok(Admit::Wait(Waiter {
+                    address: self.clone(),
+                    id,
+                    woken,
+                }))
+            }
+        }
+    }
+
+    /// A connection went back to the pool: the oldest waiting request may take it.
+    pub fn returned(&self) {
+        wake_oldest(&mut self.slots());
+    }
+
+    /// Whether requests may go to it at `now`: not while it is ejected.
+    pub fn is_ejected(&self) -> bool {
+        if !self.ejected.load(Ordering::Relaxed) {
+            return false;
+        }
+        let outlier = self.outlier.lock().unwrap_or_else(|e| e.into_inner());
+        let ejected = outlier.ejected(Instant::now());
+        if !ejected {
+            self.ejected.store(false, Ordering::Relaxed);
+        }
+        ejected
+    }
+
+    /// A request got an answer's head from it.
+    pub fn succeeded(&self) {
+        if self.failures.load(Ordering::Relaxed) != 0 {
+            self.failures.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// An active check that started at `started` passed: an ejection that began before it
+    /// ends; whether one did.
+    pub fn check_passed(&self, started: Instant) -> bool {
+        let mut outlier = self.outlier.lock().unwrap_or_else(|e| e.into_inner());
+        let back = outlier.check_passed(started);
+        if back {
+            self.ejected.store(false, Ordering::Relaxed);
+            self.failures.store(0, Ordering::Relaxed);
+        }
+        back
+    }
+}
+
+/// What the set is built from, changed together under one lock.
+struct Following {
+    upstream: Option<UpstreamConfig>,
+    names: HashMap<String, NameRecord>,
+}
+
+/// The backend's addresses, followed through reloads and DNS answers.
+pub struct Backends {
+    set: ArcSwap<AddressSet>,
+    following: Mutex<Following>,
+    pending: Arc<AtomicUsize>,
+    metrics: Arc<BackendMetrics>,
+    /// Wakes the name follower: a reload brought a name to look up.
+    new_names: Notify,
+    /// Wakes the pool's sweeper: an address left the set, its idle connections are to close.
+    retired: Notify,
+}
+
+impl Backends {
+    pub fn new(metrics: Arc<BackendMetrics>) -> Self {
+        Backends {
+            set: ArcSwap::default(),
+            following: Mutex::new(Following {
+                upstream: None,
+                names: HashMap::new(),
+            }),
+            pending: Arc::default(),
+            metrics,
+            new_names: Notify::new(),
+            retired: Notify::new(),
+        }
+    }
+
+    /// Resolves when an address has left the set since the last call.
+    pub async fn address_retired(&self) {
+        self.retired.notified().await;
+    }
+
+    fn following(&self) -> MutexGuard<'_, Following> {
+        self.following.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The addresses now.
+    pub fn current(&self) -> arc_swap::Guard<Arc<AddressSet>> {
+        self.set.load()
+    }
+
+    /// The addresses now, held for longer (a round of health checks).
+    pub fn current_full(&self) -> Arc<AddressSet> {
+        self.set.load_full()
+    }
+
+    /// Follows `upstream` (a snapshot being applied): names it drops are forgotten, names
+    /// it adds are looked up soon, and the set is rebuilt from what is known now.
+    pub fn follow(&self, upstream: &UpstreamConfig) {
+        let mut following = self.following();
+        let names = upstream.names();
+        following.names.retain(|name, _| {
+            let kept = names.contains(&name.as_str());
+            if !kept {
+                self.metrics.name_dropped(name);
+            }
+            kept
+        });
+        let mut added = false;
+        for name in names {
+            if !following.names.contains_key(name) {
+                following
+                    .names
+                    .insert(name.to_owned(), NameRecord::unknown(Instant::now()));
+                self.metrics.name_configured(name);
+                added = true;
+            }
+        }
+        following.upstream = Some(upstream.clone());
+        self.rebuild(&following);
+        if added {
+            self.new_names.notify_one();
+        }
+    }
+
+    /// Builds the set from `following`: addresses that stay keep their state, those that
+    /// leave are retired.
+    fn rebuild(&self, following: &Following) {
+        let Some(upstream) = &following.upstream else {
+            return;
+        };
+        let old = self.set.load_full();
+        let set: AddressSet = rotation(&upstream.targets, &following.names)
+            .into_iter()
+            .map(|(target, addr)| {
+                let peer = upstream.peer(&upstream.targets[target], addr);
+                old.iter()
+                    .find(|a| a.reached_as(&peer))
+                    .cloned()
+                    .unwrap_or_else(|| {
+                        self.metrics.address_joined(&addr.to_string());
+                        Arc::new(Address::new(peer, self.pending.clone()))
+                    })
+            })
+            .collect();
+        for gone in old
+            .iter()
+            .filter(|a| !set.iter().any(|b| Arc::ptr_eq(a, b)))
+        {
+            gone.retired.store(true, Ordering::Relaxed);
+            self.metrics.address_left(&gone.addr.to_string());
+            tracing::info!(address = %gone.addr, "upstream address left the set; its connections drain and close");
+            self.retired.notify_one();
+        }
+        self.set.store(Arc::new(set));
+    }
+
+    /// The names due for a lookup at `now` and the DNS settings, and when the next one is due.
+    pub fn due(
+        &self,
+        now: Instant,
+    ) -> (
+        Vec<String>,
+        Option<crate::config::DnsConfig>,
+        Option<Instant>,
+    ) {
+        let following = self.following();
+        let dns = following.upstream.as_ref().map(|u| u.dns.clone());
+        let due = following
+            .names
+            .iter()
+            .filter(|(_, r)| r.next <= now)
+            .map(|(n, _)| n.clone())
+            .collect();
+        let next = following
+            .names
+            .values()
+            .map(|r| r.next)
+            .filter(|n| *n > now)
+            .min();
+        (due, dns, next)
+    }
+
+    /// Notes what a lookup of `name` gave; the set follows a changed answer.
+    pub fn looked_up(&self, name: &str, answer: Result<(Vec<std::net::IpAddr>, Duration), String>) {
+        let mut following = self.following();
+        let Some(dns) = following.upstream.as_ref().map(|u| u.dns.clone()) else {
+            return;
+        };
+        let now = Instant::now();
+        let Some(record) = following.names.get_mut(name) else {
+            return;
+        };
+        let changed = match answer {
+            Ok((addresses, ttl)) => {
+                let changed = record.answered(addresses, ttl, now, &dns);
+                if changed {
+                    tracing::info!(name, addresses = ?record.addresses, "upstream name answered new addresses");
+                }
+                changed
+            }
+            Err(error) => {
+                record.failed(now, &dns);
+                self.metrics.dns_error(name);
+                tracing::warn!(name, %error, kept = ?record.addresses, "upstream name lookup failed; its last good addresses are kept");
+                false
+            }
+        };
+        if changed {
+            self.rebuild(&following);
+        }
+    }
+
+    /// Waits until a reload brings a name.
+    pub async fn new_name(&self) {
+        self.new_names.notified().await
+    }
+
+    /// Names of the followed config that have no address yet.
+    pub fn unresolved(&self) -> Vec<String> {
+        self.following()
+            .names
+            .iter()
+            .filter(|(_, r)| r.addresses.is_empty())
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// Counts a failure of `address`, in `set`, and ejects it when they are enough in a row
+    /// and another address would still take requests.
+    pub fn failed(
+        &self,
+        set: &AddressSet,
+        address: &Address,
+        is_up: impl Fn(&Address) -> bool,
+        upstream: &UpstreamConfig,
+    ) {
+        let failures = address.failures.fetch_add(1, Ordering::Relaxed) + 1;
+        let config = &upstream.ejection;
+        if config.after_failures == 0 || failures < config.after_failures {
+            return;
+        }
+        let others = set
+            .iter()
+            .any(|a| a.addr != address.addr && is_up(a) && !a.is_ejected());
+        let now = Instant::now();
+        let mut outlier = address.outlier.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(length) = outlier.failed(failures, now, config, others) {
+            address.ejected.store(true, Ordering::Relaxed);
+            address.failures.store(0, Ordering::Relaxed);
+            self.metrics.ejected(&address.addr.to_string());
+            tracing::warn!(address = %address.addr, failures, ejected_for_ms = length.as_millis() as u64, "upstream address ejected after failures in a row");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_freed_place_wakes_the_oldest_waiter_and_the_queue_is_bounded() {
+        let budget = BudgetConfig {
+            max_connections_per_address: Some(1),
+            max_pending: 2,
+            pending_timeout: Duration::from_secs(1),
+        };
+        let address = Address::detached("10.0.0.1:80".parse().unwrap());
+        let Ok(Admit::Connect(slot)) = address.admit(&budget, false) else {
+            panic!("the first connection is within the budget");
+        };
+        let Ok(Admit::Wait(mut first)) = address.admit(&budget, false) else {
+            panic!("the second waits");
+        };
+        let Ok(Admit::Wait(second)) = address.admit(&budget, false) else {
+            panic!("the third waits");
+        };
+        assert!(matches!(
+            address.admit(&budget, false),
+            Err(OverflowReason::QueueFull)
+        ));
+        drop(slot);
+        // Woken (else this would never return), and its place is free again.
+        first.woken().await;
+        assert_eq!(address.open(), 0);
+        drop(first);
+        // The woken request goes before the one still waiting; a newcomer does not.
+        assert!(matches!(address.admit(&budget, false), Ok(Admit::Wait(_))));
+        assert!(matches!(
+            address.admit(&budget, true),
+            Ok(Admit::Connect(_))
+        ));
+        drop(second);
+        assert_eq!(address.pending.load(Ordering::Relaxed), 0);
+    }
+}

@@ -1,0 +1,143 @@
+//! Looking the backend's names up, on the runtime (hickory-resolver: no blocking call), at
+//! start and then as each answer's TTL says ([`crate::policy::backend::dns`] decides when);
+//! [`Backends`] turns the answers into the set.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use hickory_resolver::config::{LookupIpStrategy, NameServerConfig, ResolverConfig, ResolverOpts};
+use hickory_resolver::name_server::TokioConnectionProvider;
+use hickory_resolver::proto::xfer::Protocol;
+use hickory_resolver::TokioResolver;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+use tokio::time::Instant;
+
+use super::backends::Backends;
+use crate::config::{DnsConfig, UpstreamConfig};
+
+/// How long one DNS server has to answer one query, and how many times it is asked.
+const QUERY_TIMEOUT: Duration = Duration::from_secs(2);
+const QUERY_ATTEMPTS: usize = 2;
+
+/// A resolver asking `dns.resolvers`, or the system's (`/etc/resolv.conf`) when none is set.
+/// It keeps no cache: each lookup asks, and the TTL it answers is when the next one is due.
+fn resolver(dns: &DnsConfig) -> Result<TokioResolver, String> {
+    let mut options = ResolverOpts::default();
+    options.cache_size = 0;
+    options.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
+    options.timeout = QUERY_TIMEOUT;
+    options.attempts = QUERY_ATTEMPTS;
+    let builder = if dns.resolvers.is_empty() {
+        TokioResolver::builder_tokio()
+            .map_err(|e| format!("cannot read the system's resolver configuration: {e}"))?
+    } else {
+        let servers: Vec<NameServerConfig> = dns
+            .resolvers
+            .iter()
+            .flat_map(|at| {
+                [
+                    NameServerConfig::new(*at, Protocol::Udp),
+                    NameServerConfig::new(*at, Protocol::Tcp),
+                ]
+            })
+            .collect();
+        TokioResolver::builder_with_config(
+            ResolverConfig::from_parts(None, Vec::new(), servers),
+            TokioConnectionProvider::default(),
+        )
+    };
+    Ok(builder.with_options(options).build())
+}
+
+/// `name`'s addresses and how long they are good for.
+async fn lookup(resolver: &TokioResolver, name: &str) -> Result<(Vec<IpAddr>, Duration), String> {
+    let answer = resolver.lookup_ip(name).await.map_err(|e| e.to_string())?;
+    let ttl = answer
+        .valid_until()
+        .saturating_duration_since(std::time::Instant::now());
+    let addresses: Vec<IpAddr> = answer.iter().collect();
+    if addresses.is_empty() {
+        return Err("no A or AAAA record".into());
+    }
+    Ok((addresses, ttl))
+}
+
+/// Looks every name of `upstream` up once and follows it: at start, before the first request.
+/// Runs on a thread of its own with its own runtime, so that it may be called from a runtime
+/// or from none. `Err` names the names with no address, unless
+/// `upstream.allow_unresolved_at_start`.
+pub fn resolve_at_start(backends: &Arc<Backends>, upstream: &UpstreamConfig) -> Result<(), String> {
+    backends.follow(upstream);
+    if upstream.names().is_empty() {
+        return Ok(());
+    }
+    let looking = backends.clone();
+    let dns = upstream.dns.clone();
+    std::thread::spawn(move || -> Result<(), String> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start a runtime for DNS: {e}"))?;
+        runtime.block_on(async {
+            let made = resolver(&dns);
+            let (due, _, _) = looking.due(Instant::now());
+            for name in due {
+                let answer = match &made {
+                    Ok(resolver) => lookup(resolver, &name).await,
+                    Err(error) => Err(error.clone()),
+                };
+                looking.looked_up(&name, answer);
+            }
+            Ok(())
+        })
+    })
+    .join()
+    .map_err(|_| "the DNS lookup at start panicked".to_owned())??;
+    let unresolved = backends.unresolved();
+    if unresolved.is_empty() || upstream.dns.allow_unresolved_at_start {
+        return Ok(());
+    }
+    Err(format!(
+        "upstream name(s) {} did not resolve (upstream.allow_unresolved_at_start = true starts anyway)",
+        unresolved.join(", ")
+    ))
+}
+
+/// Looks each name up again when it is due, and a reload's new names at once.
+pub struct NameFollower {
+    pub backends: Arc<Backends>,
+}
+
+#[async_trait]
+impl BackgroundService for NameFollower {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let mut resolving: Option<(DnsConfig, Result<TokioResolver, String>)> = None;
+        loop {
+            let (due, dns, next) = self.backends.due(Instant::now());
+            if let (false, Some(dns)) = (due.is_empty(), dns) {
+                if resolving.as_ref().is_none_or(|(was, _)| *was != dns) {
+                    resolving = Some((dns.clone(), resolver(&dns)));
+                }
+                if let Some((_, made)) = &resolving {
+                    for name in due {
+                        let answer = match made {
+                            Ok(resolver) => lookup(resolver, &name).await,
+                            Err(error) => Err(error.clone()),
+                        };
+                        self.backends.looked_up(&name, answer);
+                    }
+                }
+                continue;
+            }
+            let wake = next.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+            tokio::select! {
+                _ = shutdown.changed() => return,
+                _ = tokio::time::sleep_until(wake) => {}
+                _ = self.backends.new_name() => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,263 @@
+//! The backend as it really is: names whose addresses change (a real DNS server the test
+//! runs), a connection budget with a bounded queue (connections counted at the backend), and
+//! an address that dies between health checks (passive ejection).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+
+use common::dns::Dns;
+use common::*;
+
+const TARGET: &str = "/api/v2/transaction/tx-42/status";
+const NAME: &str = "backend.test";
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// Two default backends on one port, at 127.0.0.1 and 127.0.0.2.
+fn two_backends_on_one_port() -> (Backend, Backend) {
+    let first = Backend::start();
+    let second = TcpListener::bind(SocketAddr::new(ip("127.0.0.2"), first.addr.port())).unwrap();
+    (first, Backend::listening(second))
+}
+
+/// A gateway whose one upstream address is `NAME` at `port`, asked of `dns`.
+fn gateway_on_name(dns: &Dns, port: u16) -> Gateway {
+    let mut cfg = test_config(&[]);
+    cfg.upstream.addresses = vec![format!("{NAME}:{port}")];
+    cfg.upstream.resolvers = vec![dns.addr.to_string()];
+    Gateway::builder(cfg).start()
+}
+
+#[test]
+fn traffic_follows_the_name_as_dns_changes_with_no_failed_request() {
+    let (first, second) = two_backends_on_one_port();
+    let dns = Dns::start(&[(NAME, ip("127.0.0.1")), (NAME, ip("127.0.0.2"))]);
+    let gw = gateway_on_name(&dns, first.addr.port());
+
+    // Two records: both addresses take requests.
+    for _ in 0..6 {
+        assert_eq!(get(gw.proxy, TARGET).status, 200);
+    }
+    assert!(
+        first.count() > 0 && second.count() > 0,
+        "{} / {}",
+        first.count(),
+        second.count()
+    );
+
+    // Clients keep calling while the name moves to 127.0.0.2 alone: none fails.
+    let stop = Arc::new(AtomicBool::new(false));
+    let failed = Arc::new(AtomicUsize::new(0));
+    let callers: Vec<_> = (0..2)
+        .map(|_| {
+            let (stop, failed, proxy) = (stop.clone(), failed.clone(), gw.proxy);
+            thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    if get(proxy, TARGET).status != 200 {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    dns.answer(&[(NAME, ip("127.0.0.2"))]);
+    wait_until("the set to be 127.0.0.2 alone", || {
+        let metrics = gw.scrape();
+        metrics.contains("agent_gateway_upstream_address_up{address=\"127.0.0.2:")
+            && !metrics.contains("agent_gateway_upstream_address_up{address=\"127.0.0.1:")
+    });
+    stop.store(true, Ordering::Relaxed);
+    for c in callers {
+        c.join().unwrap();
+    }
+    assert_eq!(
+        failed.load(Ordering::Relaxed),
+        0,
+        "requests failed during the move"
+    );
+
+    // From now on the old address gets nothing, pooled connections included.
+    let before = first.count();
+    for _ in 0..6 {
+        assert_eq!(get(gw.proxy, TARGET).status, 200);
+    }
+    assert_eq!(
+        first.count(),
+        before,
+        "a request went to the address that left"
+    );
+}
+
+#[test]
+fn a_stopped_dns_server_leaves_the_last_good_addresses_serving() {
+    let backend = Backend::start();
+    let mut dns = Dns::start(&[(NAME, ip("127.0.0.1"))]);
+    let gw = gateway_on_name(&dns, backend.addr.port());
+    assert_eq!(get(gw.proxy, TARGET).status, 200);
+    dns.stop();
+    gw.wait_for_metric_at_least(
+        &format!("agent_gateway_upstream_dns_errors_total{{name=\"{NAME}\"}}"),
+        1.0,
+    );
+    for _ in 0..4 {
+        assert_eq!(get(gw.proxy, TARGET).status, 200);
+    }
+}
+
+#[test]
+fn a_name_that_does_not_resolve_at_start_stops_the_gateway_unless_allowed() {
+    let dns = Dns::start(&[("other.test", ip("127.0.0.1"))]);
+    let mut cfg = test_config(&[]);
+    cfg.upstream.addresses = vec![format!("{NAME}:80")];
+    cfg.upstream.resolvers = vec![dns.addr.to_string()];
+    assert!(!Gateway::builder(cfg.clone())
+        .process()
+        .exit_status()
+        .success());
+    cfg.upstream.allow_unresolved_at_start = true;
+    let gw = Gateway::builder(cfg).start();
+    // Nothing to send to: the gateway's own 502, sent nowhere.
+    assert_eq!(get(gw.proxy, TARGET).status, 502);
+}
+
+/// A backend that holds every answer until `gate` opens and counts the connections open to
+/// it at once that carried a request (the health check's bare connect carries none, and is
+/// no proxied connection): the most it saw.
+struct CountingBackend {
+    addr: SocketAddr,
+    most: Arc<AtomicUsize>,
+}
+
+fn counting_backend(gate: Gate) -> CountingBackend {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let open = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let seen = most.clone();
+    thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let (open, seen, gate) = (open.clone(), seen.clone(), gate.clone());
+            thread::spawn(move || {
+                let mut counted = false;
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                loop {
+                    // A GET: its head is the whole request.
+                    let mut line = String::new();
+                    let mut ended = false;
+                    while reader.read_line(&mut line).unwrap_or(0) > 0 {
+                        if line == "\r\n" {
+                            ended = true;
+                            break;
+                        }
+                        line.clear();
+                    }
+                    if !ended {
+                        break;
+                    }
+                    if !counted {
+                        counted = true;
+                        let now = open.fetch_add(1, Ordering::SeqCst) + 1;
+                        seen.fetch_max(now, Ordering::SeqCst);
+                    }
+                    gate.wait();
+                    let body = r#"{"status_code":200,"message_code":0,"message":"OK"}"#;
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if conn.write_all(answer.as_bytes()).is_err() {
+                        break;
+                    }
+                }
+                if counted {
+                    open.fetch_sub(1, Ordering::SeqCst);
+                }
+            });
+        }
+    });
+    CountingBackend { addr, most }
+}
+
+#[test]
+fn a_budget_of_four_connections_queues_the_rest_and_refuses_past_the_queue() {
+    let gate = Gate::new();
+    let backend = counting_backend(gate.clone());
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.upstream.max_connections_per_address = Some(4);
+    cfg.upstream.max_pending = 8;
+    cfg.upstream.pending_timeout_ms = 60_000;
+    cfg.upstream.read_timeout_ms = 60_000;
+    let gw = Gateway::builder(cfg).start();
+
+    // 20 at once against answers held back: 4 on connections, 8 waiting, 8 refused.
+    let calls: Vec<_> = (0..20)
+        .map(|_| {
+            let proxy = gw.proxy;
+            thread::spawn(move || get(proxy, TARGET))
+        })
+        .collect();
+    gw.wait_for_metric(
+        "agent_gateway_upstream_overflow_total{reason=\"queue_full\"}",
+        8.0,
+    );
+    gate.open();
+    let answers: Vec<Response> = calls.into_iter().map(|c| c.join().unwrap()).collect();
+    let refused: Vec<&Response> = answers.iter().filter(|a| a.status != 200).collect();
+    assert_eq!(refused.len(), 8, "only a full queue refuses");
+    for r in refused {
+        assert_eq!(r.status, 503);
+        assert_eq!(r.header("retry-after"), Some("1"));
+        assert_eq!(r.json()["message_code"], 50300);
+    }
+    assert!(
+        backend.most.load(Ordering::SeqCst) <= 4,
+        "the backend saw {} connections at once",
+        backend.most.load(Ordering::SeqCst)
+    );
+    assert_eq!(
+        gw.metric("agent_gateway_upstream_overflow_total{reason=\"timeout\"}"),
+        0.0
+    );
+}
+
+#[test]
+fn an_address_that_dies_is_tried_by_at_most_eject_after_failures_requests() {
+    let alive = Backend::start();
+    let dying_port = ClosedPort::new();
+    let dying = Backend::start_on(&dying_port);
+    let mut cfg = test_config(&[alive.addr, dying_port.addr]);
+    // Active checks off in effect: one at start, the next in an hour.
+    cfg.upstream.health_check_interval_ms = 3_600_000;
+    cfg.upstream.eject_after_failures = 3;
+    let gw = Gateway::builder(cfg).start();
+    wait_until("the first health check", || {
+        admin_get(gw.admin, "/readyz").status == 200
+    });
+    drop(dying);
+
+    for _ in 0..12 {
+        assert_eq!(get(gw.proxy, TARGET).status, 200);
+    }
+    let tried = gw.metric("agent_gateway_upstream_errors_total{kind=\"connect\"}");
+    assert!(tried <= 3.0, "{tried} requests tried the dead address");
+    let series = format!(
+        "agent_gateway_upstream_ejections_total{{address=\"{}\"}}",
+        dying_port.addr
+    );
+    assert_eq!(gw.metric(&series), 1.0);
+    assert_eq!(
+        gw.metric(&format!(
+            "agent_gateway_upstream_address_up{{address=\"{}\"}}",
+            dying_port.addr
+        )),
+        0.0
+    );
+}

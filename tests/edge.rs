@@ -1,0 +1,367 @@
+//! The edge, against the real server: who is calling (PROXY protocol v1 and v2 from raw
+//! bytes, trusted `X-Forwarded-For`), guessers slowed down per address, token rotation
+//! through the agents file under load, and the admin token.
+
+mod common;
+
+use std::io::{BufReader, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_gateway::config::file::{AgentFile, AgentsFile, Digests};
+use agent_gateway::config::testing::{AGENT_ID, TOKEN};
+use agent_gateway::config::TokenDigest;
+use common::*;
+
+fn digest(token: &str) -> String {
+    TokenDigest::of(token.as_bytes()).to_hex()
+}
+
+/// An authenticated GET of a v1 status by [`AGENT_ID`] with `token`, as raw bytes.
+fn status_request(token: &str, extra: &str) -> Vec<u8> {
+    format!(
+        "GET /api/v1/transaction/tx-1/status HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\
+         X-Service-Agent-Id: {AGENT_ID}\r\nX-Auth-Token: {token}\r\n{extra}\r\n"
+    )
+    .into_bytes()
+}
+
+/// Sends `bytes` to `to` from the local address `from` and reads one response; `None` when
+/// the gateway closes the connection first.
+fn send_from(from: IpAddr, to: SocketAddr, bytes: &[u8]) -> Option<Response> {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.bind(&SocketAddr::new(from, 0).into()).unwrap();
+    socket.connect(&to.into()).unwrap();
+    let mut stream: TcpStream = socket.into();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    stream.write_all(bytes).ok()?;
+    read_response(&mut BufReader::new(stream))
+}
+
+#[test]
+fn proxy_protocol_v1_and_v2_name_the_client_and_a_broken_header_closes_the_connection() {
+    let backend = Backend::start();
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.listen.proxy_protocol = true;
+    let gw = Gateway::builder(cfg).start();
+
+    let mut v1 = b"PROXY TCP4 203.0.113.9 10.0.0.1 51000 8080\r\n".to_vec();
+    v1.extend(status_request(
+        TOKEN,
+        "User-Agent: sdk/1.0\r\nX-Request-Id: pp-v1\r\n",
+    ));
+    let answer = raw(gw.proxy, &v1).expect("an answer after a v1 header");
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(
+        backend.last().header("x-forwarded-for"),
+        Some("203.0.113.9")
+    );
+    let line = gw.access_line("pp-v1");
+    assert_eq!(line["client_addr"], "203.0.113.9");
+    assert_eq!(line["user_agent"], "sdk/1.0");
+
+    let addresses: ppp::v2::Addresses = (
+        "[2001:db8::7]:443".parse::<SocketAddr>().unwrap(),
+        "[2001:db8::1]:8080".parse::<SocketAddr>().unwrap(),
+    )
+        .into();
+    let mut v2 = ppp::v2::Builder::with_addresses(
+        ppp::v2::Version::Two | ppp::v2::Command::Proxy,
+        ppp::v2::Protocol::Stream,
+        addresses,
+    )
+    .build()
+    .unwrap();
+    v2.extend(status_request(TOKEN, "X-Request-Id: pp-v2\r\n"));
+    let answer = raw(gw.proxy, &v2).expect("an answer after a v2 header");
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(gw.access_line("pp-v2")["client_addr"], "2001:db8::7");
+
+    // A balancer's health check (LOCAL) keeps the TCP peer.
+    let mut local = ppp::v2::Builder::with_addresses(
+        ppp::v2::Version::Two | ppp::v2::Command::Local,
+        ppp::v2::Protocol::Unspecified,
+        ppp::v2::Addresses::Unspecified,
+    )
+    .build()
+    .unwrap();
+    local.extend(status_request(TOKEN, "X-Request-Id: pp-local\r\n"));
+    assert_eq!(raw(gw.proxy, &local).unwrap().status, 200);
+    assert_eq!(gw.access_line("pp-local")["client_addr"], "127.0.0.1");
+
+    let forwarded = backend.count();
+    let mut wrong_version = v2.clone();
+    wrong_version[12] = 0x31;
+    let broken: [&[u8]; 4] = [
+        &status_request(TOKEN, ""),
+        b"PROXY TCP4 999.0.113.9 10.0.0.1 51000 8080\r\nGET / HTTP/1.1\r\n\r\n",
+        b"PROXY TCP9 203.0.113.9 10.0.0.1 51000 8080\r\nGET / HTTP/1.1\r\n\r\n",
+        &wrong_version,
+    ];
+    for bytes in broken {
+        assert!(
+            raw(gw.proxy, bytes).is_none(),
+            "{:?}",
+            String::from_utf8_lossy(bytes)
+        );
+    }
+    assert_eq!(
+        backend.count(),
+        forwarded,
+        "nothing of a broken header is forwarded"
+    );
+
+    // With trusted proxies, only they may send a header: any other peer is closed.
+    let mut cfg = gw.config.clone();
+    cfg.listen.trusted_proxies = vec!["10.0.0.0/8".into()];
+    gw.reload(&cfg);
+    assert!(
+        raw(gw.proxy, &v1).is_none(),
+        "a header from an untrusted peer"
+    );
+    assert_eq!(backend.count(), forwarded);
+}
+
+#[test]
+fn only_a_trusted_proxy_says_who_the_client_is_and_by_which_scheme() {
+    let extra = "X-Forwarded-For: 6.6.6.6, 198.51.100.1\r\nX-Forwarded-Proto: https\r\n";
+    // (trusted proxies, the client logged, the scheme the backend is told)
+    let cases = [
+        (vec!["127.0.0.0/8".to_string()], "198.51.100.1", "https"),
+        (Vec::new(), "127.0.0.1", "http"),
+    ];
+    for (i, (trusted, client, scheme)) in cases.into_iter().enumerate() {
+        let backend = Backend::start();
+        let mut cfg = test_config(&[backend.addr]);
+        cfg.listen.trusted_proxies = trusted;
+        let gw = Gateway::builder(cfg).start();
+        let id = format!("xff-{i}");
+        let head = format!("{extra}X-Request-Id: {id}\r\n");
+        assert_eq!(
+            raw(gw.proxy, &status_request(TOKEN, &head)).unwrap().status,
+            200
+        );
+        assert_eq!(gw.access_line(&id)["client_addr"], client);
+        let seen = backend.last();
+        // The peer is appended whoever it is; the scheme is the gateway's unless trusted.
+        let forwarded = "6.6.6.6, 198.51.100.1, 127.0.0.1";
+        assert_eq!(seen.header("x-forwarded-for"), Some(forwarded));
+        assert_eq!(seen.header("x-forwarded-proto"), Some(scheme));
+    }
+}
+
+#[test]
+fn a_guessing_address_gets_429_while_another_keeps_working() {
+    let backend = Backend::start();
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.auth.max_failures_per_minute = Some(3);
+    let gw = Gateway::builder(cfg).start();
+    let guesser: IpAddr = "127.0.0.2".parse().unwrap();
+    let client: IpAddr = "127.0.0.1".parse().unwrap();
+    for i in 0..3 {
+        let wrong = send_from(
+            guesser,
+            gw.proxy,
+            &status_request(&format!("guess-{i}"), ""),
+        );
+        assert_eq!(wrong.unwrap().status, 401);
+    }
+    // Past the limit, even the right token is not checked.
+    for _ in 0..2 {
+        let refused = send_from(guesser, gw.proxy, &status_request(TOKEN, "")).unwrap();
+        assert_eq!(refused.status, 429, "{}", refused.text());
+        assert_eq!(refused.json()["message_code"], 42902);
+        let retry: u64 = refused.header("retry-after").unwrap().parse().unwrap();
+        assert!((1..=60).contains(&retry), "{retry}");
+    }
+    let fine = send_from(client, gw.proxy, &status_request(TOKEN, "")).unwrap();
+    assert_eq!(fine.status, 200, "{}", fine.text());
+    assert_eq!(gw.metric("agent_gateway_auth_throttled_total"), 2.0);
+    let log = gw.log();
+    assert_eq!(
+        log.matches("too many failed authentications").count(),
+        1,
+        "{log}"
+    );
+}
+
+#[test]
+fn a_token_rotates_through_the_agents_file_under_load_with_no_failed_request() {
+    let backend = Backend::start();
+    let dir = tempfile::tempdir().unwrap();
+    // The agents file as a Kubernetes Secret mounts it: a symlink through `..data`.
+    let secret = dir.path().join("secret");
+    std::fs::create_dir(&secret).unwrap();
+    let agents = |tokens: &[&str]| {
+        let mut agent = AgentFile::new(AGENT_ID, TOKEN);
+        agent.token_sha256 = Digests(tokens.iter().map(|t| digest(t)).collect());
+        toml::to_string(&AgentsFile {
+            agents: vec![agent],
+        })
+        .unwrap()
+    };
+    let swap = |n: usize, text: &str| {
+        let version = secret.join(format!("..v{n}"));
+        std::fs::create_dir(&version).unwrap();
+        std::fs::write(version.join("agents.toml"), text).unwrap();
+        let link = secret.join("..data_tmp");
+        std::os::unix::fs::symlink(format!("..v{n}"), &link).unwrap();
+        std::fs::rename(&link, secret.join("..data")).unwrap();
+    };
+    swap(1, &agents(&["old-token"]));
+    std::os::unix::fs::symlink("..data/agents.toml", secret.join("agents.toml")).unwrap();
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.auth.agents.clear();
+    cfg.auth.agents_file = Some("secret/agents.toml".into());
+    let gw = Gateway::builder(cfg)
+        .config_path(dir.path().join("gateway.toml"))
+        .start();
+
+    let use_new = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (sent, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let load: Vec<_> = (0..4)
+        .map(|_| {
+            let (use_new, stop) = (use_new.clone(), stop.clone());
+            let (sent, failed, proxy) = (sent.clone(), failed.clone(), gw.proxy);
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let token = if use_new.load(Ordering::Relaxed) {
+                        "new-token"
+                    } else {
+                        "old-token"
+                    };
+                    let status = raw(proxy, &status_request(token, "")).map(|r| r.status);
+                    sent.fetch_add(1, Ordering::Relaxed);
+                    if status != Some(200) {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    let sent_past = |n: usize| {
+        let at = sent.load(Ordering::Relaxed) + n;
+        wait_until("requests sent", || sent.load(Ordering::Relaxed) >= at);
+    };
+    sent_past(50);
+    // 1. Add the new token beside the old one.
+    swap(2, &agents(&["old-token", "new-token"]));
+    gw.wait_for_metric("agent_gateway_config_generation", 2.0);
+    sent_past(50);
+    // 2. The client moves to the new token.
+    use_new.store(true, Ordering::Relaxed);
+    sent_past(50);
+    // 3. The old token is no longer used: remove it.
+    swap(3, &agents(&["new-token"]));
+    gw.wait_for_metric("agent_gateway_config_generation", 3.0);
+    sent_past(50);
+    stop.store(true, Ordering::Relaxed);
+    for thread in load {
+        thread.join().unwrap();
+    }
+    assert_eq!(
+        failed.load(Ordering::Relaxed),
+        0,
+        "of {}",
+        sent.load(Ordering::Relaxed)
+    );
+    let scrape = gw.scrape();
+    for token in ["old-token", "new-token"] {
+        let label = &digest(token)[..8];
+        let series = format!(
+            "agent_gateway_agent_token_last_used_timestamp_seconds{{agent_id=\"{AGENT_ID}\",token=\"{label}\"}}"
+        );
+        assert!(
+            metric_value(&scrape, &series).is_some_and(|t| t > 0.0),
+            "{series}"
+        );
+    }
+    let old = raw(gw.proxy, &status_request("old-token", "")).unwrap();
+    assert_eq!(old.status, 401, "the removed token fails");
+
+    // A broken agents file keeps the last good agents, and says why.
+    swap(4, "[[agents]]\nid = \"agent-1\"\ntoken_sha256 = \"nope\"\n");
+    gw.wait_for_metric(
+        "agent_gateway_config_reloads_total{result=\"failure\"}",
+        1.0,
+    );
+    assert_eq!(
+        raw(gw.proxy, &status_request("new-token", ""))
+            .unwrap()
+            .status,
+        200
+    );
+    assert!(gw.log().contains("agents[0].token_sha256"), "{}", gw.log());
+}
+
+#[test]
+fn with_an_admin_token_only_the_probes_and_metrics_are_open() {
+    let backend = Backend::start();
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.admin.token_sha256 = Digests(vec![digest("admin-old"), digest("admin-new")]);
+    let gw = Gateway::builder(cfg.clone()).process().start();
+    for open in ["/healthz", "/readyz", "/metrics"] {
+        assert_eq!(admin_get(gw.admin, open).status, 200, "{open}");
+    }
+    for closed in ["/config", "/v1-usage", "/openapi.json"] {
+        let refused = admin_get(gw.admin, closed);
+        assert_eq!(refused.status, 401, "{closed}");
+        assert_eq!(refused.header("www-authenticate"), Some("Bearer"));
+        assert_eq!(refused.json()["message_code"], 40100);
+        let wrong = request(
+            gw.admin,
+            "GET",
+            closed,
+            &[("Authorization", "Bearer nope")],
+            b"",
+        );
+        assert_eq!(wrong.status, 401, "{closed}");
+        for token in ["admin-old", "admin-new"] {
+            let bearer = format!("Bearer {token}");
+            let allowed = request(gw.admin, "GET", closed, &[("Authorization", &bearer)], b"");
+            assert_eq!(allowed.status, 200, "{closed}");
+        }
+    }
+    assert_eq!(request(gw.admin, "POST", "/-/reload", &[], b"").status, 401);
+
+    // The CLI's admin client sends the token from a file.
+    let token_file = gw.dir.path().join("admin-token");
+    std::fs::write(&token_file, "admin-new\n").unwrap();
+    let admin_url = format!("http://{}", gw.admin);
+    let out = cli(["v1-usage", "--admin", &admin_url, "--json"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--admin-token-file"));
+    let token_arg = token_file.display().to_string();
+    let out = cli([
+        "v1-usage",
+        "--admin",
+        &admin_url,
+        "--admin-token-file",
+        &token_arg,
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // protect_metrics closes /metrics too, live.
+    cfg.admin.protect_metrics = true;
+    gw.write_config(&cfg);
+    let reloaded = request(
+        gw.admin,
+        "POST",
+        "/-/reload",
+        &[("Authorization", "Bearer admin-old")],
+        b"",
+    );
+    assert_eq!(reloaded.status, 200, "{}", reloaded.text());
+    assert_eq!(admin_get(gw.admin, "/metrics").status, 401);
+    assert_eq!(admin_get(gw.admin, "/healthz").status, 200);
+}
