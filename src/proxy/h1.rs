@@ -458,13 +458,17 @@ impl H1Connection {
             self.buf.advance(self.head.len + raw);
         }
         self.body = BodyState::Broken;
-        // One large request must not pin its buffers for the connection's life.
-        if self.buf.capacity() > KEPT_BUFFER && self.buf.len() < 4096 {
+        // A kept-alive connection waiting for its next request holds no buffers, as nginx
+        // frees its header buffer: they come back when the next request's first byte does
+        // (most of an idle connection's memory, for a malloc and a free per request).
+        if self.buf.is_empty() {
+            self.buf = BytesMut::new();
+        } else if self.buf.capacity() > KEPT_BUFFER && self.buf.len() < 4096 {
+            // One large request must not pin its buffer while pipelined ones are served.
             self.buf = BytesMut::from(&self.buf[..]);
         }
-        if self.decoded.capacity() > KEPT_BUFFER {
-            self.decoded = BytesMut::new();
-        }
+        self.out = BytesMut::new();
+        self.decoded = BytesMut::new();
     }
 
     /// Closes after an answer that left request bytes unread: stops writing, then reads and
