@@ -8,6 +8,7 @@
 //! requests answered in order, and the connection's state (keep-alive, bytes still unread)
 //! kept here rather than passed around.
 
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,7 +18,7 @@ use pingora::protocols::http::date::get_cached_date;
 use pingora::protocols::l4::stream::Stream as L4Stream;
 use pingora::protocols::Stream;
 use pingora::server::ShutdownWatch;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::time::timeout;
 
 use super::downstream::Downstream;
@@ -203,17 +204,23 @@ impl H1Connection {
     }
 
     /// Reads more bytes; `Ok(0)` at the end of the stream.
+    ///
+    /// While nothing can be read and nothing is kept, the connection waits without a read
+    /// buffer (as nginx frees a keepalive connection's): one that sends nothing, or waits
+    /// for its next request, holds none, and the read when bytes come is the only system
+    /// call.
     async fn fill(&mut self) -> std::io::Result<usize> {
-        if self.buf.capacity() == 0 {
-            // An empty read waits until the client sends something (on TCP it returns at
-            // once when readable, without copying): a connection that sends nothing holds no
-            // read buffer.
-            let _always_zero = self.stream.read(&mut []).await?;
-        }
-        if self.buf.capacity() - self.buf.len() < 1024 {
-            self.buf.reserve(4096);
-        }
-        self.stream.read_buf(&mut self.buf).await
+        std::future::poll_fn(|cx| {
+            if self.buf.capacity() - self.buf.len() < 1024 {
+                self.buf.reserve(4096);
+            }
+            let read = tokio_util::io::poll_read_buf(Pin::new(&mut self.stream), cx, &mut self.buf);
+            if read.is_pending() && self.buf.is_empty() {
+                self.buf = BytesMut::new();
+            }
+            read
+        })
+        .await
     }
 
     /// Reads until a whole request head is in, or, with `sniff_h2`, the HTTP/2 preface.
@@ -458,13 +465,11 @@ impl H1Connection {
             self.buf.advance(self.head.len + raw);
         }
         self.body = BodyState::Broken;
-        // A kept-alive connection waiting for its next request holds no buffers, as nginx
-        // frees its header buffer: they come back when the next request's first byte does
-        // (most of an idle connection's memory, for a malloc and a free per request).
-        if self.buf.is_empty() {
-            self.buf = BytesMut::new();
-        } else if self.buf.capacity() > KEPT_BUFFER && self.buf.len() < 4096 {
-            // One large request must not pin its buffer while pipelined ones are served.
+        // One large request must not pin its buffers for the connection's life. The read
+        // buffer goes while the connection waits for more ([`Self::fill`]); the answer's and
+        // the decoded body's go now (a kept-alive connection waiting for its next request
+        // holds no buffers, for a malloc and a free per answer).
+        if self.buf.capacity() > KEPT_BUFFER && self.buf.len() < 4096 {
             self.buf = BytesMut::from(&self.buf[..]);
         }
         self.out = BytesMut::new();
