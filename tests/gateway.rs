@@ -418,6 +418,22 @@ fn refused_connection_is_502_and_the_next_address_is_tried() {
 }
 
 #[test]
+fn a_connect_past_the_connect_timeout_is_504_and_the_next_address_is_tried() {
+    let silent = SilentPort::new();
+    let gw = Gateway::start(&[silent.addr]);
+    let resp = post(gw.proxy, "/api/v1/verify/request", BODY);
+    assert_eq!(resp.status, 504);
+    assert_eq!(resp.json()["message_code"], 50400);
+
+    let backend = Backend::start();
+    let gw = Gateway::start(&[silent.addr, backend.addr]);
+    for _ in 0..4 {
+        assert_eq!(post(gw.proxy, "/api/v1/verify/request", BODY).status, 200);
+    }
+    assert_eq!(backend.count(), 4);
+}
+
+#[test]
 fn requests_are_spread_round_robin() {
     let (a, b) = (Backend::start(), Backend::start());
     let gw = Gateway::start(&[a.addr, b.addr]);

@@ -152,6 +152,7 @@ pub fn build(
     let mut background: Vec<Arc<dyn BackgroundService + Send + Sync>> = vec![
         Arc::new(PoolSweeper {
             pool,
+            backends: backends.clone(),
             config: config.clone(),
         }),
         Arc::new(HealthChecker {

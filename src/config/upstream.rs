@@ -105,11 +105,12 @@ impl Target {
 }
 
 impl UpstreamConfig {
-    /// How `addr`, an address of `target`, is reached: its timeouts and TLS settings, as
+    /// How `addr`, an address of `target`, is reached: its idle timeout and TLS settings, as
     /// pingora connects.
     pub fn peer(&self, target: &Target, addr: SocketAddr) -> HttpPeer {
         let mut peer = HttpPeer::new(addr, self.tls.is_some(), target.sni.clone());
-        peer.options.connection_timeout = Some(self.connect_timeout);
+        // No `connection_timeout`: the gateway limits a connect itself on the runtime's timer
+        // (`proxy::connect`), with the `connect_timeout` of the request's snapshot.
         peer.options.idle_timeout = Some(self.idle_timeout);
         if let Some(tls) = &self.tls {
             peer.options.verify_cert = tls.verify;

@@ -2,9 +2,10 @@
 //! never makes a request wait on its sink.
 //!
 //! A line is copied into the buffer under a lock held only for the copy; the writer thread
-//! swaps the buffer for an empty one and writes the whole batch with one `write(2)`, at least
-//! once a period ([`FLUSH_EVERY`] in the binary) and as soon as [`WAKE_AT`] bytes or an urgent
-//! line (a warning or an error) are waiting. When the sink is slower than the lines (a full pipe, a stalled disk),
+//! swaps the buffer for an empty one and writes the whole batch with one `write(2)`, at most a
+//! period ([`FLUSH_EVERY`] in the binary) after its first line, and as soon as [`WAKE_AT`]
+//! bytes or an urgent line (a warning or an error) are waiting. With nothing queued the thread
+//! sleeps until a line comes. When the sink is slower than the lines (a full pipe, a stalled disk),
 //! the buffer fills to its capacity and further lines are dropped and counted, never waited
 //! for, in the sink's own counter, `agent_gateway_log_lines_dropped_total` ([`LineSink::dropped_lines`]).
 
@@ -44,11 +45,13 @@ struct Pending {
     woken: bool,
     /// A batch taken from `lines` is being written.
     writing: bool,
+    /// The writer sleeps with nothing queued, with no deadline: the next line wakes it.
+    idle: bool,
 }
 
 impl LineSink {
-    /// A sink of `capacity` bytes whose lines a new thread writes to `out`, at least once a
-    /// `period`.
+    /// A sink of `capacity` bytes whose lines a new thread writes to `out`, each at most a
+    /// `period` after it was queued.
     pub fn spawn(out: impl Write + Send + 'static, capacity: usize, period: Duration) -> Arc<Self> {
         let sink = Arc::new(LineSink {
             pending: Mutex::new(Pending::default()),
@@ -83,8 +86,10 @@ impl LineSink {
         p.lines.extend_from_slice(line);
         let wake = !p.woken && (urgent || p.lines.len() >= WAKE_AT);
         p.woken |= wake;
+        // The first line after a quiet spell starts the period it may wait.
+        let first = std::mem::take(&mut p.idle);
         drop(p);
-        if wake {
+        if wake || first {
             self.wake.notify_one();
         }
         true
@@ -125,11 +130,18 @@ impl LineSink {
         self.pending.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The writer thread: takes what is queued, a batch at a time, and writes it.
+    /// The writer thread: takes what is queued, a batch at a time, and writes it. With
+    /// nothing queued it sleeps until a line comes (an idle gateway wakes no thread for its
+    /// log); a line then waits at most a period for others to join its batch.
     fn write_out(&self, mut out: impl Write) {
         let mut batch = Vec::new();
         loop {
             let mut p = self.lock();
+            while p.lines.is_empty() && !p.woken {
+                p.idle = true;
+                p = self.wake.wait(p).unwrap_or_else(|e| e.into_inner());
+            }
+            p.idle = false;
             if !p.woken {
                 p = self
                     .wake
@@ -270,6 +282,18 @@ mod tests {
         let batch = vec![b'x'; WAKE_AT];
         sink.push(&batch, false);
         wait_for(&out, b"info\nerror\n".len() + WAKE_AT);
+    }
+
+    #[test]
+    fn a_line_after_a_quiet_spell_is_written_within_the_period() {
+        let out = Shared::default();
+        let sink = LineSink::spawn(out.clone(), DEFAULT_CAPACITY, Duration::from_millis(10));
+        sink.push(b"first\n", false);
+        wait_for(&out, b"first\n".len());
+        // The writer has nothing queued and sleeps with no deadline: the next line wakes it.
+        std::thread::sleep(Duration::from_millis(50));
+        sink.push(b"second\n", false);
+        wait_for(&out, b"first\nsecond\n".len());
     }
 
     /// Waits until `len` bytes are written (the test fails by hanging past 10 s otherwise).

@@ -4,7 +4,7 @@
 //! waiting requests and its ejection state.
 //!
 //! An address that stays in the set keeps its state (connections, budget, failures); one that
-//! leaves is retired: its idle connections are closed at the pool's next sweep, its busy ones
+//! leaves is retired: its idle connections are closed by the pool's sweeper at once, its busy ones
 //! when their request is done, and none is handed to a new request.
 
 use std::collections::HashMap;
@@ -147,9 +147,7 @@ impl Address {
 
     /// Whether the address is reached the same way as `peer` describes.
     fn reached_as(&self, peer: &HttpPeer) -> bool {
-        self.key == peer.reuse_hash()
-            && self.peer.options.connection_timeout == peer.options.connection_timeout
-            && self.peer.options.idle_timeout == peer.options.idle_timeout
+        self.key == peer.reuse_hash() && self.peer.options.idle_timeout == peer.options.idle_timeout
     }
 
     pub fn is_retired(&self) -> bool {
@@ -249,6 +247,8 @@ pub struct Backends {
     metrics: Arc<BackendMetrics>,
     /// Wakes the name follower: a reload brought a name to look up.
     new_names: Notify,
+    /// Wakes the pool's sweeper: an address left the set, its idle connections are to close.
+    retired: Notify,
 }
 
 impl Backends {
@@ -262,7 +262,13 @@ impl Backends {
             pending: Arc::default(),
             metrics,
             new_names: Notify::new(),
+            retired: Notify::new(),
         }
+    }
+
+    /// Resolves when an address has left the set since the last call.
+    pub async fn address_retired(&self) {
+        self.retired.notified().await;
     }
 
     fn following(&self) -> MutexGuard<'_, Following> {
@@ -335,6 +341,7 @@ impl Backends {
             gone.retired.store(true, Ordering::Relaxed);
             self.metrics.address_left(&gone.addr.to_string());
             tracing::info!(address = %gone.addr, "upstream address left the set; its connections drain and close");
+            self.retired.notify_one();
         }
         self.set.store(Arc::new(set));
     }

@@ -3,11 +3,12 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Duration;
 
 use pingora::connectors::TransportConnector;
 use pingora::protocols::Stream;
 use pingora::upstreams::peer::HttpPeer;
-use pingora::Error;
+use pingora::{Error, ErrorType};
 
 /// A boxed connect: connecting (and TLS) is a large future, and rare; kept inline it would
 /// size every client connection's task, idle or not.
@@ -15,11 +16,23 @@ pub type ConnectFuture<'a> = Pin<Box<dyn Future<Output = Result<Stream, Box<Erro
 
 /// Makes new connections to backends.
 pub trait Connect: Send + Sync {
-    fn connect<'a>(&'a self, peer: &'a HttpPeer) -> ConnectFuture<'a>;
+    /// A connection to `peer` (TCP, and TLS when it says so), given up after `limit`.
+    fn connect<'a>(&'a self, peer: &'a HttpPeer, limit: Duration) -> ConnectFuture<'a>;
 }
 
 impl Connect for TransportConnector {
-    fn connect<'a>(&'a self, peer: &'a HttpPeer) -> ConnectFuture<'a> {
-        Box::pin(self.new_stream(peer))
+    /// The limit is the runtime's timer, not the peer's `connection_timeout`: pingora's own
+    /// timeouts start a clock thread that wakes 100 times a second for the life of the
+    /// process, idle or not.
+    fn connect<'a>(&'a self, peer: &'a HttpPeer, limit: Duration) -> ConnectFuture<'a> {
+        Box::pin(async move {
+            match tokio::time::timeout(limit, self.new_stream(peer)).await {
+                Ok(connected) => connected,
+                Err(_) => Error::e_explain(
+                    ErrorType::ConnectTimedout,
+                    format!("no connection within {}", humantime::format_duration(limit)),
+                ),
+            }
+        })
     }
 }

@@ -8,6 +8,7 @@
 //! requests answered in order, and the connection's state (keep-alive, bytes still unread)
 //! kept here rather than passed around.
 
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,11 +18,12 @@ use pingora::protocols::http::date::get_cached_date;
 use pingora::protocols::l4::stream::Stream as L4Stream;
 use pingora::protocols::Stream;
 use pingora::server::ShutdownWatch;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::time::timeout;
 
 use super::downstream::Downstream;
 use super::h2::PREFACE;
+use super::timer::LazyTimer;
 use super::ProxyApp;
 use crate::api::failure::{BodyError, UnreadableHead};
 use crate::config::{LimitsConfig, Snapshot};
@@ -90,11 +92,15 @@ impl ProxyApp {
         let mut sniff_h2 = self.http2 && stream.get_ssl_digest().is_none();
         let mut c = H1Connection::new(stream);
         let mut config = Cache::new(&*self.config);
+        // One timer for every head the connection waits for.
+        let mut head_timer = LazyTimer::default();
         loop {
             // The whole head must arrive in time (a slowloris client is cut off), and an idle
             // kept-alive connection waits no longer, by the limits current when it starts.
             let limits = config.load().limits.clone();
-            let head = timeout(limits.client_header_timeout, c.read_head(&limits, sniff_h2)).await;
+            let head = head_timer
+                .limit(limits.client_header_timeout, c.read_head(&limits, sniff_h2))
+                .await;
             if std::mem::take(&mut sniff_h2) || c.requests == 0 {
                 if matches!(head, Ok(Ok(HeadRead::Http2Preface))) {
                     return c.into_rewound();
@@ -198,17 +204,23 @@ impl H1Connection {
     }
 
     /// Reads more bytes; `Ok(0)` at the end of the stream.
+    ///
+    /// While nothing can be read and nothing is kept, the connection waits without a read
+    /// buffer (as nginx frees a keepalive connection's): one that sends nothing, or waits
+    /// for its next request, holds none, and the read when bytes come is the only system
+    /// call.
     async fn fill(&mut self) -> std::io::Result<usize> {
-        if self.buf.capacity() == 0 {
-            // An empty read waits until the client sends something (on TCP it returns at
-            // once when readable, without copying): a connection that sends nothing holds no
-            // read buffer.
-            let _always_zero = self.stream.read(&mut []).await?;
-        }
-        if self.buf.capacity() - self.buf.len() < 1024 {
-            self.buf.reserve(4096);
-        }
-        self.stream.read_buf(&mut self.buf).await
+        std::future::poll_fn(|cx| {
+            if self.buf.capacity() - self.buf.len() < 1024 {
+                self.buf.reserve(4096);
+            }
+            let read = tokio_util::io::poll_read_buf(Pin::new(&mut self.stream), cx, &mut self.buf);
+            if read.is_pending() && self.buf.is_empty() {
+                self.buf = BytesMut::new();
+            }
+            read
+        })
+        .await
     }
 
     /// Reads until a whole request head is in, or, with `sniff_h2`, the HTTP/2 preface.
@@ -453,13 +465,15 @@ impl H1Connection {
             self.buf.advance(self.head.len + raw);
         }
         self.body = BodyState::Broken;
-        // One large request must not pin its buffers for the connection's life.
+        // One large request must not pin its buffers for the connection's life. The read
+        // buffer goes while the connection waits for more ([`Self::fill`]); the answer's and
+        // the decoded body's go now (a kept-alive connection waiting for its next request
+        // holds no buffers, for a malloc and a free per answer).
         if self.buf.capacity() > KEPT_BUFFER && self.buf.len() < 4096 {
             self.buf = BytesMut::from(&self.buf[..]);
         }
-        if self.decoded.capacity() > KEPT_BUFFER {
-            self.decoded = BytesMut::new();
-        }
+        self.out = BytesMut::new();
+        self.decoded = BytesMut::new();
     }
 
     /// Closes after an answer that left request bytes unread: stops writing, then reads and

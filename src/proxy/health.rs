@@ -66,10 +66,11 @@ async fn check(
     connector: &dyn Connect,
     peer: &HttpPeer,
     path: Option<&str>,
+    connect_limit: Duration,
     limit: Duration,
 ) -> bool {
     let attempt = async {
-        let mut stream = connector.connect(peer).await.ok()?;
+        let mut stream = connector.connect(peer, connect_limit).await.ok()?;
         let Some(path) = path else { return Some(true) };
         let host = peer.sni().to_owned();
         let host = if host.is_empty() {
@@ -107,6 +108,7 @@ impl HealthChecker {
                 &*self.connector,
                 &address.peer,
                 up.health_check_path.as_deref(),
+                up.connect_timeout,
                 timeout,
             )
             .await;

@@ -23,6 +23,7 @@ pub mod pool;
 mod relay;
 #[cfg(test)]
 mod tests;
+pub mod timer;
 pub mod upstream;
 
 use std::sync::Arc;

@@ -1,44 +1,52 @@
 //! Kept-alive backend connections, idle between requests.
 //!
 //! pingora's own pool spawns a watcher task, a semaphore and a notifier per released
-//! connection; this one is a locked stack per backend. A connection is checked when it is
-//! taken (closed by the backend? expired?) rather than watched while idle, and
-//! [`UpstreamPool::evict`] sweeps the expired ones out periodically. Newest first: the
-//! connection most likely still open, with warm buffers, is reused. A connection to an
-//! address that left the set is never kept: it closes when its request is done, or at the
-//! next sweep when it sat idle.
+//! connection; this one is a locked stack per backend, newest first (the connection most
+//! likely still open, with warm buffers, is reused). An idle connection is watched by the
+//! runtime, as nginx's keepalive close handler and HAProxy's idle-connection polling do:
+//! when it is put back, its read side is polled once with a waker of its own, so bytes or a
+//! FIN that arrive while it is idle wake [`PoolSweeper`] as the runtime sees them, which
+//! closes it. Taking a quiet connection costs no system call. A connection to an address
+//! that left the set is never kept: it closes when its request is done, or at the next sweep
+//! when it sat idle.
+//!
+//! The window left is the one nginx and HAProxy have too: bytes in flight at the instant of
+//! the take, or arrived in the kernel in the same turn of the event loop that takes the
+//! connection, before the runtime has read its readiness events. A request on such a
+//! connection meets the backend's bytes as its answer's start or a reset; a reset of a
+//! reused connection is retried for idempotent requests only (`proxy::upstream`).
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::pin;
-use std::sync::Mutex;
-use std::task::{Context, Waker};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Wake, Waker};
 use std::time::Duration;
 
 // The runtime's clock: idle connections age with it, a paused test clock included.
 use tokio::time::Instant;
 
-use std::sync::Arc;
-
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
 use bytes::BytesMut;
-use nix::errno::Errno;
-use nix::sys::socket::{recv, MsgFlags};
 use pingora::protocols::Stream;
 use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncRead, ReadBuf};
+use tokio::sync::Notify;
 
-use super::backends::Slot;
+use super::backends::{Backends, Slot};
+use super::timer::LazyTimer;
 use crate::config::Snapshot;
 use crate::http1::ResponseHead;
 
-/// A connection to a backend with its read buffer and parsed-head scratch space.
+/// A connection to a backend with its read buffer, parsed-head scratch space, and the timer
+/// of its reads and writes.
 pub struct UpstreamConn {
     pub stream: Stream,
     pub buf: BytesMut,
     pub head: ResponseHead,
+    pub timer: LazyTimer,
     /// Its place in its address's count of connections, freed when it closes.
     pub slot: Slot,
 }
@@ -49,49 +57,71 @@ impl UpstreamConn {
             stream,
             buf: BytesMut::with_capacity(4096),
             head: ResponseHead::default(),
+            timer: LazyTimer::default(),
             slot,
         }
     }
 
-    /// Whether the backend has neither closed the connection nor sent anything unasked:
-    /// anything but "nothing to read" means the connection is done.
-    ///
-    /// The runtime's view alone is not enough: bytes or a FIN that arrived while the
-    /// connection sat idle are only known to it once its driver has polled the socket, so
-    /// the kernel is asked too (`MSG_PEEK`, which leaves the bytes where they are).
-    fn is_quiet(&mut self) -> bool {
+    /// Starts watching an idle connection: polls its read side once with `watch`'s waker.
+    /// `false` when the backend has already closed it or sent something unasked.
+    fn watch(&mut self, watch: &Arc<IdleWatch>) -> bool {
+        let waker = Waker::from(watch.clone());
         let mut probe = [0u8; 1];
-        let read = pin!(tokio::task::unconstrained(self.stream.read(&mut probe)));
-        let runtime_quiet = read
-            .poll(&mut Context::from_waker(Waker::noop()))
-            .is_pending();
-        runtime_quiet && self.socket_quiet()
+        let mut probe = ReadBuf::new(&mut probe);
+        // Usually no system call: the read that ended the last answer was short, so the
+        // runtime knows the socket has nothing more to read until it says otherwise.
+        let read =
+            Pin::new(&mut self.stream).poll_read(&mut Context::from_waker(&waker), &mut probe);
+        read.is_pending()
+    }
+}
+
+/// The waker an idle connection's read side is polled with: readiness while idle (bytes, a
+/// FIN, an error) means the connection is likely done; it is polled again to know.
+struct IdleWatch {
+    woken: AtomicBool,
+    /// Wakes the sweeper to look at it now rather than at the next expiry.
+    sweep: Arc<Notify>,
+}
+
+impl Wake for IdleWatch {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
     }
 
-    /// Whether the kernel holds nothing to read on the connection's socket (true for a
-    /// stream without one, in memory).
-    fn socket_quiet(&self) -> bool {
-        if self.stream.get_socket_digest().is_none() {
-            return true;
+    fn wake_by_ref(self: &Arc<Self>) {
+        // Called by the runtime's I/O driver: only a flag and a notification, no locks.
+        if !self.woken.swap(true, Ordering::Relaxed) {
+            self.sweep.notify_one();
         }
-        let mut probe = [0u8; 1];
-        let flags = MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT;
-        matches!(
-            recv(self.stream.id(), &mut probe, flags),
-            Err(Errno::EAGAIN)
-        )
     }
 }
 
 struct Idle {
     conn: UpstreamConn,
     since: Instant,
+    watch: Arc<IdleWatch>,
+}
+
+impl Idle {
+    /// Whether the connection may carry a request: younger than `idle_timeout`, to an
+    /// address still in the set, and quiet. One whose watch woke is polled again: a TLS
+    /// record that carries no data (a session ticket) leaves it quiet and watched; bytes or a
+    /// FIN do not.
+    fn usable(&mut self, idle_timeout: Duration) -> bool {
+        if self.since.elapsed() >= idle_timeout || self.conn.slot.address().is_retired() {
+            return false;
+        }
+        !self.watch.woken.swap(false, Ordering::Relaxed) || self.conn.watch(&self.watch)
+    }
 }
 
 /// Idle connections per backend key (the peer's reuse hash), at most `max_per_key` each.
 pub struct UpstreamPool {
     idle: Mutex<HashMap<u64, Vec<Idle>>>,
     max_per_key: usize,
+    /// Wakes [`PoolSweeper`]: a watched connection closed, or the first one came in.
+    sweep: Arc<Notify>,
 }
 
 impl UpstreamPool {
@@ -99,98 +129,120 @@ impl UpstreamPool {
         UpstreamPool {
             idle: Mutex::new(HashMap::new()),
             max_per_key,
+            sweep: Arc::new(Notify::new()),
         }
     }
 
-    /// The newest idle connection to `key` that is still open and younger than `idle_timeout`.
+    fn lock(&self) -> MutexGuard<'_, HashMap<u64, Vec<Idle>>> {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The newest idle connection to `key` that the backend has not closed and that is
+    /// younger than `idle_timeout`.
     pub fn take(&self, key: u64, idle_timeout: Duration) -> Option<UpstreamConn> {
         loop {
-            let Idle { mut conn, since } = {
-                let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-                idle.get_mut(&key)?.pop()?
-            };
-            if since.elapsed() >= idle_timeout {
-                // The newest is expired, so all older ones are too.
-                self.evict_key(key, idle_timeout);
-                return None;
+            let mut idle = self.lock().get_mut(&key)?.pop()?;
+            if idle.usable(idle_timeout) {
+                return Some(idle.conn);
             }
-            if conn.is_quiet() {
-                return Some(conn);
+            // Closed (dropped outside the lock), or expired: then all older ones are too,
+            // and the sweeper closes them.
+            if idle.since.elapsed() >= idle_timeout {
+                return None;
             }
         }
     }
 
-    /// Keeps `conn` for reuse, unless its address left the set or already has `max_per_key`
-    /// idle connections; the oldest request waiting for the address may then take it.
+    /// Keeps `conn` for reuse and watches it while idle, unless its address left the set or
+    /// already has `max_per_key` idle connections, or the backend has closed it; the oldest
+    /// request waiting for the address may then take it.
     pub fn put(&self, mut conn: UpstreamConn) {
         let address = conn.slot.address().clone();
         if address.is_retired() {
             return;
         }
         conn.buf.clear();
-        {
-            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-            let stack = idle.entry(address.key).or_default();
-            if stack.len() < self.max_per_key {
-                stack.push(Idle {
-                    conn,
-                    since: Instant::now(),
-                });
-            }
+        let watch = Arc::new(IdleWatch {
+            woken: AtomicBool::new(false),
+            sweep: self.sweep.clone(),
+        });
+        if !conn.watch(&watch) {
+            return;
+        }
+        let mut idle = self.lock();
+        let was_empty = idle.is_empty();
+        let stack = idle.entry(address.key).or_default();
+        if stack.len() < self.max_per_key {
+            stack.push(Idle {
+                conn,
+                since: Instant::now(),
+                watch,
+            });
+        }
+        drop(idle);
+        if was_empty {
+            // The sweeper sleeps without a deadline while the pool is empty.
+            self.sweep.notify_one();
         }
         address.returned();
     }
 
-    fn evict_key(&self, key: u64, idle_timeout: Duration) {
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(stack) = idle.get_mut(&key) {
-            stack.retain(|i| i.since.elapsed() < idle_timeout);
-        }
-    }
-
     /// Closes every connection idle for `idle_timeout`, closed by its backend, or to an
-    /// address that left the set.
-    pub fn evict(&self, idle_timeout: Duration) {
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+    /// address that left the set; says when the next one expires, if any is left.
+    pub fn evict(&self, idle_timeout: Duration) -> Option<Instant> {
+        let mut idle = self.lock();
         for stack in idle.values_mut() {
-            stack.retain_mut(|i| {
-                i.since.elapsed() < idle_timeout
-                    && !i.conn.slot.address().is_retired()
-                    && i.conn.is_quiet()
-            });
+            stack.retain_mut(|i| i.usable(idle_timeout));
         }
         idle.retain(|_, stack| !stack.is_empty());
+        // A stack is in the order its connections came back: the first is the oldest.
+        let next_expiry = idle
+            .values()
+            .filter_map(|stack| stack.first())
+            .map(|oldest| oldest.since + idle_timeout)
+            .min();
+        next_expiry
     }
 
     /// Idle connections kept for `key` right now.
     pub fn idle_count_of(&self, key: u64) -> usize {
-        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        idle.get(&key).map_or(0, Vec::len)
+        self.lock().get(&key).map_or(0, Vec::len)
     }
 
     /// Idle connections kept right now.
     pub fn idle_count(&self) -> usize {
-        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        idle.values().map(Vec::len).sum()
+        self.lock().values().map(Vec::len).sum()
     }
 }
 
-/// Sweeps expired and closed connections out of the pool once a second, so an idle gateway
-/// does not hold connections past `upstream.idle_timeout_ms`.
+/// Closes idle connections the backend closed as soon as their watch says so, those of an
+/// address that left the set as soon as it left, and expired ones when they expire
+/// (`upstream.idle_timeout_ms`). With no idle connection it sleeps until one comes: an idle
+/// gateway wakes no timer for its pool.
 pub struct PoolSweeper {
     pub pool: Arc<UpstreamPool>,
+    pub backends: Arc<Backends>,
     pub config: Arc<ArcSwap<Snapshot>>,
 }
 
 #[async_trait]
 impl BackgroundService for PoolSweeper {
     async fn start(&self, mut shutdown: ShutdownWatch) {
+        let mut next_expiry = None;
         loop {
+            let expired = async {
+                match next_expiry {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = shutdown.changed() => return,
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = self.pool.sweep.notified() => {}
+                _ = self.backends.address_retired() => {}
+                _ = expired => {}
             }
-            self.pool.evict(self.config.load().upstream.idle_timeout);
+            next_expiry = self.pool.evict(self.config.load().upstream.idle_timeout);
         }
     }
 }
@@ -201,6 +253,7 @@ mod tests {
     use crate::config::BudgetConfig;
     use crate::proxy::backends::{Address, Admit};
     use pingora::protocols::GetSocketDigest;
+    use std::io::Write;
 
     fn unlimited() -> BudgetConfig {
         BudgetConfig {
@@ -209,16 +262,15 @@ mod tests {
             pending_timeout: Duration::from_secs(1),
         }
     }
-    use std::io::Write;
 
-    /// A pooled connection over a real loopback socket, and the backend's end of it.
-    async fn pooled_socket() -> (UpstreamConn, std::net::TcpStream) {
+    /// A backend on loopback: its listener and its address in the pool's terms.
+    fn backend() -> (std::net::TcpListener, Arc<Address>) {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let address = Address::detached(listener.local_addr().unwrap());
-        pooled_socket_to(&listener, &address).await
+        (listener, address)
     }
 
-    /// Another connection to `address`, which `listener` serves.
+    /// A connection to `address`, which `listener` serves, and the backend's end of it.
     async fn pooled_socket_to(
         listener: &std::net::TcpListener,
         address: &Arc<Address>,
@@ -238,39 +290,120 @@ mod tests {
         (UpstreamConn::new(Box::new(stream), slot), backend)
     }
 
-    #[tokio::test(flavor = "current_thread")]
-    async fn bytes_the_runtime_has_not_polled_yet_still_keep_a_connection_out_of_use() {
-        let (mut conn, mut backend) = pooled_socket().await;
-        assert!(conn.is_quiet());
-        // No await from here on: the runtime's driver cannot have seen these bytes arrive.
-        backend.write_all(b"HTTP/1.1 200 OK\r\n").unwrap();
-        assert!(!conn.is_quiet(), "unsolicited bytes in the socket");
+    const LONG: Duration = Duration::from_secs(60);
+
+    /// Lets the runtime read its readiness events until `done`, for at most 5 s.
+    async fn until(mut done: impl FnMut() -> bool) {
+        for _ in 0..5000 {
+            if done() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        panic!("not within 5 s");
+    }
+
+    /// Whether the gateway's end of `backend`'s connection is closed: it reads the end, or
+    /// a reset (bytes left unread on the gateway's end make the close a reset).
+    fn closed_by_the_pool(backend: &mut std::net::TcpStream) -> bool {
+        use std::io::Read;
+        backend
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        match backend.read(&mut [0u8; 1]) {
+            Ok(n) => n == 0,
+            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        }
     }
 
     #[tokio::test(flavor = "current_thread")]
-    async fn a_close_the_runtime_has_not_polled_yet_keeps_a_connection_out_of_use() {
-        let (mut conn, backend) = pooled_socket().await;
-        assert!(conn.is_quiet());
-        drop(backend);
-        assert!(!conn.is_quiet(), "the backend closed it");
-    }
-
-    #[tokio::test(flavor = "current_thread")]
-    async fn the_pool_hands_out_only_quiet_connections() {
+    async fn a_quiet_idle_connection_is_handed_out_newest_first() {
         let pool = UpstreamPool::new(4);
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let address = Address::detached(listener.local_addr().unwrap());
+        let (listener, address) = backend();
+        let (older, _older_backend) = pooled_socket_to(&listener, &address).await;
+        let (newer, _newer_backend) = pooled_socket_to(&listener, &address).await;
+        let newer_fd = newer.stream.id();
+        pool.put(older);
+        pool.put(newer);
+        assert_eq!(pool.idle_count(), 2);
+        let taken = pool.take(address.key, LONG).unwrap();
+        assert_eq!(taken.stream.id(), newer_fd);
+        assert_eq!(pool.idle_count(), 1);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn unsolicited_bytes_on_an_idle_connection_close_it_as_the_runtime_sees_them() {
+        let pool = UpstreamPool::new(4);
+        let (listener, address) = backend();
         let (quiet, _kept) = pooled_socket_to(&listener, &address).await;
         let (noisy, mut noisy_backend) = pooled_socket_to(&listener, &address).await;
         pool.put(quiet);
         pool.put(noisy);
         assert_eq!(address.open(), 2);
-        noisy_backend.write_all(b"late").unwrap();
-        // Newest first: the noisy one is dropped, the quiet one handed out.
-        let key = address.key;
-        assert!(pool.take(key, Duration::from_secs(60)).is_some());
+        noisy_backend.write_all(b"HTTP/1.1 200 OK\r\n").unwrap();
+        // The sweeper's part: woken by the watch, it evicts without anyone taking.
+        until(|| {
+            pool.evict(LONG);
+            pool.idle_count() == 1
+        })
+        .await;
+        assert!(closed_by_the_pool(&mut noisy_backend));
+        assert_eq!(address.open(), 1, "its place is freed");
+        // The quiet one is still there to take.
+        assert!(pool.take(address.key, LONG).is_some());
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_fin_on_an_idle_connection_keeps_it_out_of_use() {
+        let pool = UpstreamPool::new(4);
+        let (listener, address) = backend();
+        let (conn, backend) = pooled_socket_to(&listener, &address).await;
+        pool.put(conn);
+        let woken = pool.lock()[&address.key][0].watch.clone();
+        drop(backend);
+        until(|| woken.woken.load(Ordering::Relaxed)).await;
+        assert!(
+            pool.take(address.key, LONG).is_none(),
+            "the backend closed it"
+        );
         assert_eq!(pool.idle_count(), 0);
-        assert!(pool.take(key, Duration::from_secs(60)).is_none());
-        assert_eq!(address.open(), 0, "both closed, their places freed");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_connection_closed_before_it_is_put_back_is_not_kept() {
+        let pool = UpstreamPool::new(4);
+        let (listener, address) = backend();
+        let (mut conn, backend) = pooled_socket_to(&listener, &address).await;
+        drop(backend);
+        let watch = Arc::new(IdleWatch {
+            woken: AtomicBool::new(false),
+            sweep: Arc::new(Notify::new()),
+        });
+        // Once the runtime has seen the FIN, a poll of the read side says so.
+        until(|| !conn.watch(&watch)).await;
+        pool.put(conn);
+        assert_eq!(pool.idle_count(), 0);
+        assert_eq!(address.open(), 0);
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn expired_connections_are_not_handed_out_and_evict_says_when_the_next_expires() {
+        let pool = UpstreamPool::new(4);
+        let (listener, address) = backend();
+        let (old, _a) = pooled_socket_to(&listener, &address).await;
+        pool.put(old);
+        tokio::time::advance(Duration::from_secs(30)).await;
+        let (young, _b) = pooled_socket_to(&listener, &address).await;
+        pool.put(young);
+        let now = Instant::now();
+        // The oldest expires first: 30 s from now.
+        assert_eq!(pool.evict(LONG), Some(now + Duration::from_secs(30)));
+        tokio::time::advance(Duration::from_secs(30)).await;
+        assert_eq!(pool.evict(LONG), Some(now + LONG));
+        assert_eq!(pool.idle_count(), 1);
+        tokio::time::advance(LONG).await;
+        assert!(pool.take(address.key, LONG).is_none());
+        assert_eq!(pool.evict(LONG), None);
+        assert_eq!(address.open(), 0);
     }
 }

@@ -5,7 +5,6 @@
 
 use bytes::{Buf, BytesMut};
 use tokio::io::AsyncReadExt;
-use tokio::time::timeout;
 
 use super::downstream::Downstream;
 use super::pool::{UpstreamConn, UpstreamPool};
@@ -171,7 +170,11 @@ async fn read_more(
     conn: &mut UpstreamConn,
     read_timeout: std::time::Duration,
 ) -> Result<bool, UpstreamErrorKind> {
-    match timeout(read_timeout, conn.stream.read_buf(&mut conn.buf)).await {
+    match conn
+        .timer
+        .limit(read_timeout, conn.stream.read_buf(&mut conn.buf))
+        .await
+    {
         Ok(Ok(n)) => Ok(n > 0),
         Ok(Err(_)) => Err(UpstreamErrorKind::Reset),
         Err(_) => Err(UpstreamErrorKind::Timeout),

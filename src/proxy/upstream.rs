@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 use bytes::Buf;
 use pingora::{Error, ErrorType};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::time::timeout;
 
 use super::backends::{Address, Admit, Backends, Slot};
 use super::connect::Connect;
@@ -150,27 +149,29 @@ impl Upstream {
             record.attempt(address.addr, started, reused);
             let mut conn = match acquired {
                 Acquired::Reused(conn) => conn,
-                Acquired::Connect(slot) => match self.connector.connect(peer).await {
-                    Ok(stream) => {
-                        record.connect_time = Some(started.elapsed());
-                        UpstreamConn::new(stream, slot)
+                Acquired::Connect(slot) => {
+                    match self.connector.connect(peer, upstream.connect_timeout).await {
+                        Ok(stream) => {
+                            record.connect_time = Some(started.elapsed());
+                            UpstreamConn::new(stream, slot)
+                        }
+                        Err(e) => {
+                            let failure =
+                                UpstreamError::caused(classify(&e), "connecting to the backend", e);
+                            record.errors.push(failure.kind);
+                            tracing::warn!(request_id = %request_id, peer = %peer, error = %Chain(&failure), "upstream connect failed");
+                            self.backends.failed(
+                                &set,
+                                address,
+                                |a| self.health.is_up(&a.addr),
+                                upstream,
+                            );
+                            last_failure = failure;
+                            rotation.next();
+                            continue;
+                        }
                     }
-                    Err(e) => {
-                        let failure =
-                            UpstreamError::caused(classify(&e), "connecting to the backend", e);
-                        record.errors.push(failure.kind);
-                        tracing::warn!(request_id = %request_id, peer = %peer, error = %Chain(&failure), "upstream connect failed");
-                        self.backends.failed(
-                            &set,
-                            address,
-                            |a| self.health.is_up(&a.addr),
-                            upstream,
-                        );
-                        last_failure = failure;
-                        rotation.next();
-                        continue;
-                    }
-                },
+                }
             };
             match send_and_read_head(&mut conn, request, upstream.read_timeout).await {
                 Ok(()) => {
@@ -247,14 +248,15 @@ async fn send_and_read_head<R: RequestView>(
     read_timeout: Duration,
 ) -> Result<(), UpstreamError> {
     request.write_head(&mut up.buf);
+    let (stream, head) = (&mut up.stream, &up.buf);
     let write = async {
-        up.stream.write_all(&up.buf).await?;
+        stream.write_all(head).await?;
         if let Some(body) = request.separate_body() {
-            up.stream.write_all(body).await?;
+            stream.write_all(body).await?;
         }
-        up.stream.flush().await
+        stream.flush().await
     };
-    match timeout(read_timeout, write).await {
+    match up.timer.limit(read_timeout, write).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => return Err(UpstreamError::io("writing the request upstream", e)),
         Err(_) => {
@@ -296,7 +298,11 @@ async fn send_and_read_head<R: RequestView>(
         if up.buf.capacity() - up.buf.len() < 1024 {
             up.buf.reserve(4096);
         }
-        match timeout(read_timeout, up.stream.read_buf(&mut up.buf)).await {
+        match up
+            .timer
+            .limit(read_timeout, up.stream.read_buf(&mut up.buf))
+            .await
+        {
             Ok(Ok(n)) if n > 0 => {}
             Ok(Ok(_)) => {
                 return Err(UpstreamError::new(

@@ -50,7 +50,7 @@ pub use dashboard::*;
 pub use gateway::{
     cli, listening_line, metric_value, replace_file, Gateway, GatewayBuilder, ANY_PORT, BIN,
 };
-pub use ports::{free_port, loopback, ClosedPort};
+pub use ports::{free_port, loopback, ClosedPort, SilentPort};
 pub use process::{signal, wait_until, which, PATIENCE};
 pub use traffic::*;
 

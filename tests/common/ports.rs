@@ -93,6 +93,41 @@ impl ClosedPort {
     }
 }
 
+/// A loopback address where a connect never completes: a listener that accepts nothing,
+/// its accept queue filled, so the kernel drops every further SYN and the client retries
+/// it for minutes, as with a backend behind a firewall that drops packets.
+pub struct SilentPort {
+    pub addr: SocketAddr,
+    _listener: OwnedFd,
+    _queued: Vec<std::net::TcpStream>,
+}
+
+impl SilentPort {
+    pub fn new() -> SilentPort {
+        let listener = reusable_socket();
+        bind_loopback(&listener, 0);
+        listen(&listener, Backlog::new(0).unwrap()).unwrap();
+        let addr = nix::sys::socket::getsockname::<SockaddrIn>(raw(&listener)).unwrap();
+        let addr = loopback(addr.port());
+        let mut queued = Vec::new();
+        // Connect until one does not complete: the queue is full from there on.
+        while let Ok(conn) =
+            std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(200))
+        {
+            queued.push(conn);
+            assert!(
+                queued.len() < 64,
+                "the accept queue of {addr} does not fill"
+            );
+        }
+        SilentPort {
+            addr,
+            _listener: listener,
+            _queued: queued,
+        }
+    }
+}
+
 /// A TCP socket that may share its port with the others of this module (`SO_REUSEPORT`).
 fn reusable_socket() -> OwnedFd {
     let socket = socket(
