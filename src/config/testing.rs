@@ -27,12 +27,7 @@ impl FileConfig {
         FileConfig {
             listen: ListenFile {
                 proxy: proxy.to_string(),
-                admin: None,
-                tls_cert: None,
-                tls_key: None,
-                http2: true,
-                trusted_proxies: Vec::new(),
-                proxy_protocol: false,
+                ..ListenFile::default()
             },
             server: ServerFile::default(),
             v1: V1File {
