@@ -368,6 +368,10 @@ impl BackgroundService for ConfigWatcher {
         };
         let mut watched = Vec::new();
         self.watch_new_dirs(&mut watcher, &mut watched);
+        // A change between the config's load and the watch's start makes no event: look once
+        // (a no-op unless the files differ from what runs).
+        let store = self.store.clone();
+        let _ = tokio::task::spawn_blocking(move || store.reload(Trigger::FileChange, true)).await;
         loop {
             tokio::select! {
                 _ = shutdown.changed() => return,
