@@ -237,6 +237,9 @@ fn an_address_that_dies_is_tried_by_at_most_eject_after_failures_requests() {
     // Active checks off in effect: one at start, the next in an hour.
     cfg.upstream.health_check_interval_ms = 3_600_000;
     cfg.upstream.eject_after_failures = 3;
+    // `/readyz` waits for the first health check only then: without it, the check could
+    // find the address already dead, and no request would try it.
+    cfg.server.readiness_requires_upstream = true;
     let gw = Gateway::builder(cfg).start();
     wait_until("the first health check", || {
         admin_get(gw.admin, "/readyz").status == 200
