@@ -1,7 +1,7 @@
 //! The PROXY protocol (`listen.proxy_protocol`): with it on, every connection to the proxy
 //! listener opens with a v1 (text) or v2 (binary) header, as AWS NLB and HAProxy send it,
 //! before TLS or HTTP. The header is read here, at accept, parsed by `ppp`, and its source
-//! address becomes the connection's peer (the socket digest every later layer reads); the
+//! address becomes the connection's client address (the one every later layer is given); the
 //! bytes after it are put back for TLS or HTTP to read. A connection whose header is missing,
 //! malformed, too long or too slow is closed without an answer: there is no protocol yet to
 //! answer in.
@@ -10,17 +10,14 @@
 //! peer. With `listen.trusted_proxies` set, only those peers may send a header.
 
 use std::net::SocketAddr;
-use std::os::unix::io::AsRawFd;
 use std::time::Duration;
 
-use pingora::protocols::l4::socket::SocketAddr as PeerAddr;
-use pingora::protocols::l4::stream::Stream as L4Stream;
-use pingora::protocols::{GetSocketDigest, SocketDigest};
 use ppp::{v1, v2, HeaderResult, PartialResult};
 use tokio::io::AsyncReadExt;
 
 use crate::config::EdgeConfig;
 use crate::policy::client::is_trusted;
+use crate::proxy::tcp::TcpConn;
 
 /// The longest header taken: a v1 header is at most 107 bytes; a v2 header's TLVs (AWS' VPC
 /// endpoint id, TLS details) stay far below this.
@@ -78,36 +75,27 @@ pub fn parse(bytes: &[u8]) -> Result<Option<(usize, Option<SocketAddr>)>, Header
     }
 }
 
-/// Reads the header `stream` opens with, within `timeout`, and makes its source the stream's
-/// peer; the bytes read past it are put back.
+/// Reads the header `stream` from `peer` opens with, within `timeout`: the client's address,
+/// its source or else `peer`. The bytes read past it are put back.
 pub async fn accept(
-    stream: &mut L4Stream,
+    stream: &mut TcpConn,
+    peer: SocketAddr,
     edge: &EdgeConfig,
     timeout: Duration,
-) -> Result<(), HeaderError> {
-    let peer = stream
-        .get_socket_digest()
-        .and_then(|d| d.peer_addr().and_then(PeerAddr::as_inet).copied());
-    if !edge.trusted_proxies.is_empty()
-        && !peer.is_some_and(|p| is_trusted(p.ip(), &edge.trusted_proxies))
-    {
+) -> Result<SocketAddr, HeaderError> {
+    if !edge.trusted_proxies.is_empty() && !is_trusted(peer.ip(), &edge.trusted_proxies) {
         return Err(HeaderError::Untrusted);
     }
     let (length, source, buf) = tokio::time::timeout(timeout, read_header(stream))
         .await
         .map_err(|_| HeaderError::Timeout)??;
     stream.rewind(&buf[length..]);
-    if let Some(source) = source {
-        let digest = SocketDigest::from_raw_fd(stream.as_raw_fd());
-        let _ = digest.peer_addr.set(Some(PeerAddr::Inet(source)));
-        stream.set_socket_digest(digest);
-    }
-    Ok(())
+    Ok(source.unwrap_or(peer))
 }
 
 /// Reads until `buf` holds a whole header: its length, its source, and every byte read.
 async fn read_header(
-    stream: &mut L4Stream,
+    stream: &mut TcpConn,
 ) -> Result<(usize, Option<SocketAddr>, Vec<u8>), HeaderError> {
     let mut buf = Vec::with_capacity(256);
     let mut chunk = [0u8; 512];

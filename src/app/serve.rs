@@ -4,7 +4,7 @@
 //! pingora's server ([`crate::app::server`]); tests run it in-process on port-0 listeners.
 
 use std::future::Future;
-use std::net::TcpListener as StdListener;
+use std::net::{SocketAddr, TcpListener as StdListener};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,10 +12,9 @@ use arc_swap::ArcSwap;
 
 use pingora::apps::ServerApp;
 use pingora::listeners::tls::Acceptor;
-use pingora::protocols::l4::listener::Listener;
-use pingora::protocols::l4::stream::Stream as L4Stream;
-use pingora::protocols::{GetSocketDigest, Stream};
+use pingora::protocols::Stream;
 use pingora::server::ShutdownWatch;
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
@@ -30,6 +29,7 @@ use crate::config::Snapshot;
 use crate::observe::in_flight::InFlight;
 use crate::observe::log_sink::LineSink;
 use crate::observe::trace::Tracer;
+use crate::proxy::tcp::TcpConn;
 use crate::proxy::Drain;
 use crate::proxy::ProxyApp;
 use crate::tools::mock_backend::MockBackend;
@@ -173,66 +173,67 @@ fn paired<A>(
     }
 }
 
-/// A listener of the runtime this runs on, accepting with pingora's socket digest (the peer's
-/// address) on each stream.
-fn listener_of(l: StdListener) -> Listener {
-    let l = tokio::net::TcpListener::from_std(l).expect("a listener registers with the runtime");
-    Listener::from(l)
+/// A listener of the runtime this runs on.
+fn listener_of(l: StdListener) -> TcpListener {
+    TcpListener::from_std(l).expect("a listener registers with the runtime")
 }
 
 /// Accepts client connections until the gateway stops, each served in a task of its own:
 /// its PROXY protocol header read first when `listen.proxy_protocol` (in the snapshot of
 /// `config` when it connects), then TLS, then HTTP.
 async fn accept_proxy(
-    listener: Listener,
+    listener: TcpListener,
     app: Arc<ProxyApp>,
     tls: Option<Arc<Acceptor>>,
     config: Arc<ArcSwap<Snapshot>>,
     stopped: ShutdownWatch,
 ) {
-    accept_until_stopped(&listener, stopped.clone(), |mut stream| {
+    accept_until_stopped(&listener, stopped.clone(), |stream, peer| {
         let (app, tls, stopped) = (app.clone(), tls.clone(), stopped.clone());
         let snap = config.load_full();
+        // The stream is boxed now, as it will be served: what the task holds from the accept
+        // stays small for the connection's whole life, and so do the PROXY header's read and
+        // the TLS handshake, boxed while they run.
+        let mut stream = Box::new(stream);
         async move {
+            let mut client = peer.ip();
             if snap.edge.proxy_protocol {
                 let timeout = snap.limits.client_header_timeout;
-                if let Err(e) = proxy_protocol::accept(&mut stream, &snap.edge, timeout).await {
-                    let peer = stream
-                        .get_socket_digest()
-                        .and_then(|d| d.peer_addr().cloned());
-                    tracing::debug!(peer = ?peer, error = %e, "connection closed at its PROXY protocol header");
-                    return;
+                match Box::pin(proxy_protocol::accept(&mut stream, peer, &snap.edge, timeout)).await {
+                    Ok(source) => client = source.ip(),
+                    Err(e) => {
+                        tracing::debug!(peer = %peer, error = %e, "connection closed at its PROXY protocol header");
+                        return;
+                    }
                 }
             }
             drop(snap);
             let stream = match tls {
-                Some(tls) => match handshake(&tls, stream).await {
+                Some(tls) => match handshake(&tls, *stream, peer).await {
                     Some(stream) => stream,
                     None => return,
                 },
-                None => Box::new(stream) as Stream,
+                None => stream as Stream,
             };
-            app.serve_connection(stream, &stopped).await;
+            app.serve_connection(stream, Some(client), &stopped).await;
         }
     })
     .await;
 }
 
-/// The TLS handshake of a client connection; `None` (logged) when it fails or stalls.
-async fn handshake(tls: &Acceptor, stream: L4Stream) -> Option<Stream> {
-    let peer = stream
-        .get_socket_digest()
-        .and_then(|d| d.peer_addr().cloned());
+/// The TLS handshake of a client connection from `peer`; `None` (logged) when it fails or
+/// stalls.
+async fn handshake(tls: &Acceptor, stream: TcpConn, peer: SocketAddr) -> Option<Stream> {
     // Boxed: the handshake's state would otherwise size the connection's task for its whole
     // life, long after the handshake is over.
     match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, Box::pin(tls.tls_handshake(stream))).await {
         Ok(Ok(tls)) => Some(Box::new(tls)),
         Ok(Err(e)) => {
-            tracing::debug!(peer = ?peer, error = %e, "TLS handshake failed");
+            tracing::debug!(peer = %peer, error = %e, "TLS handshake failed");
             None
         }
         Err(_) => {
-            tracing::debug!(peer = ?peer, "TLS handshake timed out");
+            tracing::debug!(peer = %peer, "TLS handshake timed out");
             None
         }
     }
@@ -257,11 +258,11 @@ where
 
 /// Accepts connections for a pingora app (the admin listener, the mock backend), serving each
 /// kept-alive connection's requests one after another.
-async fn accept_app<A>(listener: Listener, app: Arc<A>, stopped: ShutdownWatch)
+async fn accept_app<A>(listener: TcpListener, app: Arc<A>, stopped: ShutdownWatch)
 where
     A: ServerApp + Send + Sync + 'static,
 {
-    accept_until_stopped(&listener, stopped.clone(), |stream| {
+    accept_until_stopped(&listener, stopped.clone(), |stream, _peer| {
         let (app, stopped) = (app.clone(), stopped.clone());
         async move {
             let mut next = app.process_new(Box::new(stream), &stopped).await;
@@ -273,11 +274,12 @@ where
     .await;
 }
 
-/// The accept loop: each connection's future `serve` makes runs in a task of its own, on one
-/// of the runtime's threads (pingora's runtimes spread them over their threads).
-async fn accept_until_stopped<F, Fut>(listener: &Listener, mut stopped: ShutdownWatch, serve: F)
+/// The accept loop: each connection's future `serve` makes (of the stream and its peer) runs
+/// in a task of its own, on one of the runtime's threads (pingora's runtimes spread them over
+/// their threads).
+async fn accept_until_stopped<F, Fut>(listener: &TcpListener, mut stopped: ShutdownWatch, serve: F)
 where
-    F: Fn(L4Stream) -> Fut,
+    F: Fn(TcpConn, SocketAddr) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
     loop {
@@ -286,11 +288,11 @@ where
             _ = stopped.wait_for(|stop| *stop) => return,
         };
         match accepted {
-            Ok(mut stream) => {
-                if let Err(e) = stream.set_nodelay() {
+            Ok((tcp, peer)) => {
+                if let Err(e) = tcp.set_nodelay(true) {
                     tracing::debug!(error = %e, "cannot set TCP_NODELAY");
                 }
-                pingora_runtime::current_handle().spawn(serve(stream));
+                pingora_runtime::current_handle().spawn(serve(TcpConn::new(tcp), peer));
             }
             Err(e) => {
                 tracing::error!(error = %e, "accept failed");

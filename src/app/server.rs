@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use pingora::apps::http_app::HttpServer;
-use pingora::connectors::{ConnectorOptions, TransportConnector};
 use pingora::listeners::tls::TlsSettings;
 use pingora::server::configuration::{Opt, ServerConf};
 use pingora::server::{ListenFds, RunArgs, Server, ShutdownWatch};
@@ -27,7 +26,7 @@ use crate::observe::telemetry::Telemetry;
 use crate::observe::trace::{ExportError, Tracer};
 use crate::policy::rate_limit::RateLimits;
 use crate::proxy::backends::Backends;
-use crate::proxy::connect::Connect;
+use crate::proxy::connect::{BackendConnector, Connect};
 use crate::proxy::health::{HealthChecker, UpstreamHealth};
 use crate::proxy::names::{resolve_at_start, NameFollower};
 use crate::proxy::pool::{PoolSweeper, UpstreamPool};
@@ -120,8 +119,7 @@ pub fn build(
     let config = store.current().clone();
 
     // Makes new backend connections (connect timeout, TLS); reuse is the pool's.
-    let connector: Arc<dyn Connect> =
-        Arc::new(TransportConnector::new(Some(ConnectorOptions::new(0))));
+    let connector: Arc<dyn Connect> = Arc::new(BackendConnector::default());
     let upstream = Upstream::new(
         connector.clone(),
         pool.clone(),

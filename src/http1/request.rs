@@ -39,6 +39,18 @@ impl RequestHead {
         Ok(true)
     }
 
+    /// Frees the header table while no head is being read (a connection waiting for its
+    /// next request); the next [`Self::parse`] allocates it at the size it needs.
+    pub fn release(&mut self) {
+        self.headers = Vec::new();
+    }
+
+    /// How many header positions the table has room for (what [`Self::release`] frees).
+    #[cfg(test)]
+    pub(crate) fn header_table_capacity(&self) -> usize {
+        self.headers.capacity()
+    }
+
     /// The head over the buffer it was parsed from.
     pub fn view<'a>(&'a self, buf: &'a [u8]) -> Request<'a> {
         // httparse admits only tokens in methods, and visible ASCII and UTF-8 in targets.

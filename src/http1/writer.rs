@@ -83,6 +83,13 @@ impl<'a> RequestWriter<'a> {
         self
     }
 
+    /// A value part that is `part`'s text (an address), formatted in place.
+    pub fn value_text(&mut self, part: impl std::fmt::Display) -> &mut Self {
+        // Writing into a `BytesMut` does not fail.
+        let _ = write!(self.out, "{part}");
+        self
+    }
+
     pub fn end_value(&mut self) -> &mut Self {
         self.out.put_slice(b"\r\n");
         self

@@ -2,6 +2,7 @@
 //! A protocol module implements it ([`super::h1`]); the pipeline and the relay use only it.
 
 use std::future::Future;
+use std::net::IpAddr;
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -25,8 +26,9 @@ pub trait Downstream: Send {
     /// The protocol the client speaks, for metrics and the access log.
     fn protocol(&self) -> Protocol;
 
-    /// The client's IP address, as written into `X-Forwarded-For`.
-    fn client_ip(&self) -> Option<&str>;
+    /// The connection's peer (the PROXY header's source, else the TCP peer), appended to
+    /// `X-Forwarded-For`.
+    fn client_ip(&self) -> Option<IpAddr>;
 
     /// Whether the client has cancelled the request (an HTTP/2 reset): it is not sent
     /// upstream then.

@@ -6,6 +6,8 @@
 //! request id, `X-Forwarded-For`, `X-Forwarded-Proto` and, when it traces, `traceparent` (the
 //! client's `tracestate` only with the client's trace). (Answers going the other way: [`crate::proxy::relay`].)
 
+use std::net::IpAddr;
+
 use bytes::{BufMut, BytesMut};
 
 use crate::http1::RequestWriter;
@@ -27,7 +29,7 @@ pub struct UpstreamRequest<'a, R> {
     pub request_id: &'a str,
     /// The connection's peer (the PROXY protocol's source, else the TCP peer), appended to
     /// `X-Forwarded-For`.
-    pub client_ip: Option<&'a str>,
+    pub client_ip: Option<IpAddr>,
     /// `X-Forwarded-Proto`: `http` or `https` ([`crate::policy::client::forwarded_proto`]).
     pub proto: &'a str,
     /// The trace context the gateway sends instead of the client's; `None` when it does not
@@ -69,7 +71,7 @@ impl<R: RequestView> UpstreamRequest<'_, R> {
             for prior in req.headers_named("x-forwarded-for") {
                 w.value_part(prior).value_part(b", ");
             }
-            w.value_part(ip.as_bytes()).end_value();
+            w.value_text(ip).end_value();
         }
         w.header(FORWARDED_PROTO, self.proto);
         if let Some(trace) = &self.trace {
@@ -116,7 +118,7 @@ mod tests {
             body,
             path: "/backend/v2/x?q=1",
             request_id: "rid-1",
-            client_ip,
+            client_ip: client_ip.map(|ip| ip.parse().unwrap()),
             proto: "http",
             trace,
         };

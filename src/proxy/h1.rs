@@ -8,6 +8,7 @@
 //! requests answered in order, and the connection's state (keep-alive, bytes still unread)
 //! kept here rather than passed around.
 
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +16,6 @@ use std::time::Duration;
 use arc_swap::Cache;
 use bytes::{Buf, BufMut, BytesMut};
 use pingora::protocols::http::date::get_cached_date;
-use pingora::protocols::l4::stream::Stream as L4Stream;
 use pingora::protocols::Stream;
 use pingora::server::ShutdownWatch;
 use tokio::io::AsyncWriteExt;
@@ -23,6 +23,7 @@ use tokio::time::timeout;
 
 use super::downstream::Downstream;
 use super::h2::PREFACE;
+use super::tcp::TcpConn;
 use super::timer::LazyTimer;
 use super::ProxyApp;
 use crate::api::failure::{BodyError, UnreadableHead};
@@ -58,8 +59,8 @@ enum BodyState {
 /// to the next.
 pub(super) struct H1Connection {
     stream: Stream,
-    /// The client's IP address, as written into `X-Forwarded-For`.
-    addr: Option<String>,
+    /// The connection's peer.
+    client: Option<IpAddr>,
     /// What has been read: the current request's head and body, then any pipelined bytes.
     buf: BytesMut,
     head: RequestHead,
@@ -86,21 +87,21 @@ impl ProxyApp {
     pub(super) async fn serve_h1(
         &self,
         stream: Stream,
+        client: Option<IpAddr>,
         shutdown: &ShutdownWatch,
     ) -> Option<Stream> {
         // TLS clients choose HTTP/2 by ALPN; only a plaintext one opens with the preface.
         let mut sniff_h2 = self.http2 && stream.get_ssl_digest().is_none();
-        let mut c = H1Connection::new(stream);
+        let mut c = H1Connection::new(stream, client);
         let mut config = Cache::new(&*self.config);
         // One timer for every head the connection waits for.
         let mut head_timer = LazyTimer::default();
         loop {
             // The whole head must arrive in time (a slowloris client is cut off), and an idle
             // kept-alive connection waits no longer, by the limits current when it starts.
-            let limits = config.load().limits.clone();
-            let head = head_timer
-                .limit(limits.client_header_timeout, c.read_head(&limits, sniff_h2))
-                .await;
+            let limits = &config.load().limits;
+            let (wait, most) = (limits.client_header_timeout, longest_head(limits));
+            let head = head_timer.limit(wait, c.read_head(most, sniff_h2)).await;
             if std::mem::take(&mut sniff_h2) || c.requests == 0 {
                 if matches!(head, Ok(Ok(HeadRead::Http2Preface))) {
                     return c.into_rewound();
@@ -133,7 +134,7 @@ impl ProxyApp {
             if !c.keep_alive {
                 if !matches!(c.body, BodyState::Read { .. }) {
                     // Request bytes may be left unread: let the client read its answer first.
-                    c.linger().await;
+                    c.linger(&mut head_timer).await;
                 }
                 return None;
             }
@@ -152,6 +153,11 @@ enum HeadRead {
     Http2Preface,
 }
 
+/// The most bytes a head the limits admit can take, with each line's separators.
+fn longest_head(limits: &LimitsConfig) -> usize {
+    limits.max_uri_bytes + limits.max_header_bytes + 4 * limits.max_headers + 64
+}
+
 /// How far `buf` matches the HTTP/2 preface.
 fn preface_match(buf: &[u8]) -> Option<bool> {
     let n = buf.len().min(PREFACE.len());
@@ -159,15 +165,10 @@ fn preface_match(buf: &[u8]) -> Option<bool> {
 }
 
 impl H1Connection {
-    fn new(stream: Stream) -> Self {
-        let addr = stream.get_socket_digest().and_then(|d| {
-            d.peer_addr()
-                .and_then(|a| a.as_inet())
-                .map(|a| a.ip().to_string())
-        });
+    fn new(stream: Stream, client: Option<IpAddr>) -> Self {
         H1Connection {
             stream,
-            addr,
+            client,
             // Allocated on first use: a connection that sends nothing costs no buffers.
             buf: BytesMut::new(),
             head: RequestHead::default(),
@@ -206,9 +207,9 @@ impl H1Connection {
     /// Reads more bytes; `Ok(0)` at the end of the stream.
     ///
     /// While nothing can be read and nothing is kept, the connection waits without a read
-    /// buffer (as nginx frees a keepalive connection's): one that sends nothing, or waits
-    /// for its next request, holds none, and the read when bytes come is the only system
-    /// call.
+    /// buffer or header table (as nginx frees a keepalive connection's): one that sends
+    /// nothing, or waits for its next request, holds neither, and the read when bytes come
+    /// is the only system call.
     async fn fill(&mut self) -> std::io::Result<usize> {
         std::future::poll_fn(|cx| {
             if self.buf.capacity() - self.buf.len() < 1024 {
@@ -217,20 +218,16 @@ impl H1Connection {
             let read = tokio_util::io::poll_read_buf(Pin::new(&mut self.stream), cx, &mut self.buf);
             if read.is_pending() && self.buf.is_empty() {
                 self.buf = BytesMut::new();
+                self.head.release();
             }
             read
         })
         .await
     }
 
-    /// Reads until a whole request head is in, or, with `sniff_h2`, the HTTP/2 preface.
-    async fn read_head(
-        &mut self,
-        limits: &LimitsConfig,
-        sniff_h2: bool,
-    ) -> Result<HeadRead, UnreadableHead> {
-        // Room for the largest head the limits admit, with each line's separators.
-        let most = limits.max_uri_bytes + limits.max_header_bytes + 4 * limits.max_headers + 64;
+    /// Reads until a whole request head is in (refused past `most` bytes), or, with
+    /// `sniff_h2`, the HTTP/2 preface.
+    async fn read_head(&mut self, most: usize, sniff_h2: bool) -> Result<HeadRead, UnreadableHead> {
         self.body = BodyState::Broken;
         loop {
             if !self.buf.is_empty() {
@@ -261,10 +258,10 @@ impl H1Connection {
     /// The connection's stream with what was read of it put back, for the HTTP/2 server to
     /// read from the start.
     fn into_rewound(self) -> Option<Stream> {
-        match self.stream.into_any().downcast::<L4Stream>() {
-            Ok(mut l4) => {
-                l4.rewind(&self.buf);
-                Some(l4)
+        match self.stream.into_any().downcast::<TcpConn>() {
+            Ok(mut tcp) => {
+                tcp.rewind(&self.buf);
+                Some(tcp)
             }
             Err(_) => {
                 tracing::debug!("an HTTP/2 preface on a stream that cannot be rewound; closing");
@@ -477,22 +474,24 @@ impl H1Connection {
     }
 
     /// Closes after an answer that left request bytes unread: stops writing, then reads and
-    /// drops what the client is still sending, for a while, so it can read the answer.
-    async fn linger(&mut self) {
+    /// drops what the client is still sending, for a while (on the connection's `timer`), so
+    /// it can read the answer.
+    async fn linger(&mut self, timer: &mut LazyTimer) {
         let mut dropped = 0;
-        let _ = timeout(LINGER, async {
-            if self.stream.shutdown().await.is_err() {
-                return;
-            }
-            while dropped < LINGER_BYTES {
-                self.buf.clear();
-                match self.fill().await {
-                    Ok(n) if n > 0 => dropped += n,
-                    _ => return,
+        let _ = timer
+            .limit(LINGER, async {
+                if self.stream.shutdown().await.is_err() {
+                    return;
                 }
-            }
-        })
-        .await;
+                while dropped < LINGER_BYTES {
+                    self.buf.clear();
+                    match self.fill().await {
+                        Ok(n) if n > 0 => dropped += n,
+                        _ => return,
+                    }
+                }
+            })
+            .await;
     }
 }
 
@@ -549,8 +548,8 @@ impl Downstream for H1Connection {
         Protocol::Http1
     }
 
-    fn client_ip(&self) -> Option<&str> {
-        self.addr.as_deref()
+    fn client_ip(&self) -> Option<IpAddr> {
+        self.client
     }
 
     async fn read_body(
@@ -632,6 +631,41 @@ impl Downstream for H1Connection {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::testing;
+    use tokio::io::AsyncWriteExt;
+
+    #[tokio::test]
+    async fn a_connection_waiting_for_its_next_request_holds_no_buffers() {
+        let (mut client, gateway) = tokio::io::duplex(4096);
+        let mut c = H1Connection::new(Box::new(gateway), None);
+        let request = b"POST /a HTTP/1.1\r\nHost: gw\r\nContent-Length: 2\r\n\r\n{}";
+        client.write_all(request).await.unwrap();
+        assert!(matches!(
+            c.read_head(8192, false).await,
+            Ok(HeadRead::Ready)
+        ));
+        c.start_request(true);
+        c.apply_limits(&testing::config().snapshot().limits);
+        c.read_body(1024, Duration::from_secs(5)).await.unwrap();
+        assert_eq!(c.body(), b"{}");
+        c.write_head(200, b"", std::iter::empty(), Framing::Length(0));
+        c.send_out().await.unwrap();
+        assert!(c.buf.capacity() > 0 && c.head.header_table_capacity() > 0);
+        c.finish_request();
+        // The next head does not come: the connection waits for it.
+        let waiting = timeout(Duration::from_millis(50), c.read_head(8192, false)).await;
+        assert!(waiting.is_err());
+        assert_eq!(c.buf.capacity(), 0, "read buffer");
+        assert_eq!(c.head.header_table_capacity(), 0, "header table");
+        assert_eq!(c.out.capacity(), 0, "answer buffer");
+        // And the next request is read as the first was.
+        client.write_all(request).await.unwrap();
+        assert!(matches!(
+            c.read_head(8192, false).await,
+            Ok(HeadRead::Ready)
+        ));
+        assert_eq!(c.view().path(), "/a");
+    }
 
     #[test]
     fn only_the_whole_preface_is_http2_and_a_prefix_waits_for_more() {

@@ -14,6 +14,7 @@
 //!   windows at their defaults, and on shutdown a GOAWAY that lets open streams finish.
 
 use std::future::Future;
+use std::net::IpAddr;
 use std::pin::pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -62,7 +63,12 @@ fn h2_options(limits: &LimitsConfig) -> h2server::H2Options {
 
 impl ProxyApp {
     /// Serves one HTTP/2 connection until the client or a shutdown ends it.
-    pub(super) async fn serve_h2(self: &Arc<Self>, stream: Stream, shutdown: &ShutdownWatch) {
+    pub(super) async fn serve_h2(
+        self: &Arc<Self>,
+        stream: Stream,
+        client: Option<IpAddr>,
+        shutdown: &ShutdownWatch,
+    ) {
         let limits = self.config.load().limits.clone();
         let digest = Arc::new(Digest {
             ssl_digest: stream.get_ssl_digest(),
@@ -126,7 +132,9 @@ impl ProxyApp {
                 }
             };
             match accepted {
-                Ok(Some(H2Accept::Session(session))) => self.start_stream(session, &streams),
+                Ok(Some(H2Accept::Session(session))) => {
+                    self.start_stream(session, client, &streams)
+                }
                 Ok(Some(H2Accept::Rejected)) => {
                     malformed += 1;
                     if malformed >= MAX_MALFORMED_STREAMS {
@@ -143,7 +151,12 @@ impl ProxyApp {
     }
 
     /// Serves `session` on its own task, or refuses it when the connection is at its limit.
-    fn start_stream(self: &Arc<Self>, mut session: HttpSession, streams: &Arc<StreamSlots>) {
+    fn start_stream(
+        self: &Arc<Self>,
+        mut session: HttpSession,
+        client: Option<IpAddr>,
+        streams: &Arc<StreamSlots>,
+    ) {
         let Some(slot) = streams.take() else {
             session.shutdown_with_reason(h2::Reason::REFUSED_STREAM);
             return;
@@ -151,7 +164,7 @@ impl ProxyApp {
         let app = self.clone();
         tokio::spawn(async move {
             let snap = app.config.load_full();
-            let mut stream = H2Stream::new(session, &snap);
+            let mut stream = H2Stream::new(session, client, &snap);
             app.serve(&mut stream, &snap).await;
             stream.finish();
             drop(slot);
@@ -221,7 +234,7 @@ impl StreamSlots {
 /// One HTTP/2 stream: its request, its body, and the answer being written.
 pub(super) struct H2Stream {
     session: HttpSession,
-    client_ip: Option<String>,
+    client: Option<IpAddr>,
     /// The request body, read whole by [`Downstream::read_body`].
     body: BytesMut,
     /// The answer's head, written with the first bytes of its body.
@@ -235,16 +248,12 @@ pub(super) struct H2Stream {
 }
 
 impl H2Stream {
-    fn new(mut session: HttpSession, snap: &Snapshot) -> Self {
+    fn new(mut session: HttpSession, client: Option<IpAddr>, snap: &Snapshot) -> Self {
         session.set_write_timeout(Some(snap.limits.client_send_timeout));
-        let client_ip = session
-            .client_addr()
-            .and_then(|a| a.as_inet())
-            .map(|a| a.ip().to_string());
         let head_only = session.req_header().method == http::Method::HEAD;
         H2Stream {
             session,
-            client_ip,
+            client,
             body: BytesMut::new(),
             pending_head: None,
             out: BytesMut::new(),
@@ -350,8 +359,8 @@ impl Downstream for H2Stream {
         Protocol::Http2
     }
 
-    fn client_ip(&self) -> Option<&str> {
-        self.client_ip.as_deref()
+    fn client_ip(&self) -> Option<IpAddr> {
+        self.client
     }
 
     async fn read_body(

@@ -1,6 +1,7 @@
 //! The data plane: client connections, the request pipeline, backends and their pool.
 //!
-//! [`crate::app::serve`] accepts each connection (TCP or TLS) and hands it to [`ProxyApp`],
+//! [`crate::app::serve`] accepts each connection (a [`tcp::TcpConn`], or TLS
+//! over one) and hands it to [`ProxyApp`] with the client's address,
 //! which serves it with the client's protocol ([`h1`] or [`h2`], each a [`downstream::Downstream`],
 //! HTTP/2 chosen by ALPN on TLS or by its preface on plaintext); every request then
 //! goes through the same [`pipeline`]: admission ([`crate::policy::admit`]), the body, the
@@ -21,11 +22,13 @@ pub mod names;
 mod pipeline;
 pub mod pool;
 mod relay;
+pub mod tcp;
 #[cfg(test)]
 mod tests;
 pub mod timer;
 pub mod upstream;
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -119,14 +122,20 @@ impl Drain {
 }
 
 impl ProxyApp {
-    /// Serves one client connection, HTTP/1.1 or HTTP/2, until either side ends it.
-    pub async fn serve_connection(self: &Arc<Self>, stream: Stream, shutdown: &ShutdownWatch) {
+    /// Serves one client connection, HTTP/1.1 or HTTP/2, until either side ends it. `client`
+    /// is its peer's address (the PROXY header's source, when there is one).
+    pub async fn serve_connection(
+        self: &Arc<Self>,
+        stream: Stream,
+        client: Option<IpAddr>,
+        shutdown: &ShutdownWatch,
+    ) {
         // HTTP/2's loop is boxed: inline, its state would size every connection's task,
         // HTTP/1.1 ones included.
         if self.http2 && stream.selected_alpn_proto() == Some(ALPN::H2) {
-            Box::pin(self.serve_h2(stream, shutdown)).await;
-        } else if let Some(h2c) = self.serve_h1(stream, shutdown).await {
-            Box::pin(self.serve_h2(h2c, shutdown)).await;
+            Box::pin(self.serve_h2(stream, client, shutdown)).await;
+        } else if let Some(h2c) = self.serve_h1(stream, client, shutdown).await {
+            Box::pin(self.serve_h2(h2c, client, shutdown)).await;
         }
     }
 }

@@ -40,7 +40,7 @@ impl ProxyApp {
             let method = http::Method::from_bytes(req.method().as_bytes()).ok();
             let mut ex = Exchange::start(d.protocol(), method.as_ref(), req.path());
             ex.request_id = request_id::client_value(&req).unwrap_or_else(|| self.ids.next_id());
-            let peer = d.client_ip().and_then(|ip| ip.parse::<IpAddr>().ok());
+            let peer = d.client_ip();
             let trusted = &snap.edge.trusted_proxies;
             ex.client_addr = peer.map(|peer| {
                 client::client_address(peer, req.headers_named(FORWARDED_FOR), trusted)
@@ -225,10 +225,8 @@ impl ProxyApp {
 
 /// `X-Forwarded-Proto` for a request `req` from the peer `peer`: a trusted proxy's own, else
 /// the proxy listener's scheme.
-fn forwarded_proto<R: RequestView>(snap: &Snapshot, req: &R, peer: Option<&str>) -> &'static str {
-    let trusted = peer
-        .and_then(|ip| ip.parse::<IpAddr>().ok())
-        .is_some_and(|ip| client::is_trusted(ip, &snap.edge.trusted_proxies));
+fn forwarded_proto<R: RequestView>(snap: &Snapshot, req: &R, peer: Option<IpAddr>) -> &'static str {
+    let trusted = peer.is_some_and(|ip| client::is_trusted(ip, &snap.edge.trusted_proxies));
     let claimed = req.single_header(FORWARDED_PROTO);
     client::forwarded_proto(trusted, claimed, snap.startup.proxy_tls.is_some())
 }

@@ -2,7 +2,7 @@
 //!
 //! pingora's own pool spawns a watcher task, a semaphore and a notifier per released
 //! connection; this one is a locked stack per backend, newest first (the connection most
-//! likely still open, with warm buffers, is reused). An idle connection is watched by the
+//! likely still open is reused). An idle connection is watched by the
 //! runtime, as nginx's keepalive close handler and HAProxy's idle-connection polling do:
 //! when it is put back, its read side is polled once with a waker of its own, so bytes or a
 //! FIN that arrive while it is idle wake [`PoolSweeper`] as the runtime sees them, which
@@ -40,8 +40,8 @@ use super::timer::LazyTimer;
 use crate::config::Snapshot;
 use crate::http1::ResponseHead;
 
-/// A connection to a backend with its read buffer, parsed-head scratch space, and the timer
-/// of its reads and writes.
+/// A connection to a backend with its buffer (allocated while it carries an exchange),
+/// parsed-head scratch space, and the timer of its reads and writes.
 pub struct UpstreamConn {
     pub stream: Stream,
     pub buf: BytesMut,
@@ -55,7 +55,7 @@ impl UpstreamConn {
     pub fn new(stream: Stream, slot: Slot) -> Self {
         UpstreamConn {
             stream,
-            buf: BytesMut::with_capacity(4096),
+            buf: BytesMut::new(),
             head: ResponseHead::default(),
             timer: LazyTimer::default(),
             slot,
@@ -161,7 +161,9 @@ impl UpstreamPool {
         if address.is_retired() {
             return;
         }
-        conn.buf.clear();
+        // An idle connection holds no buffer (as a client's does not): a pool filled by a
+        // burst would otherwise keep 4 KiB per connection until it empties.
+        conn.buf = BytesMut::new();
         let watch = Arc::new(IdleWatch {
             woken: AtomicBool::new(false),
             sweep: self.sweep.clone(),
@@ -329,6 +331,18 @@ mod tests {
         let taken = pool.take(address.key, LONG).unwrap();
         assert_eq!(taken.stream.id(), newer_fd);
         assert_eq!(pool.idle_count(), 1);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_idle_connection_holds_no_buffer() {
+        let pool = UpstreamPool::new(4);
+        let (listener, address) = backend();
+        let (mut conn, _backend) = pooled_socket_to(&listener, &address).await;
+        conn.buf.reserve(4096);
+        conn.buf.extend_from_slice(b"the end of the last answer");
+        pool.put(conn);
+        let taken = pool.take(address.key, LONG).unwrap();
+        assert_eq!(taken.buf.capacity(), 0);
     }
 
     #[tokio::test(flavor = "current_thread")]

@@ -7,13 +7,15 @@
 //! connection keeps one [`Sleep`] instead. Moving the deadline later only records it; when
 //! the timer fires before the current deadline it is re-armed there, at most once a limit's
 //! length, as nginx updates its timer tree lazily. Only a deadline earlier than the armed one
-//! (a shorter limit after a longer one) re-arms at once.
+//! (a shorter limit after a longer one) re-arms at once. A limit starts when its work first
+//! waits: work done at its first poll (a write the socket takes at once) costs no clock read.
 
-use std::future::{poll_fn, Future};
-use std::pin::{pin, Pin};
-use std::task::Poll;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use pin_project_lite::pin_project;
 use tokio::time::{sleep_until, Instant, Sleep};
 
 /// The limit passed before the work was done.
@@ -39,33 +41,60 @@ impl Default for LazyTimer {
 }
 
 impl LazyTimer {
-    /// Runs `work` until it completes, or fails with [`TimedOut`] once `limit` from now has
-    /// passed.
-    pub async fn limit<F: Future>(
-        &mut self,
-        limit: Duration,
-        work: F,
-    ) -> Result<F::Output, TimedOut> {
+    /// Runs `work` until it completes, or fails with [`TimedOut`] once `limit` has passed
+    /// since it first had to wait. Work done at its first poll (a write the socket takes at
+    /// once) never reads the clock or touches the timer.
+    pub fn limit<F: Future>(&mut self, limit: Duration, work: F) -> Limited<'_, F> {
+        Limited {
+            timer: self,
+            limit: Some(limit),
+            work,
+        }
+    }
+
+    /// Moves the deadline to `limit` from now; the timer is re-armed at once only when that
+    /// is earlier than where it is armed.
+    fn start(&mut self, limit: Duration) {
         self.deadline = Instant::now() + limit;
         if self.deadline < self.sleep.deadline() {
             self.sleep.as_mut().reset(self.deadline);
         }
-        let mut work = pin!(work);
-        poll_fn(|cx| {
-            if let Poll::Ready(done) = work.as_mut().poll(cx) {
-                return Poll::Ready(Ok(done));
+    }
+}
+
+pin_project! {
+    /// The future of [`LazyTimer::limit`]: the work and the timer, nothing more (it lives
+    /// inside every connection's future, idle ones included).
+    pub struct Limited<'t, F> {
+        timer: &'t mut LazyTimer,
+        // Until the work first waits.
+        limit: Option<Duration>,
+        #[pin]
+        work: F,
+    }
+}
+
+impl<F: Future> Future for Limited<'_, F> {
+    type Output = Result<F::Output, TimedOut>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(done) = this.work.poll(cx) {
+            return Poll::Ready(Ok(done));
+        }
+        let timer = this.timer;
+        if let Some(limit) = this.limit.take() {
+            timer.start(limit);
+        }
+        while timer.sleep.as_mut().poll(cx).is_ready() {
+            if timer.sleep.deadline() >= timer.deadline {
+                return Poll::Ready(Err(TimedOut));
             }
-            while self.sleep.as_mut().poll(cx).is_ready() {
-                if self.sleep.deadline() >= self.deadline {
-                    return Poll::Ready(Err(TimedOut));
-                }
-                // Fired for an earlier deadline: armed again at the current one.
-                let deadline = self.deadline;
-                self.sleep.as_mut().reset(deadline);
-            }
-            Poll::Pending
-        })
-        .await
+            // Fired for an earlier deadline: armed again at the current one.
+            let deadline = timer.deadline;
+            timer.sleep.as_mut().reset(deadline);
+        }
+        Poll::Pending
     }
 }
 
@@ -99,12 +128,13 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_later_deadline_is_honoured_after_the_armed_one_fires() {
         let mut timer = LazyTimer::default();
-        // Armed at 10 s by the first piece of work.
+        // Armed at 10 s by the first piece of work, which waits.
+        let second = Duration::from_secs(1);
         timer
-            .limit(Duration::from_secs(10), async {})
+            .limit(Duration::from_secs(10), tokio::time::sleep(second))
             .await
             .unwrap();
-        tokio::time::advance(Duration::from_secs(5)).await;
+        tokio::time::advance(Duration::from_secs(4)).await;
         // The next one's limit ends at 15 s: the timer fires at 10 s and is re-armed.
         let start = Instant::now();
         let slow = timer
@@ -123,8 +153,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_shorter_limit_after_a_longer_one_still_ends_on_time() {
         let mut timer = LazyTimer::default();
+        let second = Duration::from_secs(1);
         timer
-            .limit(Duration::from_secs(60), async {})
+            .limit(Duration::from_secs(60), tokio::time::sleep(second))
             .await
             .unwrap();
         let start = Instant::now();
@@ -133,5 +164,20 @@ mod tests {
             .await;
         assert_eq!(never, Err(TimedOut));
         assert_eq!(start.elapsed(), Duration::from_secs(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn work_done_at_its_first_poll_leaves_the_timer_alone() {
+        let mut timer = LazyTimer::default();
+        let (far, armed) = (timer.deadline, timer.sleep.deadline());
+        assert_eq!(
+            timer.limit(Duration::from_secs(1), async { 3 }).await,
+            Ok(3)
+        );
+        assert_eq!((timer.deadline, timer.sleep.deadline()), (far, armed));
+        // Work that waits starts the limit.
+        let waits = tokio::time::sleep(Duration::from_millis(1));
+        timer.limit(Duration::from_secs(1), waits).await.unwrap();
+        assert!(timer.sleep.deadline() < armed);
     }
 }

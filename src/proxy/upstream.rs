@@ -247,6 +247,8 @@ async fn send_and_read_head<R: RequestView>(
     request: &UpstreamRequest<'_, R>,
     read_timeout: Duration,
 ) -> Result<(), UpstreamError> {
+    // Room for a usual head and small body, then the answer's head, in one allocation.
+    up.buf.reserve(4096);
     request.write_head(&mut up.buf);
     let (stream, head) = (&mut up.stream, &up.buf);
     let write = async {
