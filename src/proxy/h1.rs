@@ -94,14 +94,15 @@ impl ProxyApp {
         let mut sniff_h2 = self.http2 && stream.get_ssl_digest().is_none();
         let mut c = H1Connection::new(stream, client);
         let mut config = Cache::new(&*self.config);
-        // One timer for every head the connection waits for.
-        let mut head_timer = LazyTimer::default();
+        // One timer for what the connection waits for between requests: each head, and the
+        // linger at its close.
+        let mut timer = LazyTimer::default();
         loop {
             // The whole head must arrive in time (a slowloris client is cut off), and an idle
             // kept-alive connection waits no longer, by the limits current when it starts.
             let limits = &config.load().limits;
             let (wait, most) = (limits.client_header_timeout, longest_head(limits));
-            let head = head_timer.limit(wait, c.read_head(most, sniff_h2)).await;
+            let head = timer.limit(wait, c.read_head(most, sniff_h2)).await;
             if std::mem::take(&mut sniff_h2) || c.requests == 0 {
                 if matches!(head, Ok(Ok(HeadRead::Http2Preface))) {
                     return c.into_rewound();
@@ -134,7 +135,7 @@ impl ProxyApp {
             if !c.keep_alive {
                 if !matches!(c.body, BodyState::Read { .. }) {
                     // Request bytes may be left unread: let the client read its answer first.
-                    c.linger(&mut head_timer).await;
+                    c.linger(&mut timer).await;
                 }
                 return None;
             }

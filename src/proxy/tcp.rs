@@ -1,12 +1,13 @@
-//! A client's TCP connection as the gateway holds it: the socket, and bytes read ahead of the
-//! protocol that serves it, nothing more.
+//! A TCP connection as the gateway holds it, a client's or a plaintext backend's: the socket,
+//! and bytes read ahead of the protocol that serves it, nothing more.
 //!
 //! pingora's L4 stream carries what its own proxy logs per connection (a socket digest with
 //! three addresses, timing, write and read buffers): about 800 bytes an idle connection holds,
 //! and a clock read on each I/O that waits. The gateway knows its client's address from the
-//! accept (or the PROXY header) and passes it on as an [`std::net::IpAddr`], so a plaintext
-//! connection is this: the socket and, rarely, bytes put back. TLS wraps it; pingora's HTTP/2
-//! server and admin services take it as any other [`pingora::protocols::IO`].
+//! accept (or the PROXY header) and passes it on as an [`std::net::IpAddr`], and its backend's
+//! from its config, so a plaintext connection is this: the socket and, rarely, bytes put
+//! back. TLS wraps it; pingora's HTTP/2 server and admin services take it as any other
+//! [`pingora::protocols::IO`].
 
 use std::os::unix::io::AsRawFd;
 use std::pin::Pin;
@@ -22,7 +23,7 @@ use pingora::protocols::{
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
-/// A client's TCP connection: reads return the bytes put back first, then the socket's.
+/// A TCP connection: reads return the bytes put back first, then the socket's.
 #[derive(Debug)]
 pub struct TcpConn {
     tcp: TcpStream,
