@@ -589,7 +589,7 @@ if any(vals[(t, "load_vs_wrk")] for t in targets):
           "; ".join(f"{t} " + " ".join(f"{v:.2f}x" for v in vals[(t, 'load_vs_wrk')]) for t in targets))
 EOF
 
-[ -n "$H2_TARGETS" ] && python3 - "$RESULTS_TSV" "$H2_TARGETS" <<EOF
+if [ -n "$H2_TARGETS" ]; then python3 - "$RESULTS_TSV" "$H2_TARGETS" <<EOF
 import statistics, sys
 from collections import defaultdict
 path, targets = sys.argv[1], sys.argv[2].split()
@@ -621,3 +621,4 @@ if any(vals[(t, "load_vs_h2load")] for t in targets):
     print("load generator errors (all rounds):",
           ", ".join(f"{t} {sum(vals[(t, 'load_h2_errors')]):.0f}" for t in targets))
 EOF
+fi
