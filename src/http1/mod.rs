@@ -25,6 +25,13 @@ pub use writer::{escape_html, percent_encode, RequestWriter, ResponseWriter};
 /// The most header lines a head may have; `limits.max_headers` cannot go above it.
 pub const MAX_HEADERS: usize = 256;
 
+/// The first size of each buffer an HTTP/1.1 exchange takes (the proxy's read buffer for a
+/// client, its answer, the backend exchange's): room for a usual API request or answer, as
+/// nginx's `client_header_buffer_size` (1k), and within glibc's per-thread cache of small
+/// blocks (up to 1,032 bytes), so that taking and freeing one costs a few instructions where a
+/// 4 KiB block goes through the allocator's bins. Larger messages grow it.
+pub const FIRST_BUFFER: usize = 1024;
+
 /// Why a head cannot be used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum HeadError {

@@ -1,5 +1,5 @@
 //! Request heads: parsed into positions within the connection's read buffer, and read through
-//! [`Request`], a view with the request line's parts split out once.
+//! [`Request`], a view of it over that buffer.
 
 use std::mem::MaybeUninit;
 use std::ops::Range;
@@ -9,17 +9,42 @@ use super::{
     FramingError, HeadError, HeaderPos, TransferCoding, MAX_HEADERS,
 };
 
-/// A parsed request head, as positions in the connection's read buffer. Reused from one
-/// request to the next, so parsing allocates nothing once the connection is warm.
-#[derive(Debug, Default)]
+/// A parsed request head, as positions in the connection's read buffer, with what the
+/// request line and the framing headers say worked out once, at parse: a request's head is
+/// read many times (admission, forwarding, logging), and each read is a slice. Reused from
+/// one request to the next, so parsing allocates nothing once the connection is warm.
+#[derive(Debug)]
 pub struct RequestHead {
     /// Bytes of the head, final CRLF included: where the body starts.
     pub len: usize,
     method: Range<usize>,
     target: Range<usize>,
+    /// The target's path (empty: `/`), query and authority (absolute form), split at parse.
+    path: Range<usize>,
+    query: Option<Range<usize>>,
+    authority: Option<Range<usize>>,
     /// HTTP/1.0 rather than 1.1.
     pub http10: bool,
+    framing: Result<Framing, FramingError>,
+    keep_alive: bool,
     headers: Vec<HeaderPos>,
+}
+
+impl Default for RequestHead {
+    fn default() -> Self {
+        RequestHead {
+            len: 0,
+            method: 0..0,
+            target: 0..0,
+            path: 0..0,
+            query: None,
+            authority: None,
+            http10: false,
+            framing: Ok(Framing::Length(0)),
+            keep_alive: false,
+            headers: Vec::new(),
+        }
+    }
 }
 
 impl RequestHead {
@@ -31,11 +56,21 @@ impl RequestHead {
         let Some(len) = complete(req.parse_with_uninit_headers(buf, &mut storage))? else {
             return Ok(false);
         };
+        let target = req.path.unwrap_or_default();
+        let parts = TargetParts::of(target);
+        let at = |part: &str| position(buf, part.as_bytes());
         self.len = len;
-        self.method = position(buf, req.method.unwrap_or_default().as_bytes());
-        self.target = position(buf, req.path.unwrap_or_default().as_bytes());
+        self.method = at(req.method.unwrap_or_default());
+        self.target = at(target);
+        self.path = at(parts.path);
+        self.query = parts.query.map(at);
+        self.authority = parts.authority.map(at);
         self.http10 = req.version == Some(0);
         header_positions(buf, req.headers, &mut self.headers);
+        let view = self.view(buf);
+        let (framing, keep_alive) = (view.read_framing(), view.read_keep_alive());
+        self.framing = framing;
+        self.keep_alive = keep_alive;
         Ok(true)
     }
 
@@ -53,9 +88,37 @@ impl RequestHead {
 
     /// The head over the buffer it was parsed from.
     pub fn view<'a>(&'a self, buf: &'a [u8]) -> Request<'a> {
-        // httparse admits only tokens in methods, and visible ASCII and UTF-8 in targets.
-        let text = |r: &Range<usize>| std::str::from_utf8(&buf[r.clone()]).unwrap_or_default();
-        let target = text(&self.target);
+        // The request line's method and target are text (httparse read them as `str`): one
+        // check for both, then each part is a slice of it.
+        let start = self.method.start.min(self.target.start);
+        let line = std::str::from_utf8(&buf[start..self.target.end]).unwrap_or_default();
+        let text = |r: &Range<usize>| {
+            let r = r.start.saturating_sub(start)..r.end.saturating_sub(start);
+            line.get(r).unwrap_or_default()
+        };
+        let path = text(&self.path);
+        Request {
+            head: self,
+            buf,
+            method: text(&self.method),
+            target: text(&self.target),
+            path: if path.is_empty() { "/" } else { path },
+            query: self.query.as_ref().map(text),
+            authority: self.authority.as_ref().map(text),
+        }
+    }
+}
+
+/// A request target's parts: the authority of an absolute-form target, the path (empty for
+/// `http://host`), and the query; a fragment is dropped.
+struct TargetParts<'a> {
+    authority: Option<&'a str>,
+    path: &'a str,
+    query: Option<&'a str>,
+}
+
+impl<'a> TargetParts<'a> {
+    fn of(target: &'a str) -> Self {
         let (authority, origin) = match target.find("://") {
             Some(i) if !target.starts_with('/') => {
                 let after = &target[i + 3..];
@@ -69,19 +132,15 @@ impl RequestHead {
             Some((path, query)) => (path, Some(query)),
             None => (origin, None),
         };
-        Request {
-            head: self,
-            buf,
-            method: text(&self.method),
-            target,
-            path: if path.is_empty() { "/" } else { path },
-            query,
+        TargetParts {
             authority,
+            path,
+            query,
         }
     }
 }
 
-/// A parsed request head over its buffer, with the request line's parts split out once.
+/// A parsed request head over its buffer: each part a slice of it.
 #[derive(Clone, Copy)]
 pub struct Request<'a> {
     head: &'a RequestHead,
@@ -150,6 +209,16 @@ impl<'a> Request<'a> {
     /// How the body is framed; conflicting or unsupported framing is refused, so a body is
     /// never read one way here and another way by the backend (request smuggling).
     pub fn framing(&self) -> Result<Framing, FramingError> {
+        self.head.framing
+    }
+
+    /// Whether the client asked to keep the connection open after this request.
+    pub fn wants_keep_alive(&self) -> bool {
+        self.head.keep_alive
+    }
+
+    /// [`Self::framing`], read from the headers (at parse).
+    fn read_framing(&self) -> Result<Framing, FramingError> {
         let length = content_length(self.headers_named("content-length"))?;
         match transfer_coding(self.headers_named("transfer-encoding")) {
             TransferCoding::Absent => Ok(Framing::Length(length.unwrap_or(0))),
@@ -158,8 +227,8 @@ impl<'a> Request<'a> {
         }
     }
 
-    /// Whether the client asked to keep the connection open after this request.
-    pub fn wants_keep_alive(&self) -> bool {
+    /// [`Self::wants_keep_alive`], read from the version and headers (at parse).
+    fn read_keep_alive(&self) -> bool {
         let connection_says = |token: &[u8]| {
             self.headers_named("connection")
                 .any(|v| has_token(v, token))
@@ -230,6 +299,22 @@ mod tests {
         );
         let (head, buf) = parse("GET http://gw HTTP/1.1\r\n\r\n");
         assert_eq!(head.view(&buf).path(), "/");
+    }
+
+    #[test]
+    fn the_request_line_is_split_once_wherever_the_head_starts() {
+        // A client may send empty lines before a request line (RFC 9112 §2.2): the parts
+        // are positions in the buffer, not in the line.
+        let (head, buf) = parse("\r\nGET /a/b?q=1#frag HTTP/1.1\r\nHost: gw\r\n\r\n");
+        let req = head.view(&buf);
+        assert_eq!(
+            (req.method(), req.target(), req.path(), req.query()),
+            ("GET", "/a/b?q=1#frag", "/a/b", Some("q=1"))
+        );
+        let (head, buf) = parse("GET /a? HTTP/1.1\r\n\r\n");
+        assert_eq!(head.view(&buf).query(), Some(""));
+        let (head, buf) = parse("GET /caf\u{e9} HTTP/1.1\r\n\r\n");
+        assert_eq!(head.view(&buf).path(), "/caf\u{e9}");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! an HTML body (the load report, the admin listener's board).
 
 use std::fmt::Write as _;
+use std::net::IpAddr;
 
 use bytes::{BufMut, BytesMut};
 
@@ -83,10 +84,25 @@ impl<'a> RequestWriter<'a> {
         self
     }
 
-    /// A value part that is `part`'s text (an address), formatted in place.
-    pub fn value_text(&mut self, part: impl std::fmt::Display) -> &mut Self {
-        // Writing into a `BytesMut` does not fail.
-        let _ = write!(self.out, "{part}");
+    /// A value part that is an address's text. An IPv4 address, the usual client, is four
+    /// numbers written straight in (the formatting machinery cost more than all of the
+    /// request's other headers); IPv6 goes through `Display`.
+    pub fn value_ip(&mut self, ip: IpAddr) -> &mut Self {
+        match ip {
+            IpAddr::V4(v4) => {
+                let mut digits = itoa::Buffer::new();
+                for (i, octet) in v4.octets().into_iter().enumerate() {
+                    if i > 0 {
+                        self.out.put_u8(b'.');
+                    }
+                    self.out.put_slice(digits.format(octet).as_bytes());
+                }
+            }
+            // Writing into a `BytesMut` does not fail.
+            IpAddr::V6(v6) => {
+                let _ = write!(self.out, "{v6}");
+            }
+        }
         self
     }
 
@@ -153,6 +169,26 @@ mod tests {
             &out[..],
             b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: 7\r\n\r\n"
         );
+    }
+
+    #[test]
+    fn addresses_are_written_as_their_text() {
+        for ip in [
+            "127.0.0.1",
+            "0.0.0.0",
+            "255.255.255.255",
+            "10.20.3.4",
+            "::1",
+            "2001:db8::7",
+        ] {
+            let ip: IpAddr = ip.parse().unwrap();
+            let mut out = BytesMut::new();
+            RequestWriter::new(&mut out, "GET", "/").value_ip(ip);
+            assert_eq!(
+                &out[b"GET / HTTP/1.1\r\n".len()..],
+                ip.to_string().as_bytes()
+            );
+        }
     }
 
     #[test]

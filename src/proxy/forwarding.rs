@@ -71,7 +71,7 @@ impl<R: RequestView> UpstreamRequest<'_, R> {
             for prior in req.headers_named("x-forwarded-for") {
                 w.value_part(prior).value_part(b", ");
             }
-            w.value_text(ip).end_value();
+            w.value_ip(ip).end_value();
         }
         w.header(FORWARDED_PROTO, self.proto);
         if let Some(trace) = &self.trace {

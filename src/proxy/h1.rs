@@ -29,7 +29,8 @@ use super::ProxyApp;
 use crate::api::failure::{BodyError, UnreadableHead};
 use crate::config::{LimitsConfig, Snapshot};
 use crate::http1::{
-    is_bodiless_status, ChunkedDecoder, Framing, FramingError, Request, RequestHead, ResponseWriter,
+    is_bodiless_status, ChunkedDecoder, Framing, FramingError, Request, RequestHead,
+    ResponseWriter, FIRST_BUFFER,
 };
 use crate::observe::exchange::Protocol;
 use crate::policy::admit::{BodyLength, RequestView};
@@ -68,6 +69,10 @@ pub(super) struct H1Connection {
     decoded: BytesMut,
     /// The answer being written.
     out: BytesMut,
+    /// The read buffer's first size for the next request: [`FIRST_BUFFER`], or what the
+    /// last request took (up to [`KEPT_BUFFER`]), so that a client whose requests are larger
+    /// sends each in one read.
+    first_read: usize,
     body: BodyState,
     /// The connection stays open after the current exchange.
     keep_alive: bool,
@@ -175,6 +180,7 @@ impl H1Connection {
             head: RequestHead::default(),
             decoded: BytesMut::new(),
             out: BytesMut::new(),
+            first_read: FIRST_BUFFER,
             body: BodyState::Broken,
             keep_alive: false,
             head_only: false,
@@ -213,7 +219,9 @@ impl H1Connection {
     /// is the only system call.
     async fn fill(&mut self) -> std::io::Result<usize> {
         std::future::poll_fn(|cx| {
-            if self.buf.capacity() - self.buf.len() < 1024 {
+            if self.buf.capacity() == 0 {
+                self.buf.reserve(self.first_read);
+            } else if self.buf.capacity() - self.buf.len() < 512 {
                 self.buf.reserve(4096);
             }
             let read = tokio_util::io::poll_read_buf(Pin::new(&mut self.stream), cx, &mut self.buf);
@@ -333,8 +341,7 @@ impl H1Connection {
     /// Whether the client waits for `100 Continue` before sending a body that ends at `end`
     /// in `buf`.
     fn awaits_continue(&self, end: usize) -> bool {
-        let req = self.view();
-        self.buf.len() < end && !req.http10() && req.has_token("expect", "100-continue")
+        self.buf.len() < end && !self.head.http10 && self.view().has_token("expect", "100-continue")
     }
 
     /// Answers `Expect: 100-continue` when the body (ending at `end` in `buf`) is not all in.
@@ -432,6 +439,9 @@ impl H1Connection {
     ) {
         let connection = self.connection_header();
         self.out.clear();
+        // Room for a usual answer at once, rather than growing by doubling from nothing (the
+        // buffer goes after each answer: [`Self::finish_request`]).
+        self.out.reserve(FIRST_BUFFER);
         let mut w = ResponseWriter::new(&mut self.out, status, reason);
         let mut dated = false;
         for (name, value) in headers {
@@ -459,9 +469,12 @@ impl H1Connection {
 
     /// Drops the finished request from the buffer, keeping any pipelined bytes.
     fn finish_request(&mut self) {
+        let mut took = self.head.len;
         if let BodyState::Read { raw, .. } = self.body {
-            self.buf.advance(self.head.len + raw);
+            took += raw;
+            self.buf.advance(took);
         }
+        self.first_read = took.next_power_of_two().clamp(FIRST_BUFFER, KEPT_BUFFER);
         self.body = BodyState::Broken;
         // One large request must not pin its buffers for the connection's life. The read
         // buffer goes while the connection waits for more ([`Self::fill`]); the answer's and
@@ -634,6 +647,45 @@ mod tests {
     use super::*;
     use crate::config::testing;
     use tokio::io::AsyncWriteExt;
+
+    #[tokio::test]
+    async fn a_client_whose_requests_are_large_sends_each_in_one_read() {
+        let (mut client, gateway) = tokio::io::duplex(16 * 1024);
+        let mut c = H1Connection::new(Box::new(gateway), None);
+        c.apply_limits(&testing::config().snapshot().limits);
+        let body = "x".repeat(3000);
+        let large = format!("POST /a HTTP/1.1\r\nHost: gw\r\nContent-Length: 3000\r\n\r\n{body}");
+        let small = b"GET /b HTTP/1.1\r\nHost: gw\r\n\r\n";
+        let mut exchange = async |c: &mut H1Connection, request: &[u8]| {
+            client.write_all(request).await.unwrap();
+            assert!(matches!(
+                c.read_head(8192, false).await,
+                Ok(HeadRead::Ready)
+            ));
+            let read_at_once = c.buf.len();
+            c.start_request(true);
+            c.read_body(8192, Duration::from_secs(5)).await.unwrap();
+            c.write_head(200, b"", std::iter::empty(), Framing::Length(0));
+            c.send_out().await.unwrap();
+            c.finish_request();
+            // The connection waits for the next request, without its buffer.
+            let waiting = timeout(Duration::from_millis(20), c.read_head(8192, false)).await;
+            assert!(waiting.is_err() && c.buf.capacity() == 0);
+            read_at_once
+        };
+        // The first request is read into a first buffer's worth, the rest after.
+        assert_eq!(exchange(&mut c, large.as_bytes()).await, FIRST_BUFFER);
+        // The next one, in one read: the buffer starts at what the last request took.
+        assert_eq!(exchange(&mut c, large.as_bytes()).await, large.len());
+        // A small request brings it back to the first size.
+        assert_eq!(exchange(&mut c, small).await, small.len());
+        client.write_all(small).await.unwrap();
+        assert!(matches!(
+            c.read_head(8192, false).await,
+            Ok(HeadRead::Ready)
+        ));
+        assert_eq!(c.buf.capacity(), FIRST_BUFFER);
+    }
 
     #[tokio::test]
     async fn a_connection_waiting_for_its_next_request_holds_no_buffers() {

@@ -25,7 +25,7 @@ use crate::api::failure::{
     Chain, Failure, OverflowReason, UpstreamError, UpstreamErrorKind, UpstreamOverflow,
 };
 use crate::config::{BudgetConfig, Snapshot};
-use crate::http1::HeadError;
+use crate::http1::{HeadError, FIRST_BUFFER};
 use crate::observe::backend::AddressView;
 use crate::observe::exchange::UpstreamRecord;
 use crate::policy::admit::RequestView;
@@ -247,8 +247,9 @@ async fn send_and_read_head<R: RequestView>(
     request: &UpstreamRequest<'_, R>,
     read_timeout: Duration,
 ) -> Result<(), UpstreamError> {
-    // Room for a usual head and small body, then the answer's head, in one allocation.
-    up.buf.reserve(4096);
+    // Room for a usual head and small body, then the answer's head, in one allocation (a
+    // larger body grows it once, as it is appended).
+    up.buf.reserve(FIRST_BUFFER);
     request.write_head(&mut up.buf);
     let (stream, head) = (&mut up.stream, &up.buf);
     let write = async {
