@@ -17,6 +17,8 @@ mod writer;
 
 use std::ops::Range;
 
+use bytes::BytesMut;
+
 pub use chunked::{ChunkError, ChunkedDecoder};
 pub use request::{Request, RequestHead};
 pub use response::ResponseHead;
@@ -31,6 +33,21 @@ pub const MAX_HEADERS: usize = 256;
 /// blocks (up to 1,032 bytes), so that taking and freeing one costs a few instructions where a
 /// 4 KiB block goes through the allocator's bins. Larger messages grow it.
 pub const FIRST_BUFFER: usize = 1024;
+
+/// What a read has room for, at least, once a message is past its first buffer.
+pub const READ_CHUNK: usize = 4096;
+
+/// Makes room in `buf` for the next read: `first` bytes when it has no room at all (none
+/// allocated, or all of it read and taken: a new message, or the next part of a body, as the
+/// caller says), and [`READ_CHUNK`] more when under 512 bytes are left, so that a message
+/// longer than its first buffer is read 4 KiB or more at a time.
+pub fn reserve_for_read(buf: &mut BytesMut, first: usize) {
+    if buf.capacity() == 0 {
+        buf.reserve(first);
+    } else if buf.capacity() - buf.len() < 512 {
+        buf.reserve(READ_CHUNK);
+    }
+}
 
 /// Why a head cannot be used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -180,4 +197,31 @@ pub(crate) fn content_length<'a>(
         }
     }
     Ok(length)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_has_room_for_a_chunk_once_past_the_first_buffer() {
+        let mut buf = BytesMut::new();
+        reserve_for_read(&mut buf, FIRST_BUFFER);
+        assert_eq!(buf.capacity(), FIRST_BUFFER);
+        // Most of it read: a chunk more.
+        buf.extend_from_slice(&[b'x'; FIRST_BUFFER - 100]);
+        reserve_for_read(&mut buf, FIRST_BUFFER);
+        assert!(buf.capacity() - buf.len() >= READ_CHUNK);
+        // All of it read and taken (a body relayed on): the caller asks for a chunk.
+        let filled = buf.capacity() - buf.len();
+        buf.extend_from_slice(&vec![b'x'; filled]);
+        let all = buf.len();
+        bytes::Buf::advance(&mut buf, all);
+        reserve_for_read(&mut buf, READ_CHUNK);
+        assert!(buf.capacity() >= READ_CHUNK);
+        // Room enough already: nothing changes.
+        let before = buf.capacity();
+        reserve_for_read(&mut buf, READ_CHUNK);
+        assert_eq!(buf.capacity(), before);
+    }
 }

@@ -29,8 +29,8 @@ use super::ProxyApp;
 use crate::api::failure::{BodyError, UnreadableHead};
 use crate::config::{LimitsConfig, Snapshot};
 use crate::http1::{
-    is_bodiless_status, ChunkedDecoder, Framing, FramingError, Request, RequestHead,
-    ResponseWriter, FIRST_BUFFER,
+    is_bodiless_status, reserve_for_read, ChunkedDecoder, Framing, FramingError, Request,
+    RequestHead, ResponseWriter, FIRST_BUFFER,
 };
 use crate::observe::exchange::Protocol;
 use crate::policy::admit::{BodyLength, RequestView};
@@ -219,11 +219,7 @@ impl H1Connection {
     /// is the only system call.
     async fn fill(&mut self) -> std::io::Result<usize> {
         std::future::poll_fn(|cx| {
-            if self.buf.capacity() == 0 {
-                self.buf.reserve(self.first_read);
-            } else if self.buf.capacity() - self.buf.len() < 512 {
-                self.buf.reserve(4096);
-            }
+            reserve_for_read(&mut self.buf, self.first_read);
             let read = tokio_util::io::poll_read_buf(Pin::new(&mut self.stream), cx, &mut self.buf);
             if read.is_pending() && self.buf.is_empty() {
                 self.buf = BytesMut::new();

@@ -162,7 +162,7 @@ impl UpstreamPool {
             return;
         }
         // An idle connection holds no buffer (as a client's does not): a pool filled by a
-        // burst would otherwise keep 4 KiB per connection until it empties.
+        // burst would otherwise keep a buffer per connection until it empties.
         conn.buf = BytesMut::new();
         let watch = Arc::new(IdleWatch {
             woken: AtomicBool::new(false),

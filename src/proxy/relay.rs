@@ -11,7 +11,9 @@ use super::pool::{UpstreamConn, UpstreamPool};
 use super::upstream::UpstreamResponse;
 use crate::api::failure::UpstreamErrorKind;
 use crate::config::Snapshot;
-use crate::http1::{ChunkError, ChunkedDecoder, Framing, ResponseHead};
+use crate::http1::{
+    reserve_for_read, ChunkError, ChunkedDecoder, Framing, ResponseHead, READ_CHUNK,
+};
 use crate::observe::exchange::Exchange;
 use crate::policy::admit::RetirementHeaders;
 use crate::policy::headers::{is_listed, NOT_RELAYED};
@@ -170,6 +172,8 @@ async fn read_more(
     conn: &mut UpstreamConn,
     read_timeout: std::time::Duration,
 ) -> Result<bool, UpstreamErrorKind> {
+    // The answer goes on past its head's buffer: read it a chunk at a time.
+    reserve_for_read(&mut conn.buf, READ_CHUNK);
     match conn
         .timer
         .limit(read_timeout, conn.stream.read_buf(&mut conn.buf))

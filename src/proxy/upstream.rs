@@ -25,7 +25,7 @@ use crate::api::failure::{
     Chain, Failure, OverflowReason, UpstreamError, UpstreamErrorKind, UpstreamOverflow,
 };
 use crate::config::{BudgetConfig, Snapshot};
-use crate::http1::{HeadError, FIRST_BUFFER};
+use crate::http1::{reserve_for_read, HeadError, FIRST_BUFFER};
 use crate::observe::backend::AddressView;
 use crate::observe::exchange::UpstreamRecord;
 use crate::policy::admit::RequestView;
@@ -298,9 +298,7 @@ async fn send_and_read_head<R: RequestView>(
                 ))
             }
         }
-        if up.buf.capacity() - up.buf.len() < 1024 {
-            up.buf.reserve(4096);
-        }
+        reserve_for_read(&mut up.buf, FIRST_BUFFER);
         match up
             .timer
             .limit(read_timeout, up.stream.read_buf(&mut up.buf))
