@@ -7,11 +7,12 @@
 //! logs, and in-process tests without a sink, the line is a `tracing` event ([`event`]).
 //! Either way the usual filters apply (`--log-level`, `RUST_LOG`).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::io::Write;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::http1::put_ip;
 use crate::observe::exchange::{method_name, operation_name, version_name, Exchange};
 use crate::observe::log_sink::LineSink;
 
@@ -51,7 +52,7 @@ impl AccessLog {
 
 /// The client's path without its query: queries may carry data that must not be logged.
 fn without_query(path: &str) -> &str {
-    path.split('?').next().unwrap_or(path)
+    memchr::memchr(b'?', path.as_bytes()).map_or(path, |end| &path[..end])
 }
 
 /// Writes the JSON line of `ex` into `out`, newline included, as `tracing`'s JSON formatter
@@ -59,8 +60,7 @@ fn without_query(path: &str) -> &str {
 pub fn json_line(out: &mut Vec<u8>, ex: &Exchange, elapsed: Duration, now: SystemTime) {
     let mut line = JsonLine(out);
     line.0.extend_from_slice(b"{\"timestamp\":\"");
-    // Cannot fail: a Vec takes every write.
-    let _ = write!(line.0, "{}", humantime::format_rfc3339_micros(now));
+    timestamp(line.0, now);
     line.0
         .extend_from_slice(b"\",\"level\":\"INFO\",\"message\":\"request\"");
     line.str("request_id", &ex.request_id);
@@ -91,29 +91,74 @@ pub fn json_line(out: &mut Vec<u8>, ex: &Exchange, elapsed: Duration, now: Syste
     }
     line.key("client_addr");
     // An address's text needs no escaping.
-    match ex.client_addr {
-        Some(ip) => drop(write!(line.0, "\"{ip}\"")),
-        None => line.0.extend_from_slice(b"\"\""),
+    line.0.push(b'"');
+    if let Some(ip) = ex.client_addr {
+        put_ip(line.0, ip);
     }
+    line.0.push(b'"');
     line.str("user_agent", ex.user_agent.as_deref().unwrap_or(""));
     line.str("target", TARGET);
     line.0.extend_from_slice(b"}\n");
 }
 
-/// The fields of a JSON object being written, each after a comma.
+/// Writes `now` as `humantime::format_rfc3339_micros` does (`2026-11-24T12:34:56.123456Z`, as
+/// the `tracing` formatter's timestamps). The text up to the second is kept per thread and
+/// made again when the second changes: a calendar date's formatting once a second, not per line.
+fn timestamp(out: &mut Vec<u8>, now: SystemTime) {
+    /// A second since the epoch and its text up to the fraction's dot.
+    type Second = (u64, [u8; 20]);
+    thread_local! {
+        static SECOND: Cell<Second> = const { Cell::new((u64::MAX, [0; 20])) };
+    }
+    let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let (seconds, mut text) = SECOND.get();
+    if seconds != since.as_secs() {
+        let whole = UNIX_EPOCH + Duration::from_secs(since.as_secs());
+        let mut written = &mut text[..];
+        // 19 bytes and a dot into 20: cannot fail.
+        let _ = write!(written, "{}", humantime::format_rfc3339_seconds(whole));
+        text[19] = b'.';
+        SECOND.set((since.as_secs(), text));
+    }
+    out.extend_from_slice(&text);
+    let mut fraction = *b"000000Z";
+    let mut micros = since.subsec_micros();
+    for digit in fraction[..6].iter_mut().rev() {
+        *digit = b'0' + (micros % 10) as u8;
+        micros /= 10;
+    }
+    out.extend_from_slice(&fraction);
+}
+
+/// The fields of a JSON object being written, each after a comma. Inlined so that each key
+/// is copied as the constant it is.
 struct JsonLine<'a>(&'a mut Vec<u8>);
 
 impl JsonLine<'_> {
+    #[inline(always)]
     fn key(&mut self, key: &str) {
         self.0.extend_from_slice(b",\"");
         self.0.extend_from_slice(key.as_bytes());
         self.0.extend_from_slice(b"\":");
     }
 
+    /// A string value with serde_json's escaping (the tracing formatter's), which changes only
+    /// `"`, `\\` and control characters: a value without them is copied as it is.
+    #[inline(always)]
     fn str(&mut self, key: &str, value: &str) {
         self.key(key);
-        // serde_json's escaping, as the tracing formatter's: cannot fail into a Vec.
-        let _ = serde_json::to_writer(&mut *self.0, value);
+        // Checked without a branch per byte, so that the compiler checks many at once.
+        let plain = !value.bytes().fold(false, |escaped, b| {
+            escaped | (b < 0x20) | (b == b'"') | (b == b'\\')
+        });
+        if plain {
+            self.0.push(b'"');
+            self.0.extend_from_slice(value.as_bytes());
+            self.0.push(b'"');
+        } else {
+            // Cannot fail into a Vec.
+            let _ = serde_json::to_writer(&mut *self.0, value);
+        }
     }
 
     fn int(&mut self, key: &str, value: u64) {
@@ -254,6 +299,55 @@ mod tests {
                 fields(through_tracing(&ex, elapsed)),
                 "{text}"
             );
+        }
+    }
+
+    #[test]
+    fn timestamps_are_the_text_humantime_writes() {
+        let base = UNIX_EPOCH + Duration::from_secs(1_795_000_000);
+        // Within a second, across seconds forward and back (the kept second is made again),
+        // leading zeros in the fraction, nanoseconds cut to microseconds, and now.
+        let times = [
+            0,
+            1,
+            999_999,
+            1_000_000,
+            1_000_001,
+            5,
+            86_400_000_123,
+            59_999_999,
+        ]
+        .map(|micros| base + Duration::from_micros(micros))
+        .into_iter()
+        .chain([
+            base + Duration::from_nanos(7_123_456_789),
+            SystemTime::now(),
+        ]);
+        for t in times {
+            let mut out = Vec::new();
+            timestamp(&mut out, t);
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                humantime::format_rfc3339_micros(t).to_string()
+            );
+        }
+    }
+
+    #[test]
+    fn strings_are_escaped_as_serde_json_escapes_them() {
+        for value in [
+            "plain",
+            "",
+            "é ünïcode \u{7f}",
+            "q\"uote",
+            "back\\slash",
+            "tab\t",
+            "\u{1}",
+        ] {
+            let mut line = Vec::new();
+            JsonLine(&mut line).str("k", value);
+            let want = format!(",\"k\":{}", serde_json::to_string(value).unwrap());
+            assert_eq!(String::from_utf8(line).unwrap(), want, "{value:?}");
         }
     }
 
