@@ -100,7 +100,7 @@ impl ProxyApp {
             snap,
             &RequestFacts::of(&d.request(), &ex.request_id, ex.started_at),
         );
-        let forward = match admitted {
+        let mut forward = match admitted {
             Ok(forward) => forward,
             Err(refusal) => {
                 if let (Some((_, client)), Some(_)) = (guessers, refusal.auth_failure) {
@@ -149,7 +149,7 @@ impl ProxyApp {
             }
             ex.reached(Phase::BodyValidated);
         }
-        self.forward(d, snap, ex, &forward).await;
+        self.forward(d, snap, ex, &mut forward).await;
     }
 
     /// Sends the admitted request upstream and relays the answer, or answers the failure.
@@ -158,7 +158,7 @@ impl ProxyApp {
         d: &mut D,
         snap: &Snapshot,
         ex: &mut Exchange,
-        forward: &Forward<'_>,
+        forward: &mut Forward<'_>,
     ) {
         // A client that has cancelled the request (an HTTP/2 reset) has it sent nowhere.
         if d.cancelled() {
@@ -181,7 +181,8 @@ impl ProxyApp {
                 .exchange(snap, &request, forward.idempotent(), &mut ex.upstream)
                 .await
         };
-        ex.upstream.path = Some(forward.upstream_path.clone());
+        // The record keeps the path: the request has no more use for it.
+        ex.upstream.path = Some(std::mem::take(&mut forward.upstream_path));
         match exchanged {
             Ok(up) => relay::relay(self.upstream.pool(), d, up, snap, ex, retirement).await,
             Err(e) => {
