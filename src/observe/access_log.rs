@@ -220,6 +220,7 @@ mod tests {
                 Ok(())
             }
         }
+        crate::observe::register_a_second_dispatcher();
         let out = Captured::default();
         let writer = out.clone();
         let subscriber = tracing_subscriber::fmt()

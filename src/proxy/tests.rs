@@ -849,6 +849,7 @@ impl std::io::Write for Logs {
 
 impl Logs {
     fn capture(&self) -> tracing::subscriber::DefaultGuard {
+        crate::observe::register_a_second_dispatcher();
         let writer = self.clone();
         let subscriber = tracing_subscriber::fmt()
             .json()
