@@ -80,8 +80,117 @@ pub enum Framing {
     UntilClose,
 }
 
-/// One header line: positions of its name and value in the buffer the head was parsed from.
-pub(crate) type HeaderPos = (Range<usize>, Range<usize>);
+/// A header name's fingerprint, the same whatever its case: its length and its first and last
+/// bytes. Names that differ in it differ; names that share it are compared byte by byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct NameKey(u32);
+
+impl NameKey {
+    fn of(name: &[u8]) -> Self {
+        let (first, last) = match name {
+            [] => (0, 0),
+            [first, .., last] => (*first, *last),
+            [only] => (*only, *only),
+        };
+        let len = u32::try_from(name.len()).unwrap_or(u32::MAX) & 0xffff;
+        NameKey(
+            len << 16
+                | u32::from(first.to_ascii_lowercase()) << 8
+                | u32::from(last.to_ascii_lowercase()),
+        )
+    }
+
+    /// Its bit in a head's [`HeaderTable::names`]: a multiplicative hash of the key.
+    fn bit(self) -> u64 {
+        1 << (self.0.wrapping_mul(0x9e37_79b9) >> 26)
+    }
+}
+
+/// One header line: positions of its name and value in the buffer the head was parsed from,
+/// and its name's key.
+#[derive(Debug, Clone)]
+struct HeaderPos {
+    name: Range<usize>,
+    value: Range<usize>,
+    key: NameKey,
+}
+
+/// A head's header lines as positions in its buffer, looked up by name without comparing
+/// bytes: each name's [`NameKey`] is worked out once, at parse, and a 64-bit set of them
+/// answers most lookups of a header that is not there (most of a request's: framing,
+/// `Expect`, `X-Request-Id`, the forwarding and trace headers) without a scan, as nginx's
+/// table of known request headers does. Reused from one head to the next.
+#[derive(Debug, Default)]
+pub(crate) struct HeaderTable {
+    lines: Vec<HeaderPos>,
+    /// The [`NameKey::bit`]s of the names present.
+    names: u64,
+}
+
+impl HeaderTable {
+    /// Replaces the table with the positions of `headers` within `buf`.
+    pub(crate) fn fill(&mut self, buf: &[u8], headers: &[httparse::Header<'_>]) {
+        self.lines.clear();
+        // One allocation for a table that was released while its connection waited.
+        self.lines.reserve(headers.len());
+        self.names = 0;
+        for h in headers {
+            let key = NameKey::of(h.name.as_bytes());
+            self.names |= key.bit();
+            self.lines.push(HeaderPos {
+                name: position(buf, h.name.as_bytes()),
+                value: position(buf, h.value),
+                key,
+            });
+        }
+    }
+
+    /// Frees the table's room (a connection waiting for its next head keeps none).
+    pub(crate) fn release(&mut self) {
+        *self = HeaderTable::default();
+    }
+
+    /// How many lines the table has room for.
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> usize {
+        self.lines.capacity()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.lines.len()
+    }
+
+    /// Every header line over `buf`, in order, names as sent.
+    pub(crate) fn iter<'a>(
+        &'a self,
+        buf: &'a [u8],
+    ) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
+        self.lines
+            .iter()
+            .map(move |h| (&buf[h.name.clone()], &buf[h.value.clone()]))
+    }
+
+    /// Every value of the header `name` (any case) over `buf`.
+    pub(crate) fn named<'a, 'n>(
+        &'a self,
+        buf: &'a [u8],
+        name: &'n [u8],
+    ) -> impl Iterator<Item = &'a [u8]> + 'n
+    where
+        'a: 'n,
+    {
+        let key = NameKey::of(name);
+        let lines: &[HeaderPos] = if self.names & key.bit() != 0 {
+            &self.lines
+        } else {
+            &[]
+        };
+        lines
+            .iter()
+            .filter(move |h| h.key == key && buf[h.name.clone()].eq_ignore_ascii_case(name))
+            .map(move |h| &buf[h.value.clone()])
+    }
+}
 
 /// The head's length once httparse has a whole head, `None` while it needs more bytes.
 pub(crate) fn complete(parsed: httparse::Result<usize>) -> Result<Option<usize>, HeadError> {
@@ -91,20 +200,6 @@ pub(crate) fn complete(parsed: httparse::Result<usize>) -> Result<Option<usize>,
         Err(httparse::Error::TooManyHeaders) => Err(HeadError::TooManyHeaders),
         Err(_) => Err(HeadError::Malformed),
     }
-}
-
-/// Replaces `out` with the positions of `headers`' names and values within `buf`.
-pub(crate) fn header_positions(
-    buf: &[u8],
-    headers: &[httparse::Header<'_>],
-    out: &mut Vec<HeaderPos>,
-) {
-    out.clear();
-    out.extend(
-        headers
-            .iter()
-            .map(|h| (position(buf, h.name.as_bytes()), position(buf, h.value))),
-    );
 }
 
 /// Where `part` (a subslice of `buf`) lies within `buf`.
@@ -171,8 +266,44 @@ pub(crate) fn names_headers(value: &[u8]) -> bool {
     })
 }
 
+/// What one `Connection` value lists, read in one pass: `close`, `keep-alive`, and whether
+/// any other token (a header it declares hop-by-hop, [`names_headers`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ConnectionTokens {
+    pub close: bool,
+    pub keep_alive: bool,
+    pub names_headers: bool,
+}
+
+impl ConnectionTokens {
+    pub(crate) fn of(value: &[u8]) -> Self {
+        let mut tokens = ConnectionTokens::default();
+        let mut read = |token: &[u8]| {
+            let token = trim_ows(token);
+            if token.eq_ignore_ascii_case(b"close") {
+                tokens.close = true;
+            } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                tokens.keep_alive = true;
+            } else if !token.is_empty() {
+                tokens.names_headers = true;
+            }
+        };
+        // Most values are one token: read whole, not split.
+        if value.contains(&b',') {
+            value.split(|b| *b == b',').for_each(read);
+        } else {
+            read(value);
+        }
+        tokens
+    }
+}
+
 /// Whether a comma-separated header value lists `token` (case-insensitive).
 pub(crate) fn has_token(value: &[u8], token: &[u8]) -> bool {
+    // Most values are one token (`keep-alive`, `close`): read whole before being split.
+    if !value.contains(&b',') {
+        return trim_ows(value).eq_ignore_ascii_case(token);
+    }
     value
         .split(|b| *b == b',')
         .any(|t| trim_ows(t).eq_ignore_ascii_case(token))
@@ -184,6 +315,15 @@ pub(crate) fn content_length<'a>(
 ) -> Result<Option<u64>, FramingError> {
     let mut length = None;
     for value in values {
+        // The usual value, digits alone, read without splitting it into a list.
+        if !value.is_empty() && value.len() <= 18 && value.iter().all(u8::is_ascii_digit) {
+            let n = value.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+            if length.is_some_and(|l| l != n) {
+                return Err(FramingError::BadContentLength);
+            }
+            length = Some(n);
+            continue;
+        }
         for part in value.split(|b| *b == b',') {
             let part = trim_ows(part);
             if part.is_empty() || part.len() > 18 || !part.iter().all(u8::is_ascii_digit) {
@@ -202,6 +342,61 @@ pub(crate) fn content_length<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_connection_value_is_read_as_has_token_and_names_headers_read_it() {
+        for value in [
+            &b""[..],
+            b"close",
+            b"Keep-Alive",
+            b" keep-alive , close",
+            b"close, X-Hop",
+            b"X-Hop",
+            b",, ,",
+            b"keep-alive,",
+            b"upgrade\t",
+        ] {
+            let tokens = ConnectionTokens::of(value);
+            let shown = String::from_utf8_lossy(value);
+            assert_eq!(tokens.close, has_token(value, b"close"), "{shown}");
+            assert_eq!(
+                tokens.keep_alive,
+                has_token(value, b"keep-alive"),
+                "{shown}"
+            );
+            assert_eq!(tokens.names_headers, names_headers(value), "{shown}");
+        }
+    }
+
+    #[test]
+    fn a_header_table_finds_every_value_of_a_name_in_any_case_and_nothing_else() {
+        let raw = b"GET / HTTP/1.1\r\nX-Auth-Token: a\r\nHost: gw\r\nx-AUTH-token: b\r\n\
+            X-Able-Ten: key-twin\r\nX-Auth-Tokens: longer\r\n\r\n";
+        let mut storage = [httparse::EMPTY_HEADER; 8];
+        let mut req = httparse::Request::new(&mut storage);
+        assert!(req.parse(raw).unwrap().is_complete());
+        let mut table = HeaderTable::default();
+        table.fill(raw, req.headers);
+        let named = |name: &str| table.named(raw, name.as_bytes()).collect::<Vec<_>>();
+        assert_eq!(named("x-auth-token"), [&b"a"[..], b"b"]);
+        assert_eq!(named("X-AUTH-TOKEN"), [&b"a"[..], b"b"]);
+        // Same length, first and last bytes: told apart by its bytes.
+        assert_eq!(NameKey::of(b"x-able-ten"), NameKey::of(b"x-auth-ten"));
+        assert_eq!(named("x-able-ten"), [&b"key-twin"[..]]);
+        assert!(named("x-auth-ten").is_empty());
+        assert!(named("content-length").is_empty());
+        assert!(named("").is_empty());
+        assert_eq!(table.len(), 5);
+        assert_eq!(table.iter(raw).nth(1), Some((&b"Host"[..], &b"gw"[..])));
+        // Filled again for the next head: nothing of the last one is left.
+        let next = b"GET / HTTP/1.1\r\nHost: other\r\n\r\n";
+        let mut storage = [httparse::EMPTY_HEADER; 8];
+        let mut req = httparse::Request::new(&mut storage);
+        assert!(req.parse(next).unwrap().is_complete());
+        table.fill(next, req.headers);
+        assert!(table.named(next, b"x-auth-token").next().is_none());
+        assert_eq!(table.named(next, b"host").next(), Some(&b"other"[..]));
+    }
 
     #[test]
     fn a_read_has_room_for_a_chunk_once_past_the_first_buffer() {

@@ -5,8 +5,8 @@ use std::mem::MaybeUninit;
 use std::ops::Range;
 
 use super::{
-    complete, content_length, has_token, header_positions, position, transfer_coding, Framing,
-    FramingError, HeadError, HeaderPos, TransferCoding, MAX_HEADERS,
+    complete, content_length, position, transfer_coding, ConnectionTokens, Framing, FramingError,
+    HeadError, HeaderTable, TransferCoding, MAX_HEADERS,
 };
 
 /// A parsed request head, as positions in the connection's read buffer, with what the
@@ -25,9 +25,11 @@ pub struct RequestHead {
     authority: Option<Range<usize>>,
     /// HTTP/1.0 rather than 1.1.
     pub http10: bool,
+    /// The method is `HEAD`: its answers have no body.
+    pub method_is_head: bool,
     framing: Result<Framing, FramingError>,
     keep_alive: bool,
-    headers: Vec<HeaderPos>,
+    headers: HeaderTable,
 }
 
 impl Default for RequestHead {
@@ -40,9 +42,10 @@ impl Default for RequestHead {
             query: None,
             authority: None,
             http10: false,
+            method_is_head: false,
             framing: Ok(Framing::Length(0)),
             keep_alive: false,
-            headers: Vec::new(),
+            headers: HeaderTable::default(),
         }
     }
 }
@@ -66,7 +69,8 @@ impl RequestHead {
         self.query = parts.query.map(at);
         self.authority = parts.authority.map(at);
         self.http10 = req.version == Some(0);
-        header_positions(buf, req.headers, &mut self.headers);
+        self.method_is_head = req.method == Some("HEAD");
+        self.headers.fill(buf, req.headers);
         let view = self.view(buf);
         let (framing, keep_alive) = (view.read_framing(), view.read_keep_alive());
         self.framing = framing;
@@ -74,10 +78,20 @@ impl RequestHead {
         Ok(true)
     }
 
+    /// How the body is framed ([`Request::framing`]), read without a view of the head.
+    pub fn framing(&self) -> Result<Framing, FramingError> {
+        self.framing
+    }
+
+    /// Whether the client asked to keep the connection open ([`Request::wants_keep_alive`]).
+    pub fn wants_keep_alive(&self) -> bool {
+        self.keep_alive
+    }
+
     /// Frees the header table while no head is being read (a connection waiting for its
     /// next request); the next [`Self::parse`] allocates it at the size it needs.
     pub fn release(&mut self) {
-        self.headers = Vec::new();
+        self.headers.release();
     }
 
     /// How many header positions the table has room for (what [`Self::release`] frees).
@@ -189,28 +203,19 @@ impl<'a> Request<'a> {
 
     /// Every header line, in order, names as sent.
     pub fn headers(&self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
-        let buf = self.buf;
-        self.head
-            .headers
-            .iter()
-            .map(move |(n, v)| (&buf[n.clone()], &buf[v.clone()]))
+        self.head.headers.iter(self.buf)
     }
 
     pub fn header_count(&self) -> usize {
         self.head.headers.len()
     }
 
-    /// Every value of a header (`name` in lower case).
+    /// Every value of a header (`name` in any case).
     pub fn headers_named<'n>(&self, name: &'n str) -> impl Iterator<Item = &'a [u8]> + 'n
     where
         'a: 'n,
     {
-        let this = *self;
-        this.head
-            .headers
-            .iter()
-            .filter(move |(n, _)| this.buf[n.clone()].eq_ignore_ascii_case(name.as_bytes()))
-            .map(move |(_, v)| &this.buf[v.clone()])
+        self.head.headers.named(self.buf, name.as_bytes())
     }
 
     /// How the body is framed; conflicting or unsupported framing is refused, so a body is
@@ -236,14 +241,13 @@ impl<'a> Request<'a> {
 
     /// [`Self::wants_keep_alive`], read from the version and headers (at parse).
     fn read_keep_alive(&self) -> bool {
-        let connection_says = |token: &[u8]| {
-            self.headers_named("connection")
-                .any(|v| has_token(v, token))
-        };
-        if connection_says(b"close") {
-            return false;
+        let (mut close, mut keep_alive) = (false, false);
+        for value in self.headers_named("connection") {
+            let tokens = ConnectionTokens::of(value);
+            close |= tokens.close;
+            keep_alive |= tokens.keep_alive;
         }
-        !self.http10() || connection_says(b"keep-alive")
+        !close && (!self.http10() || keep_alive)
     }
 }
 

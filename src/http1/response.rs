@@ -5,8 +5,8 @@ use std::mem::MaybeUninit;
 use std::ops::Range;
 
 use super::{
-    complete, content_length, has_token, header_positions, is_bodiless_status, names_headers,
-    position, transfer_coding, Framing, HeadError, HeaderPos, TransferCoding, MAX_HEADERS,
+    complete, content_length, has_token, is_bodiless_status, position, transfer_coding,
+    ConnectionTokens, Framing, HeadError, HeaderTable, TransferCoding, MAX_HEADERS,
 };
 
 /// A parsed response head from the backend, as positions in the upstream read buffer;
@@ -23,7 +23,7 @@ pub struct ResponseHead {
     /// A `Connection` header names hop-by-hop headers (see [`Self::connection_lists`]).
     pub declares_hop_headers: bool,
     /// Header lines (without the status line), to be relayed selectively.
-    headers: Vec<HeaderPos>,
+    headers: HeaderTable,
     reason: Range<usize>,
 }
 
@@ -35,7 +35,7 @@ impl Default for ResponseHead {
             framing: Framing::Length(0),
             keep_alive: false,
             declares_hop_headers: false,
-            headers: Vec::new(),
+            headers: HeaderTable::default(),
             reason: 0..0,
         }
     }
@@ -59,24 +59,19 @@ impl ResponseHead {
         if !(100..=599).contains(&status) {
             return Err(HeadError::Malformed);
         }
+        self.headers.fill(buf, resp.headers);
+        let named = |name: &'static str| self.headers.named(buf, name.as_bytes());
         let mut connection_close = resp.version == Some(0);
-        self.declares_hop_headers = false;
-        for h in resp.headers.iter() {
-            if h.name.eq_ignore_ascii_case("connection") {
-                self.declares_hop_headers |= names_headers(h.value);
-                if has_token(h.value, b"close") {
-                    connection_close = true;
-                } else if has_token(h.value, b"keep-alive") {
-                    connection_close = false;
-                }
+        let mut declares_hop_headers = false;
+        for value in named("connection") {
+            let tokens = ConnectionTokens::of(value);
+            declares_hop_headers |= tokens.names_headers;
+            if tokens.close {
+                connection_close = true;
+            } else if tokens.keep_alive {
+                connection_close = false;
             }
         }
-        let named = |name: &'static str| {
-            resp.headers
-                .iter()
-                .filter(move |h| h.name.eq_ignore_ascii_case(name))
-                .map(|h| h.value)
-        };
         let length = content_length(named("content-length")).map_err(|_| HeadError::Malformed)?;
         let coding = transfer_coding(named("transfer-encoding"));
         // RFC 9112 §6.3, with one coding spoken: chunked. A body declared two ways, or by a
@@ -91,12 +86,12 @@ impl ResponseHead {
             TransferCoding::Absent => (length.map_or(Framing::UntilClose, Framing::Length), false),
             TransferCoding::Other => return Err(HeadError::UnsupportedTransferCoding),
         };
+        self.declares_hop_headers = declares_hop_headers;
         self.framing = framing;
         self.len = len;
         self.status = status;
         self.keep_alive = !connection_close && !ambiguous && framing != Framing::UntilClose;
         self.reason = position(buf, resp.reason.unwrap_or_default().as_bytes());
-        header_positions(buf, resp.headers, &mut self.headers);
         Ok(true)
     }
 
@@ -107,16 +102,15 @@ impl ResponseHead {
 
     /// Every header line, from the head's buffer.
     pub fn headers<'a>(&'a self, buf: &'a [u8]) -> impl Iterator<Item = (&'a [u8], &'a [u8])> {
-        self.headers
-            .iter()
-            .map(move |(n, v)| (&buf[n.clone()], &buf[v.clone()]))
+        self.headers.iter(buf)
     }
 
     /// Whether a `Connection` header lists `name`: such a header is hop-by-hop by the backend's
     /// declaration (RFC 9110 §7.6.1) and is not relayed.
     pub fn connection_lists(&self, buf: &[u8], name: &[u8]) -> bool {
-        self.headers(buf)
-            .any(|(n, v)| n.eq_ignore_ascii_case(b"connection") && has_token(v, name))
+        self.headers
+            .named(buf, b"connection")
+            .any(|v| has_token(v, name))
     }
 }
 

@@ -19,12 +19,11 @@ use pingora::protocols::http::date::get_cached_date;
 use pingora::protocols::Stream;
 use pingora::server::ShutdownWatch;
 use tokio::io::AsyncWriteExt;
-use tokio::time::timeout;
 
 use super::downstream::Downstream;
 use super::h2::PREFACE;
 use super::tcp::TcpConn;
-use super::timer::LazyTimer;
+use super::timer::{timeout_once_waiting, LazyTimer};
 use super::ProxyApp;
 use crate::api::failure::{BodyError, UnreadableHead};
 use crate::config::{LimitsConfig, Snapshot};
@@ -204,11 +203,9 @@ impl H1Connection {
 
     /// Sets up the state of the request whose head was just read.
     fn start_request(&mut self, may_keep_alive: bool) {
-        let req = self.view();
-        let (wants_keep_alive, framing) = (req.wants_keep_alive(), req.framing());
-        self.head_only = req.method() == "HEAD";
-        self.keep_alive = may_keep_alive && wants_keep_alive;
-        self.body = BodyState::Unread(framing);
+        self.head_only = self.head.method_is_head;
+        self.keep_alive = may_keep_alive && self.head.wants_keep_alive();
+        self.body = BodyState::Unread(self.head.framing());
     }
 
     /// Reads more bytes; `Ok(0)` at the end of the stream.
@@ -387,7 +384,7 @@ impl H1Connection {
             _ => None,
         };
         self.keep_alive &= match skippable {
-            Some(n) => timeout(self.body_timeout, self.skip_body(n))
+            Some(n) => timeout_once_waiting(self.body_timeout, self.skip_body(n))
                 .await
                 .unwrap_or(false),
             None => false,
@@ -400,7 +397,7 @@ impl H1Connection {
             self.stream.write_all(&self.out).await?;
             self.stream.flush().await
         };
-        let sent = timeout(self.send_timeout, write)
+        let sent = timeout_once_waiting(self.send_timeout, write)
             .await
             .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()));
         self.out.clear();
@@ -573,7 +570,8 @@ impl Downstream for H1Connection {
             // the connection has lost its place in the client's bytes.
             BodyState::Read { .. } | BodyState::Broken => return Err(BodyError::Unframed),
         };
-        let read = timeout(body_timeout, self.read_body_framed(framing, max_bytes)).await;
+        let read =
+            timeout_once_waiting(body_timeout, self.read_body_framed(framing, max_bytes)).await;
         let result = read.unwrap_or(Err(BodyError::Timeout));
         if result.is_err() {
             // Part of the body may be gone from the buffer: the connection cannot be reused.
@@ -643,6 +641,7 @@ mod tests {
     use super::*;
     use crate::config::testing;
     use tokio::io::AsyncWriteExt;
+    use tokio::time::timeout;
 
     #[tokio::test]
     async fn a_client_whose_requests_are_large_sends_each_in_one_read() {

@@ -9,6 +9,10 @@
 //! length, as nginx updates its timer tree lazily. Only a deadline earlier than the armed one
 //! (a shorter limit after a longer one) re-arms at once. A limit starts when its work first
 //! waits: work done at its first poll (a write the socket takes at once) costs no clock read.
+//!
+//! [`timeout_once_waiting`] is the same rule for a limit without a connection's timer (a
+//! request's body, an answer's write): `tokio::time::timeout` reads the clock when it is
+//! made, even for work that is already done, as a body that came with its head is.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -16,7 +20,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
-use tokio::time::{sleep_until, Instant, Sleep};
+use tokio::time::{sleep, sleep_until, Instant, Sleep};
 
 /// The limit passed before the work was done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,6 +102,46 @@ impl<F: Future> Future for Limited<'_, F> {
     }
 }
 
+/// Runs `work` until it completes, or fails with [`TimedOut`] once `limit` has passed since
+/// it first had to wait: work done at its first poll reads no clock and sets no timer.
+pub fn timeout_once_waiting<F: Future>(limit: Duration, work: F) -> TimeoutOnceWaiting<F> {
+    TimeoutOnceWaiting {
+        limit,
+        work,
+        sleep: None,
+    }
+}
+
+pin_project! {
+    /// The future of [`timeout_once_waiting`].
+    pub struct TimeoutOnceWaiting<F> {
+        limit: Duration,
+        #[pin]
+        work: F,
+        // Set when the work first waits.
+        #[pin]
+        sleep: Option<Sleep>,
+    }
+}
+
+impl<F: Future> Future for TimeoutOnceWaiting<F> {
+    type Output = Result<F::Output, TimedOut>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        if let Poll::Ready(done) = this.work.poll(cx) {
+            return Poll::Ready(Ok(done));
+        }
+        if this.sleep.is_none() {
+            this.sleep.set(Some(sleep(*this.limit)));
+        }
+        match this.sleep.as_pin_mut().map(|sleep| sleep.poll(cx)) {
+            Some(Poll::Ready(())) => Poll::Ready(Err(TimedOut)),
+            _ => Poll::Pending,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,6 +208,38 @@ mod tests {
             .await;
         assert_eq!(never, Err(TimedOut));
         assert_eq!(start.elapsed(), Duration::from_secs(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_timeout_once_waiting_counts_from_the_first_wait() {
+        let limit = Duration::from_secs(5);
+        assert_eq!(timeout_once_waiting(limit, async { 4 }).await, Ok(4));
+        let start = Instant::now();
+        let done = timeout_once_waiting(limit, tokio::time::sleep(Duration::from_secs(4))).await;
+        assert_eq!(done, Ok(()));
+        let start_waiting = Instant::now();
+        let never = timeout_once_waiting(limit, std::future::pending::<()>()).await;
+        assert_eq!(never, Err(TimedOut));
+        assert_eq!(start_waiting.elapsed(), limit);
+        assert_eq!(start.elapsed(), Duration::from_secs(9));
+    }
+
+    /// Work done at its first poll sets no timer: polled outside a runtime, where making one
+    /// panics (as `tokio::time::timeout` would, at once).
+    #[test]
+    fn a_timeout_once_waiting_reads_no_clock_for_work_done_at_once() {
+        let done = futures_poll_once(timeout_once_waiting(Duration::from_secs(1), async { 2 }));
+        assert_eq!(done, Some(Ok(2)));
+    }
+
+    /// Polls `future` once, outside any runtime.
+    fn futures_poll_once<F: Future>(future: F) -> Option<F::Output> {
+        let mut future = std::pin::pin!(future);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        match future.as_mut().poll(&mut cx) {
+            Poll::Ready(out) => Some(out),
+            Poll::Pending => None,
+        }
     }
 
     #[tokio::test(start_paused = true)]
