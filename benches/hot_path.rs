@@ -112,7 +112,7 @@ fn serve_one(snap: &Snapshot, parsed: &Parsed, ids: &RequestIds, telemetry: &Tel
 }
 
 /// A served request's record, as `telemetry.record` receives it.
-fn served_exchange(snap: &Snapshot) -> Exchange {
+fn served_exchange(snap: &Snapshot) -> Exchange<'_> {
     let mut ex = Exchange::start(Protocol::Http1, Some(&http::Method::POST), V1);
     ex.request_id = REQUEST_ID.into();
     let forward = Parsed::new(V1).admit(snap, REQUEST_ID).expect("admitted");

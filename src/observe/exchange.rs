@@ -69,9 +69,10 @@ listed_enum! {
     }
 }
 
-/// One request's record, filled in as it is served.
+/// One request's record, filled in as it is served; `'s` is the config snapshot the request
+/// is served under, whose agent and token it names.
 #[derive(Debug)]
-pub struct Exchange {
+pub struct Exchange<'s> {
     pub started: Instant,
     /// Wall-clock time at the start: what the retirement policy is judged at.
     pub started_at: SystemTime,
@@ -84,9 +85,9 @@ pub struct Exchange {
     pub version: Option<ApiVersion>,
     pub operation: Option<Operation>,
     /// Only ids of configured agents, so labels and logs never carry arbitrary client input.
-    pub agent_id: Option<String>,
+    pub agent_id: Option<&'s str>,
     /// The first 8 hex digits of the token the agent authenticated with.
-    pub token_label: Option<String>,
+    pub token_label: Option<&'s str>,
     /// Who is calling ([`crate::policy::client`]): the peer, or behind a trusted proxy the
     /// address it forwarded for.
     pub client_addr: Option<IpAddr>,
@@ -128,7 +129,7 @@ pub fn operation_name(operation: Option<Operation>) -> &'static str {
     operation.map_or("unmatched", Operation::as_str)
 }
 
-impl Exchange {
+impl<'s> Exchange<'s> {
     /// A record for a request over `protocol` that starts now; `method` is `None` when the
     /// request's head could not be read.
     pub fn start(protocol: Protocol, method: Option<&http::Method>, client_path: &str) -> Self {
@@ -174,15 +175,15 @@ impl Exchange {
     }
 
     /// Notes how far the request was understood.
-    pub fn identified(&mut self, who: &Identified<'_>) {
+    pub fn identified(&mut self, who: &Identified<'s>) {
         self.version = who.version;
         self.operation = who.operation;
-        self.agent_id = who.agent.map(|a| a.id.clone());
-        self.token_label = who.token.map(|t| t.label.clone());
+        self.agent_id = who.agent.map(|a| a.id.as_str());
+        self.token_label = who.token.map(|t| t.label.as_str());
     }
 
     /// Notes an admission refusal: who asked, and why they were refused.
-    pub fn refused(&mut self, refusal: &Refusal<'_>) {
+    pub fn refused(&mut self, refusal: &Refusal<'s>) {
         self.identified(&refusal.who);
         self.auth_failure = refusal.auth_failure;
         self.refused = Some(refusal.reply);

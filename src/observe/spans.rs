@@ -57,7 +57,7 @@ pub fn outline(ex: &Exchange, bases: &Bases) -> SpanOutline {
         attributes.push(KeyValue::new("agent_gateway.operation", operation.as_str()));
     }
     if let Some(agent) = &ex.agent_id {
-        attributes.push(KeyValue::new("agent_gateway.agent_id", agent.clone()));
+        attributes.push(KeyValue::new("agent_gateway.agent_id", agent.to_string()));
     }
     if let Some(reply) = ex.refused {
         attributes.push(KeyValue::new(
@@ -187,7 +187,7 @@ mod tests {
     use crate::api::reply::Reply;
     use crate::config::testing;
 
-    fn routed(status: u16) -> Exchange {
+    fn routed(status: u16) -> Exchange<'static> {
         let mut ex = Exchange::start(
             Protocol::Http1,
             Some(&http::Method::GET),

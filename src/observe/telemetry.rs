@@ -7,8 +7,8 @@
 //! bounded: versions, operations, reasons and kinds are fixed sets; `agent_id` is a configured
 //! agent or `unknown`; `code` is an HTTP status. Never a raw path, never a token.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use prometheus::core::Collector;
@@ -27,7 +27,7 @@ use crate::observe::exchange::{operation_name, version_name, Exchange, Protocol}
 use crate::observe::in_flight::InFlight;
 use crate::observe::log_sink::LineSink;
 use crate::observe::retirement::RetirementMetrics;
-use crate::observe::usage::UsageTracker;
+use crate::observe::usage::{AgentUsage, UsageTracker};
 use crate::policy::auth::AuthFailure;
 use crate::policy::rate_limit::{BackendError, DecidedBy};
 
@@ -250,6 +250,9 @@ impl FailureMetrics {
 /// Each agent's calls by version and operation, its v1 refusals, and when it last (and first,
 /// since this process started) called v1.
 struct AgentMetrics {
+    /// Each configured agent's series and usage, found at its first request: a request then
+    /// counts after one lookup, where each series by its labels was one.
+    series: RwLock<HashMap<String, Arc<AgentSeries>, fnv::FnvBuildHasher>>,
     requests: IntCounterVec,
     v1_refusals: IntCounterVec,
     v1_first_seen: GaugeVec,
@@ -302,11 +305,41 @@ impl AgentMetrics {
         registry.register(Box::new(v1_first_seen.clone()))?;
         registry.register(Box::new(v1_last_seen.clone()))?;
         Ok(Self {
+            series: RwLock::default(),
             requests,
             v1_refusals,
             v1_first_seen,
             v1_last_seen,
             token_last_used,
+        })
+    }
+
+    /// The series of the configured agent `id`, resolved at its first request.
+    fn series(&self, id: &str, usage: &UsageTracker) -> Arc<AgentSeries> {
+        let known = self
+            .series
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id)
+            .cloned();
+        known.unwrap_or_else(|| {
+            let resolved = Arc::new(AgentSeries {
+                requests: ApiVersion::ALL.map(|v| {
+                    Operation::ALL.map(|op| {
+                        self.requests
+                            .with_label_values(&[id, v.as_str(), op.as_str()])
+                    })
+                }),
+                v1_last_seen: OnceLock::new(),
+                token_last_used: RwLock::default(),
+                usage: usage.agent(id),
+            });
+            self.series
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(id.to_owned())
+                .or_insert(resolved)
+                .clone()
         })
     }
 
@@ -326,34 +359,97 @@ impl AgentMetrics {
     /// Counts a request that named a version; `v1_first_seen` is set when `usage` says it is
     /// the agent's first v1 call.
     fn record(&self, ex: &Exchange, v: ApiVersion, operation: &str, usage: &UsageTracker) {
-        let agent = ex.agent_id.as_deref().unwrap_or("unknown");
-        self.requests
-            .with_label_values(&[agent, v.as_str(), operation])
-            .inc();
         let started_at = ex
             .started_at
             .duration_since(UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
-        if let (Some(id), Some(token)) = (&ex.agent_id, &ex.token_label) {
-            self.token_last_used
-                .with_label_values(&[id, token])
+        let Some(id) = ex.agent_id else {
+            let agent = "unknown";
+            self.requests
+                .with_label_values(&[agent, v.as_str(), operation])
+                .inc();
+            if v == ApiVersion::V1 {
+                self.v1_last_seen
+                    .with_label_values(&[agent])
+                    .set(started_at);
+            }
+            if let Some(r) = ex.v1_refusal() {
+                self.v1_refusals
+                    .with_label_values(&[agent, r.reason()])
+                    .inc();
+            }
+            return;
+        };
+        let series = self.series(id, usage);
+        match ex.operation {
+            Some(op) => series.requests[v as usize][op as usize].inc(),
+            None => self
+                .requests
+                .with_label_values(&[id, v.as_str(), operation])
+                .inc(),
+        }
+        if let Some(token) = ex.token_label {
+            series
+                .token_last_used(token, || {
+                    self.token_last_used.with_label_values(&[id, token])
+                })
                 .set(started_at);
         }
         if v == ApiVersion::V1 {
-            self.v1_last_seen
-                .with_label_values(&[agent])
+            series
+                .v1_last_seen
+                .get_or_init(|| self.v1_last_seen.with_label_values(&[id]))
                 .set(started_at);
         }
         if let Some(r) = ex.v1_refusal() {
-            self.v1_refusals
-                .with_label_values(&[agent, r.reason()])
-                .inc();
+            self.v1_refusals.with_label_values(&[id, r.reason()]).inc();
         }
-        if let (Some(id), Some(op)) = (&ex.agent_id, ex.operation) {
-            if usage.record(id, v, op, ex.started_at) {
+        if let Some(op) = ex.operation {
+            if series.usage.record(v, op, ex.started_at) {
                 self.v1_first_seen.with_label_values(&[id]).set(started_at);
             }
         }
+    }
+}
+
+/// One configured agent's series, resolved once. Those resolved up front exist for every
+/// configured agent anyway ([`AgentMetrics::publish`]); its v1 and token gauges appear at its
+/// first v1 call and its first use of each token, as they did when looked up by label.
+struct AgentSeries {
+    /// `[version][operation]`, in the order of [`ApiVersion::ALL`] and [`Operation::ALL`].
+    requests: [[IntCounter; Operation::COUNT]; ApiVersion::COUNT],
+    v1_last_seen: OnceLock<Gauge>,
+    /// The gauge of each token it authenticated with, by label: a few per agent.
+    token_last_used: RwLock<Vec<(String, Gauge)>>,
+    usage: Arc<AgentUsage>,
+}
+
+impl AgentSeries {
+    /// The last-used gauge of its token `label`, made by `resolve` the first time.
+    fn token_last_used(&self, label: &str, resolve: impl FnOnce() -> Gauge) -> Gauge {
+        let known = |tokens: &[(String, Gauge)]| {
+            tokens
+                .iter()
+                .find(|(l, _)| l == label)
+                .map(|(_, g)| g.clone())
+        };
+        if let Some(gauge) = known(
+            &self
+                .token_last_used
+                .read()
+                .unwrap_or_else(|e| e.into_inner()),
+        ) {
+            return gauge;
+        }
+        let mut tokens = self
+            .token_last_used
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        known(&tokens).unwrap_or_else(|| {
+            let gauge = resolve();
+            tokens.push((label.to_owned(), gauge.clone()));
+            gauge
+        })
     }
 }
 
@@ -412,7 +508,7 @@ impl RateLimitMetrics {
             }
         }
         if ex.rate_limited() {
-            let agent = ex.agent_id.as_deref().unwrap_or("unknown");
+            let agent = ex.agent_id.unwrap_or("unknown");
             self.limited.with_label_values(&[agent]).inc();
         }
     }

@@ -17,8 +17,9 @@ use crate::api::operation::{ApiVersion, Operation};
 use crate::config::unix_seconds;
 use crate::config::Snapshot;
 
+/// One agent's usage since the gateway started.
 #[derive(Default)]
-struct AgentUsage {
+pub struct AgentUsage {
     /// `[version][operation]`, in the order of [`ApiVersion::ALL`] and [`Operation::ALL`].
     counts: [[AtomicU64; Operation::COUNT]; ApiVersion::COUNT],
     /// Unix seconds; 0 means never.
@@ -131,13 +132,19 @@ impl UsageTracker {
         operation: Operation,
         now: SystemTime,
     ) -> bool {
+        self.agent(agent_id).record(version, operation, now)
+    }
+
+    /// The usage of the configured agent `agent_id`, to count into without looking it up
+    /// again.
+    pub fn agent(&self, agent_id: &str) -> Arc<AgentUsage> {
         let known = self
             .agents
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .get(agent_id)
             .cloned();
-        let usage = match known {
+        match known {
             Some(u) => u,
             None => self
                 .agents
@@ -146,17 +153,7 @@ impl UsageTracker {
                 .entry(agent_id.to_owned())
                 .or_default()
                 .clone(),
-        };
-        usage.counts[version as usize][operation as usize].fetch_add(1, Ordering::Relaxed);
-        if version != ApiVersion::V1 {
-            return false;
         }
-        let secs = unix_seconds(now);
-        usage.last_v1.fetch_max(secs, Ordering::Relaxed);
-        usage
-            .first_v1
-            .compare_exchange(0, secs, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
     }
 
     /// The report for every agent of `snapshot`, judged at `now`.
@@ -206,6 +203,22 @@ impl UsageTracker {
             coverage_note: coverage_note(now, quiet_days, self.started, "this gateway's count"),
             agents: reports,
         }
+    }
+}
+
+impl AgentUsage {
+    /// Counts one request at `now`; true when it is the agent's first v1 call since the
+    /// gateway started.
+    pub fn record(&self, version: ApiVersion, operation: Operation, now: SystemTime) -> bool {
+        self.counts[version as usize][operation as usize].fetch_add(1, Ordering::Relaxed);
+        if version != ApiVersion::V1 {
+            return false;
+        }
+        let secs = unix_seconds(now);
+        self.last_v1.fetch_max(secs, Ordering::Relaxed);
+        self.first_v1
+            .compare_exchange(0, secs, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
     }
 }
 

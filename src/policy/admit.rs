@@ -146,7 +146,8 @@ pub struct Refusal<'s> {
 }
 
 impl<'s> Refusal<'s> {
-    fn new(who: Identified<'s>, reply: Reply) -> Self {
+    /// The refusal of a request understood as far as `who`, with `reply` and nothing more.
+    pub fn new(who: Identified<'s>, reply: Reply) -> Self {
         Refusal {
             who,
             reply,
@@ -267,9 +268,11 @@ fn check_size(req: &RequestFacts<'_>, snapshot: &Snapshot) -> Result<(), Reply> 
 
 /// Whether a request declares a JSON body (`application/json`, any parameters).
 fn is_json(content_type: Option<&[u8]>) -> bool {
+    // The media type ends at the first `;` (found as a byte: `str::split` runs a general
+    // searcher); the whole value must be text.
     content_type
         .and_then(|v| std::str::from_utf8(v).ok())
-        .and_then(|v| v.split(';').next())
+        .map(|v| &v[..v.bytes().position(|b| b == b';').unwrap_or(v.len())])
         .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
 }
 

@@ -52,20 +52,21 @@ impl Default for RequestIds {
 impl RequestIds {
     pub fn next_id(&self) -> String {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        // Hand-written hex into an exact-size buffer: one allocation, no formatter.
-        let mut id = String::with_capacity(16 + 1 + 16);
-        push_hex(&mut id, self.prefix, 16);
-        id.push('-');
-        push_hex(&mut id, n, if n >> 32 == 0 { 8 } else { 16 });
-        id
+        // Hand-written hex into a buffer on the stack, then one allocation: no formatter.
+        let mut id = [b'-'; 16 + 1 + 16];
+        put_hex(&mut id[..16], self.prefix);
+        let len = if n >> 32 == 0 { 16 + 1 + 8 } else { id.len() };
+        put_hex(&mut id[17..len], n);
+        // Hex digits and a dash: ASCII, so never the default.
+        String::from_utf8(id[..len].to_vec()).unwrap_or_default()
     }
 }
 
-/// Appends the low `digits` hex digits of `v`, zero-padded.
-fn push_hex(out: &mut String, v: u64, digits: u32) {
-    for i in (0..digits).rev() {
-        let nibble = ((v >> (i * 4)) & 0xf) as u8;
-        out.push(char::from(b"0123456789abcdef"[usize::from(nibble)]));
+/// Fills `out` with the low hex digits of `v`, zero-padded, one digit a byte.
+fn put_hex(out: &mut [u8], mut v: u64) {
+    for digit in out.iter_mut().rev() {
+        *digit = b"0123456789abcdef"[(v & 0xf) as usize];
+        v >>= 4;
     }
 }
 

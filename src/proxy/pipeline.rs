@@ -25,7 +25,7 @@ use crate::observe::exchange::{Exchange, Phase};
 use crate::observe::spans;
 use crate::observe::trace::RequestSpan;
 use crate::policy::admit::{
-    self, admit, Forward, Refusal, RequestFacts, RequestView, RetirementHeaders,
+    self, admit, Forward, Identified, Refusal, RequestFacts, RequestView, RetirementHeaders,
 };
 use crate::policy::client::{self, FORWARDED_FOR, FORWARDED_PROTO};
 use crate::policy::request_id;
@@ -35,7 +35,8 @@ impl ProxyApp {
     /// Serves the request whose head `d` holds, under one snapshot from start to end.
     pub(super) async fn serve<D: Downstream>(&self, d: &mut D, snap: &Snapshot) {
         let _in_flight = self.telemetry.in_flight.enter();
-        let mut ex = {
+        // One view of the head for the record and for admission.
+        let (mut ex, admitted) = {
             let req = d.request();
             let method = http::Method::from_bytes(req.method().as_bytes()).ok();
             let mut ex = Exchange::start(d.protocol(), method.as_ref(), req.path());
@@ -49,9 +50,10 @@ impl ProxyApp {
                 .single_header("user-agent")
                 .map(|v| String::from_utf8_lossy(v).into_owned());
             ex.span = self.tracer.start(snap, &req, ex.client_addr, ex.started_at);
-            ex
+            let admitted = self.admit_unless_throttled(snap, &req, &ex);
+            (ex, admitted)
         };
-        self.serve_admitted(d, snap, &mut ex).await;
+        self.serve_admitted(d, snap, &mut ex, admitted).await;
         self.telemetry.record(&ex);
         spans::finish(&mut ex, &snap.bases);
     }
@@ -75,11 +77,16 @@ impl ProxyApp {
         spans::finish(&mut ex, &snap.bases);
     }
 
-    async fn serve_admitted<D: Downstream>(&self, d: &mut D, snap: &Snapshot, ex: &mut Exchange) {
-        // A client address past `auth.max_failures_per_minute` is refused before anything of
-        // its request is looked at: its credential is not checked.
-        let guessers = snap.auth.max_failures_per_minute.zip(ex.client_addr);
-        if let Some((limit, client)) = guessers {
+    /// Admission of the request `req` (recorded in `ex`), unless its client address is past
+    /// `auth.max_failures_per_minute`: then it is refused before anything of it is looked
+    /// at, and its credential is not checked.
+    fn admit_unless_throttled<'s, R: RequestView>(
+        &self,
+        snap: &'s Snapshot,
+        req: &R,
+        ex: &Exchange<'_>,
+    ) -> Result<Forward<'s>, Refusal<'s>> {
+        if let Some((limit, client)) = snap.auth.max_failures_per_minute.zip(ex.client_addr) {
             let verdict = self.failed_auths.verdict(client, limit, ex.started);
             if let Verdict::Throttled {
                 retry_after_secs,
@@ -90,20 +97,24 @@ impl ProxyApp {
                     tracing::warn!(client_addr = %client, limit, retry_after_secs, "too many failed authentications from this address: its requests get 429 for the rest of the minute");
                 }
                 let reply = Reply::AuthThrottled { retry_after_secs };
-                ex.refused = Some(reply);
-                return self
-                    .answer(d, ex, reply, None, &RetirementHeaders::default())
-                    .await;
+                return Err(Refusal::new(Identified::default(), reply));
             }
         }
-        let admitted = admit(
-            snap,
-            &RequestFacts::of(&d.request(), &ex.request_id, ex.started_at),
-        );
+        admit(snap, &RequestFacts::of(req, &ex.request_id, ex.started_at))
+    }
+
+    async fn serve_admitted<'s, D: Downstream>(
+        &self,
+        d: &mut D,
+        snap: &'s Snapshot,
+        ex: &mut Exchange<'s>,
+        admitted: Result<Forward<'s>, Refusal<'s>>,
+    ) {
         let mut forward = match admitted {
             Ok(forward) => forward,
             Err(refusal) => {
-                if let (Some((_, client)), Some(_)) = (guessers, refusal.auth_failure) {
+                let counted = snap.auth.max_failures_per_minute.and(ex.client_addr);
+                if let (Some(client), Some(_)) = (counted, refusal.auth_failure) {
                     self.failed_auths.failed(client, ex.started);
                 }
                 return self.refuse(d, ex, &refusal).await;
@@ -153,12 +164,12 @@ impl ProxyApp {
     }
 
     /// Sends the admitted request upstream and relays the answer, or answers the failure.
-    async fn forward<D: Downstream>(
+    async fn forward<'s, D: Downstream>(
         &self,
         d: &mut D,
-        snap: &Snapshot,
-        ex: &mut Exchange,
-        forward: &mut Forward<'_>,
+        snap: &'s Snapshot,
+        ex: &mut Exchange<'s>,
+        forward: &mut Forward<'s>,
     ) {
         // A client that has cancelled the request (an HTTP/2 reset) has it sent nowhere.
         if d.cancelled() {
@@ -193,7 +204,12 @@ impl ProxyApp {
     }
 
     /// Answers an admission refusal.
-    async fn refuse<D: Downstream>(&self, d: &mut D, ex: &mut Exchange, refusal: &Refusal<'_>) {
+    async fn refuse<'s, D: Downstream>(
+        &self,
+        d: &mut D,
+        ex: &mut Exchange<'s>,
+        refusal: &Refusal<'s>,
+    ) {
         ex.refused(refusal);
         let hint = refusal.hint.as_deref();
         self.answer(d, ex, refusal.reply, hint, &refusal.retirement_headers)
@@ -204,7 +220,7 @@ impl ProxyApp {
     async fn answer<D: Downstream>(
         &self,
         d: &mut D,
-        ex: &mut Exchange,
+        ex: &mut Exchange<'_>,
         reply: Reply,
         hint: Option<&str>,
         retirement: &RetirementHeaders<'_>,

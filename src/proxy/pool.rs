@@ -17,6 +17,7 @@
 //! reused connection is retried for idempotent requests only (`proxy::upstream`).
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -49,6 +50,9 @@ pub struct UpstreamConn {
     pub timer: LazyTimer,
     /// Its place in its address's count of connections, freed when it closes.
     pub slot: Slot,
+    /// The waker it is watched with while idle: made when it first comes back to the pool,
+    /// kept for its life.
+    idle_watch: Option<Arc<IdleWatch>>,
 }
 
 impl UpstreamConn {
@@ -59,12 +63,17 @@ impl UpstreamConn {
             head: ResponseHead::default(),
             timer: LazyTimer::default(),
             slot,
+            idle_watch: None,
         }
     }
 
-    /// Starts watching an idle connection: polls its read side once with `watch`'s waker.
-    /// `false` when the backend has already closed it or sent something unasked.
-    fn watch(&mut self, watch: &Arc<IdleWatch>) -> bool {
+    /// Watches an idle connection: polls its read side once with its idle watch's waker.
+    /// `false` when the backend has already closed it or sent something unasked (or it has
+    /// no watch).
+    fn watch(&mut self) -> bool {
+        let Some(watch) = &self.idle_watch else {
+            return false;
+        };
         let waker = Waker::from(watch.clone());
         let mut probe = [0u8; 1];
         let mut probe = ReadBuf::new(&mut probe);
@@ -73,6 +82,13 @@ impl UpstreamConn {
         let read =
             Pin::new(&mut self.stream).poll_read(&mut Context::from_waker(&waker), &mut probe);
         read.is_pending()
+    }
+
+    /// Whether its watch woke since it was last polled (and it should be polled again).
+    fn woke_while_idle(&self) -> bool {
+        self.idle_watch
+            .as_ref()
+            .is_some_and(|w| w.woken.swap(false, Ordering::Relaxed))
     }
 }
 
@@ -100,7 +116,6 @@ impl Wake for IdleWatch {
 struct Idle {
     conn: UpstreamConn,
     since: Instant,
-    watch: Arc<IdleWatch>,
 }
 
 impl Idle {
@@ -108,17 +123,43 @@ impl Idle {
     /// address still in the set, and quiet. One whose watch woke is polled again: a TLS
     /// record that carries no data (a session ticket) leaves it quiet and watched; bytes or a
     /// FIN do not.
-    fn usable(&mut self, idle_timeout: Duration) -> bool {
-        if self.since.elapsed() >= idle_timeout || self.conn.slot.address().is_retired() {
+    fn usable(&mut self, idle_timeout: Duration, now: Instant) -> bool {
+        if now.saturating_duration_since(self.since) >= idle_timeout
+            || self.conn.slot.address().is_retired()
+        {
             return false;
         }
-        !self.watch.woken.swap(false, Ordering::Relaxed) || self.conn.watch(&self.watch)
+        !self.conn.woke_while_idle() || self.conn.watch()
     }
 }
 
+/// Hashes a pool key as itself: the key is already a hash of its peer (`reuse_hash`), and
+/// SipHash over it again cost as much as the rest of a take or a put.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+
+    fn write_u64(&mut self, key: u64) {
+        self.0 = key;
+    }
+}
+
+/// Idle connections by pool key.
+type IdleByKey = HashMap<u64, Vec<Idle>, BuildHasherDefault<KeyHasher>>;
+
 /// Idle connections per backend key (the peer's reuse hash), at most `max_per_key` each.
 pub struct UpstreamPool {
-    idle: Mutex<HashMap<u64, Vec<Idle>>>,
+    idle: Mutex<IdleByKey>,
     max_per_key: usize,
     /// Wakes [`PoolSweeper`]: a watched connection closed, or the first one came in.
     sweep: Arc<Notify>,
@@ -127,27 +168,28 @@ pub struct UpstreamPool {
 impl UpstreamPool {
     pub fn new(max_per_key: usize) -> Self {
         UpstreamPool {
-            idle: Mutex::new(HashMap::new()),
+            idle: Mutex::new(IdleByKey::default()),
             max_per_key,
             sweep: Arc::new(Notify::new()),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<u64, Vec<Idle>>> {
+    fn lock(&self) -> MutexGuard<'_, IdleByKey> {
         self.idle.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The newest idle connection to `key` that the backend has not closed and that is
-    /// younger than `idle_timeout`.
-    pub fn take(&self, key: u64, idle_timeout: Duration) -> Option<UpstreamConn> {
+    /// younger than `idle_timeout` at `now` (the caller's reading of the clock, taken for
+    /// its request anyway).
+    pub fn take(&self, key: u64, idle_timeout: Duration, now: Instant) -> Option<UpstreamConn> {
         loop {
             let mut idle = self.lock().get_mut(&key)?.pop()?;
-            if idle.usable(idle_timeout) {
+            if idle.usable(idle_timeout, now) {
                 return Some(idle.conn);
             }
             // Closed (dropped outside the lock), or expired: then all older ones are too,
             // and the sweeper closes them.
-            if idle.since.elapsed() >= idle_timeout {
+            if now.saturating_duration_since(idle.since) >= idle_timeout {
                 return None;
             }
         }
@@ -155,8 +197,8 @@ impl UpstreamPool {
 
     /// Keeps `conn` for reuse and watches it while idle, unless its address left the set or
     /// already has `max_per_key` idle connections, or the backend has closed it; the oldest
-    /// request waiting for the address may then take it.
-    pub fn put(&self, mut conn: UpstreamConn) {
+    /// request waiting for the address may then take it. `now` is when its exchange ended.
+    pub fn put(&self, mut conn: UpstreamConn, now: Instant) {
         let address = conn.slot.address().clone();
         if address.is_retired() {
             return;
@@ -164,22 +206,21 @@ impl UpstreamPool {
         // An idle connection holds no buffer (as a client's does not): a pool filled by a
         // burst would otherwise keep a buffer per connection until it empties.
         conn.buf = BytesMut::new();
-        let watch = Arc::new(IdleWatch {
-            woken: AtomicBool::new(false),
-            sweep: self.sweep.clone(),
+        let watch = conn.idle_watch.get_or_insert_with(|| {
+            Arc::new(IdleWatch {
+                woken: AtomicBool::new(false),
+                sweep: self.sweep.clone(),
+            })
         });
-        if !conn.watch(&watch) {
+        watch.woken.store(false, Ordering::Relaxed);
+        if !conn.watch() {
             return;
         }
         let mut idle = self.lock();
         let was_empty = idle.is_empty();
         let stack = idle.entry(address.key).or_default();
         if stack.len() < self.max_per_key {
-            stack.push(Idle {
-                conn,
-                since: Instant::now(),
-                watch,
-            });
+            stack.push(Idle { conn, since: now });
         }
         drop(idle);
         if was_empty {
@@ -193,8 +234,9 @@ impl UpstreamPool {
     /// address that left the set; says when the next one expires, if any is left.
     pub fn evict(&self, idle_timeout: Duration) -> Option<Instant> {
         let mut idle = self.lock();
+        let now = Instant::now();
         for stack in idle.values_mut() {
-            stack.retain_mut(|i| i.usable(idle_timeout));
+            stack.retain_mut(|i| i.usable(idle_timeout, now));
         }
         idle.retain(|_, stack| !stack.is_empty());
         // A stack is in the order its connections came back: the first is the oldest.
@@ -325,10 +367,10 @@ mod tests {
         let (older, _older_backend) = pooled_socket_to(&listener, &address).await;
         let (newer, _newer_backend) = pooled_socket_to(&listener, &address).await;
         let newer_fd = newer.stream.id();
-        pool.put(older);
-        pool.put(newer);
+        pool.put(older, Instant::now());
+        pool.put(newer, Instant::now());
         assert_eq!(pool.idle_count(), 2);
-        let taken = pool.take(address.key, LONG).unwrap();
+        let taken = pool.take(address.key, LONG, Instant::now()).unwrap();
         assert_eq!(taken.stream.id(), newer_fd);
         assert_eq!(pool.idle_count(), 1);
     }
@@ -340,8 +382,8 @@ mod tests {
         let (mut conn, _backend) = pooled_socket_to(&listener, &address).await;
         conn.buf.reserve(4096);
         conn.buf.extend_from_slice(b"the end of the last answer");
-        pool.put(conn);
-        let taken = pool.take(address.key, LONG).unwrap();
+        pool.put(conn, Instant::now());
+        let taken = pool.take(address.key, LONG, Instant::now()).unwrap();
         assert_eq!(taken.buf.capacity(), 0);
     }
 
@@ -351,8 +393,8 @@ mod tests {
         let (listener, address) = backend();
         let (quiet, _kept) = pooled_socket_to(&listener, &address).await;
         let (noisy, mut noisy_backend) = pooled_socket_to(&listener, &address).await;
-        pool.put(quiet);
-        pool.put(noisy);
+        pool.put(quiet, Instant::now());
+        pool.put(noisy, Instant::now());
         assert_eq!(address.open(), 2);
         noisy_backend.write_all(b"HTTP/1.1 200 OK\r\n").unwrap();
         // The sweeper's part: woken by the watch, it evicts without anyone taking.
@@ -364,7 +406,7 @@ mod tests {
         assert!(closed_by_the_pool(&mut noisy_backend));
         assert_eq!(address.open(), 1, "its place is freed");
         // The quiet one is still there to take.
-        assert!(pool.take(address.key, LONG).is_some());
+        assert!(pool.take(address.key, LONG, Instant::now()).is_some());
     }
 
     #[tokio::test(flavor = "current_thread")]
@@ -372,12 +414,16 @@ mod tests {
         let pool = UpstreamPool::new(4);
         let (listener, address) = backend();
         let (conn, backend) = pooled_socket_to(&listener, &address).await;
-        pool.put(conn);
-        let woken = pool.lock()[&address.key][0].watch.clone();
+        pool.put(conn, Instant::now());
+        let woken = pool.lock()[&address.key][0]
+            .conn
+            .idle_watch
+            .clone()
+            .unwrap();
         drop(backend);
         until(|| woken.woken.load(Ordering::Relaxed)).await;
         assert!(
-            pool.take(address.key, LONG).is_none(),
+            pool.take(address.key, LONG, Instant::now()).is_none(),
             "the backend closed it"
         );
         assert_eq!(pool.idle_count(), 0);
@@ -389,13 +435,13 @@ mod tests {
         let (listener, address) = backend();
         let (mut conn, backend) = pooled_socket_to(&listener, &address).await;
         drop(backend);
-        let watch = Arc::new(IdleWatch {
+        conn.idle_watch = Some(Arc::new(IdleWatch {
             woken: AtomicBool::new(false),
             sweep: Arc::new(Notify::new()),
-        });
+        }));
         // Once the runtime has seen the FIN, a poll of the read side says so.
-        until(|| !conn.watch(&watch)).await;
-        pool.put(conn);
+        until(|| !conn.watch()).await;
+        pool.put(conn, Instant::now());
         assert_eq!(pool.idle_count(), 0);
         assert_eq!(address.open(), 0);
     }
@@ -405,10 +451,10 @@ mod tests {
         let pool = UpstreamPool::new(4);
         let (listener, address) = backend();
         let (old, _a) = pooled_socket_to(&listener, &address).await;
-        pool.put(old);
+        pool.put(old, Instant::now());
         tokio::time::advance(Duration::from_secs(30)).await;
         let (young, _b) = pooled_socket_to(&listener, &address).await;
-        pool.put(young);
+        pool.put(young, Instant::now());
         let now = Instant::now();
         // The oldest expires first: 30 s from now.
         assert_eq!(pool.evict(LONG), Some(now + Duration::from_secs(30)));
@@ -416,7 +462,7 @@ mod tests {
         assert_eq!(pool.evict(LONG), Some(now + LONG));
         assert_eq!(pool.idle_count(), 1);
         tokio::time::advance(LONG).await;
-        assert!(pool.take(address.key, LONG).is_none());
+        assert!(pool.take(address.key, LONG, Instant::now()).is_none());
         assert_eq!(pool.evict(LONG), None);
         assert_eq!(address.open(), 0);
     }

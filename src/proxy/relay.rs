@@ -95,7 +95,7 @@ pub(super) async fn relay<D: Downstream>(
     d: &mut D,
     response: UpstreamResponse,
     snap: &Snapshot,
-    ex: &mut Exchange,
+    ex: &mut Exchange<'_>,
     retirement: &RetirementHeaders<'_>,
 ) {
     let UpstreamResponse { mut conn, started } = response;
@@ -156,9 +156,10 @@ pub(super) async fn relay<D: Downstream>(
     }
     // The backend's part is over: its connection goes back to the pool before the client
     // has the last bytes, so the client's next request can have it.
-    ex.upstream.duration = Some(started.elapsed());
+    let ended = std::time::Instant::now();
+    ex.upstream.duration = Some(ended - started);
     if conn.head.keep_alive && conn.buf.is_empty() {
-        pool.put(conn);
+        pool.put(conn, ended.into());
     }
     ex.bytes_out += d.out().len() - head_bytes;
     if let Err(e) = d.send(true).await {

@@ -83,19 +83,22 @@ impl Upstream {
 
     /// A connection to `address` under `budget`: an idle one when `reuse` allows and no
     /// request waits before this one, else the place to open one, else a wait in the
-    /// address's queue; refused when the queue is full or the wait too long.
+    /// address's queue; refused when the queue is full or the wait too long. `started` is
+    /// when the attempt started.
     async fn acquire(
         &self,
         address: &Arc<Address>,
         budget: &BudgetConfig,
         idle_timeout: Duration,
         reuse: bool,
+        started: Instant,
     ) -> Result<Acquired, OverflowReason> {
         let mut woken = false;
-        let mut deadline = None;
+        let mut now = tokio::time::Instant::from_std(started);
+        let deadline = now + budget.pending_timeout;
         loop {
             if reuse && (woken || address.nobody_waiting()) {
-                if let Some(conn) = self.pool.take(address.key, idle_timeout) {
+                if let Some(conn) = self.pool.take(address.key, idle_timeout, now) {
                     return Ok(Acquired::Reused(conn));
                 }
             }
@@ -103,15 +106,14 @@ impl Upstream {
                 Admit::Connect(slot) => return Ok(Acquired::Connect(slot)),
                 Admit::Wait(waiter) => waiter,
             };
-            let until = *deadline
-                .get_or_insert_with(|| tokio::time::Instant::now() + budget.pending_timeout);
-            if tokio::time::timeout_at(until, waiter.woken())
+            if tokio::time::timeout_at(deadline, waiter.woken())
                 .await
                 .is_err()
             {
                 return Err(OverflowReason::Timeout);
             }
             woken = true;
+            now = tokio::time::Instant::now();
         }
     }
 
@@ -142,7 +144,13 @@ impl Upstream {
             let started = Instant::now();
             // A resent request goes on a new connection, never on another pooled one.
             let acquired = self
-                .acquire(address, &upstream.budget, upstream.idle_timeout, !resent)
+                .acquire(
+                    address,
+                    &upstream.budget,
+                    upstream.idle_timeout,
+                    !resent,
+                    started,
+                )
                 .await
                 .map_err(|reason| UpstreamOverflow { reason })?;
             let reused = matches!(acquired, Acquired::Reused(_));
