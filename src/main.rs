@@ -12,9 +12,9 @@ use clap::{Parser, Subcommand};
 
 use cli::{ConfigFile, LogArgs};
 
-/// mimalloc, with `--features mimalloc`: within noise of the system's malloc on CPU per request
-/// (about 3 % less over six alternating runs), for 11 MiB more idle RSS and 1 KiB more per
-/// connection, so the default is the system's malloc.
+/// mimalloc (the default feature `mimalloc`): a request's allocations cost a few instructions
+/// each where glibc's malloc takes its slow path for most of them (docs/performance.md);
+/// `--no-default-features` builds on the system's malloc.
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
