@@ -97,6 +97,35 @@ fn a_kubernetes_configmap_symlink_swap_applies() {
 }
 
 #[test]
+fn writes_to_other_files_beside_the_config_are_not_reloads() {
+    let backend = Backend::start();
+    let gw = Gateway::builder(config_with_code(backend.addr, "KEPT")).start();
+    wait_for_code(&gw, &backend, "KEPT");
+    let failures = "agent_gateway_config_reloads_total{result=\"failure\"}";
+    // The config's text is broken through a second name in another directory: inotify tells
+    // the directory a path went through, so the watched one hears nothing, and only a reload
+    // would read the file (and refuse it).
+    let elsewhere = tempfile::tempdir().unwrap();
+    let alias = elsewhere.path().join("alias.toml");
+    std::fs::hard_link(&gw.config_path, &alias).unwrap();
+    std::fs::write(&alias, "this is [not toml").unwrap();
+    // A file beside the config is written to, as a log written there is.
+    let log = gw.config_path.with_file_name("beside-the-config.log");
+    for i in 0..20 {
+        std::fs::write(&log, format!("line {i}\n")).unwrap();
+        thread::sleep(Duration::from_millis(20));
+    }
+    // Well past the watcher's debounce: the config was not read again.
+    thread::sleep(Duration::from_millis(800));
+    assert_eq!(gw.metric(failures), 0.0, "log:\n{}", gw.log());
+    post(gw.proxy, VERIFY_V1, BODY);
+    assert_eq!(backend.last().target, "/api/v2/verify/KEPT/request");
+    // The config's own name changing is a reload (refused: the text is not TOML).
+    replace_file(&gw.config_path, "this is [not toml either");
+    gw.wait_for_metric(failures, 1.0);
+}
+
+#[test]
 fn sighup_reloads() {
     let backend = Backend::start();
     let mut cfg = config_with_code(backend.addr, "BEFORE_HUP");

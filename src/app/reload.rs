@@ -11,8 +11,9 @@
 //! that are built from the config rather than read per request (the span export pipeline)
 //! follow each applied snapshot through [`ConfigStore::on_apply`].
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
@@ -317,6 +318,18 @@ fn may_change_the_file(kind: &EventKind) -> bool {
     }
 }
 
+/// Whether an event that names `paths` is about one of the watched files, known by their
+/// `names`: it names one of them, or an entry of Kubernetes' atomic writer (`..data`, its
+/// timestamped directories), whose swap changes every file of a mounted ConfigMap or Secret
+/// at once. Other files in the same directories (a log written beside the config) are not
+/// the config's: each of their writes was a reload, the whole config read and parsed again.
+fn names_a_watched_file(paths: &[PathBuf], names: &[OsString]) -> bool {
+    paths
+        .iter()
+        .filter_map(|p| p.file_name())
+        .any(|name| names.iter().any(|n| n == name) || name.as_encoded_bytes().starts_with(b".."))
+}
+
 /// Watches the config file's parent directory, and those of the files it names (the agents
 /// file, a password file: a Kubernetes Secret swaps its `..data` there as a ConfigMap does),
 /// and reloads when any of them changes.
@@ -326,13 +339,25 @@ pub struct ConfigWatcher {
 
 impl ConfigWatcher {
     /// Watches the directories of the config and of the files it names now that are not
-    /// watched yet (a reload may name a file in a new place).
-    fn watch_new_dirs(&self, watcher: &mut impl Watcher, watched: &mut Vec<PathBuf>) {
+    /// watched yet (a reload may name a file in a new place), and says which file names its
+    /// events are about in `names`.
+    fn watch_new_dirs(
+        &self,
+        watcher: &mut impl Watcher,
+        watched: &mut Vec<PathBuf>,
+        names: &RwLock<Vec<OsString>>,
+    ) {
         let Some(path) = self.store.path() else {
             return;
         };
-        let files = std::iter::once(path.to_path_buf()).chain(self.store.named_files());
-        for dir in files.map(|f| directory_of(&f)) {
+        let files: Vec<PathBuf> = std::iter::once(path.to_path_buf())
+            .chain(self.store.named_files())
+            .collect();
+        *names.write().unwrap_or_else(|e| e.into_inner()) = files
+            .iter()
+            .filter_map(|f| f.file_name().map(OsString::from))
+            .collect();
+        for dir in files.iter().map(|f| directory_of(f)) {
             if watched.contains(&dir) {
                 continue;
             }
@@ -354,8 +379,14 @@ impl BackgroundService for ConfigWatcher {
             return;
         }
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let names = Arc::new(RwLock::new(Vec::new()));
+        let watched_names = names.clone();
         let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-            if event.is_ok_and(|e| may_change_the_file(&e.kind)) {
+            let concerns = |e: &notify::Event| {
+                let names = watched_names.read().unwrap_or_else(|e| e.into_inner());
+                may_change_the_file(&e.kind) && names_a_watched_file(&e.paths, &names)
+            };
+            if event.is_ok_and(|e| concerns(&e)) {
                 let _ = tx.send(());
             }
         });
@@ -367,7 +398,7 @@ impl BackgroundService for ConfigWatcher {
             }
         };
         let mut watched = Vec::new();
-        self.watch_new_dirs(&mut watcher, &mut watched);
+        self.watch_new_dirs(&mut watcher, &mut watched, &names);
         // A change between the config's load and the watch's start makes no event: look once
         // (a no-op unless the files differ from what runs).
         let store = self.store.clone();
@@ -387,7 +418,7 @@ impl BackgroundService for ConfigWatcher {
             let store = self.store.clone();
             let _ =
                 tokio::task::spawn_blocking(move || store.reload(Trigger::FileChange, true)).await;
-            self.watch_new_dirs(&mut watcher, &mut watched);
+            self.watch_new_dirs(&mut watcher, &mut watched, &names);
         }
     }
 }
@@ -538,6 +569,27 @@ mod tests {
         ] {
             assert!(!may_change_the_file(&kind), "{kind:?}");
         }
+    }
+
+    #[test]
+    fn only_events_about_a_watched_file_or_kubernetes_swap_count() {
+        let names = [OsString::from("gw.toml"), OsString::from("agents.toml")];
+        let about = |paths: &[&str]| {
+            let paths: Vec<PathBuf> = paths.iter().map(PathBuf::from).collect();
+            names_a_watched_file(&paths, &names)
+        };
+        assert!(about(&["/etc/gw/gw.toml"]));
+        assert!(about(&["./agents.toml"]));
+        // A rename over the file names both ends.
+        assert!(about(&["/etc/gw/.gw.toml.swp", "/etc/gw/gw.toml"]));
+        // Kubernetes' atomic writer: a new timestamped directory, `..data` swapped.
+        assert!(about(&["/etc/gw/..2026_11_27_06_00_00.123456789"]));
+        assert!(about(&["/etc/gw/..data_tmp", "/etc/gw/..data"]));
+        // Anything else in the directory: a log written beside the config, an editor's file.
+        assert!(!about(&["/etc/gw/gateway.log"]));
+        assert!(!about(&["/etc/gw/gw.toml.bak"]));
+        assert!(!about(&["/etc/gw/.gw.toml.swp"]));
+        assert!(!about(&[]));
     }
 
     #[test]
