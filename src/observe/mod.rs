@@ -18,6 +18,32 @@ pub mod telemetry;
 pub mod trace;
 pub mod usage;
 
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::sync::{Arc, RwLock};
+
+/// The value of `key` in a map that requests read and rarely add to (an agent's counters):
+/// found under the read lock, made by `make` under the write lock the first time, once
+/// whoever races for it.
+pub(crate) fn get_or_insert<V, S: BuildHasher>(
+    map: &RwLock<HashMap<String, Arc<V>, S>>,
+    key: &str,
+    make: impl FnOnce() -> V,
+) -> Arc<V> {
+    let known = map
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(key)
+        .cloned();
+    known.unwrap_or_else(|| {
+        map.write()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(key.to_owned())
+            .or_insert_with(|| Arc::new(make()))
+            .clone()
+    })
+}
+
 /// Keeps a second `tracing` dispatcher registered for the rest of a test run; call it before
 /// a test sets a scoped subscriber (`set_default`, `with_default`) whose events it reads.
 /// While only one dispatcher is registered, tracing-core takes a callsite's interest, once for

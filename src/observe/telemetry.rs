@@ -316,30 +316,16 @@ impl AgentMetrics {
 
     /// The series of the configured agent `id`, resolved at its first request.
     fn series(&self, id: &str, usage: &UsageTracker) -> Arc<AgentSeries> {
-        let known = self
-            .series
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(id)
-            .cloned();
-        known.unwrap_or_else(|| {
-            let resolved = Arc::new(AgentSeries {
-                requests: ApiVersion::ALL.map(|v| {
-                    Operation::ALL.map(|op| {
-                        self.requests
-                            .with_label_values(&[id, v.as_str(), op.as_str()])
-                    })
-                }),
-                v1_last_seen: OnceLock::new(),
-                token_last_used: RwLock::default(),
-                usage: usage.agent(id),
-            });
-            self.series
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .entry(id.to_owned())
-                .or_insert(resolved)
-                .clone()
+        super::get_or_insert(&self.series, id, || AgentSeries {
+            requests: ApiVersion::ALL.map(|v| {
+                Operation::ALL.map(|op| {
+                    self.requests
+                        .with_label_values(&[id, v.as_str(), op.as_str()])
+                })
+            }),
+            v1_last_seen: OnceLock::new(),
+            token_last_used: RwLock::default(),
+            usage: usage.agent(id),
         })
     }
 

@@ -138,22 +138,7 @@ impl UsageTracker {
     /// The usage of the configured agent `agent_id`, to count into without looking it up
     /// again.
     pub fn agent(&self, agent_id: &str) -> Arc<AgentUsage> {
-        let known = self
-            .agents
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(agent_id)
-            .cloned();
-        match known {
-            Some(u) => u,
-            None => self
-                .agents
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .entry(agent_id.to_owned())
-                .or_default()
-                .clone(),
-        }
+        super::get_or_insert(&self.agents, agent_id, AgentUsage::default)
     }
 
     /// The report for every agent of `snapshot`, judged at `now`.
