@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_gateway::config::testing::AGENT_ID;
+use agent_gateway::config::testing::{AGENT_ID, TOKEN};
 use agent_gateway::config::ValidationMode;
 use common::paused::{self, PausedBackend, PausedGateway};
 use common::*;
@@ -241,6 +241,40 @@ fn control_bytes_and_broken_requests_get_400_and_never_reach_the_backend() {
         assert_eq!(resp.status, 400, "{:?}", String::from_utf8_lossy(req));
     }
     assert_eq!(backend.count(), 0);
+}
+
+/// Header names are looked up by a key of their length, first and last byte before their
+/// bytes are compared: a name that shares the key of a credential or framing header is
+/// another header, and a name in any case is the header.
+#[test]
+fn headers_are_found_by_their_whole_name_in_any_case_never_by_a_name_like_it() {
+    let backend = Backend::start();
+    let gw = Gateway::start(&[backend.addr]);
+    let length = format!("Content-Length: {}\r\n", BODY.len());
+    let verify = |credentials: &str, more: &str| {
+        let mut raw = format!(
+            "POST {VERIFY_V1} HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n\
+             {credentials}{more}{length}\r\n"
+        )
+        .into_bytes();
+        raw.extend_from_slice(BODY.as_bytes());
+        raw
+    };
+    let ok = format!("x-SERVICE-agent-ID: {AGENT_ID}\r\nX-AUTH-TOKEN: {TOKEN}\r\n");
+    assert_eq!(raw(gw.proxy, &verify(&ok, "")).unwrap().status, 200);
+    // `X-Auth-Tokem`: the length, first and last byte of `X-Auth-Token`, not its name.
+    let twin = format!("X-Service-Agent-Id: {AGENT_ID}\r\nX-Auth-Tokem: {TOKEN}\r\n");
+    assert_eq!(raw(gw.proxy, &verify(&twin, "")).unwrap().status, 401);
+    assert_eq!(backend.count(), 1);
+    // `Transfer-Encodixg: chunked` frames nothing: forwarded as sent, the body read by its
+    // Content-Length.
+    let answer = raw(gw.proxy, &verify(&ok, "Transfer-Encodixg: chunked\r\n")).unwrap();
+    assert_eq!(answer.status, 200);
+    let seen = backend.last();
+    assert_eq!(seen.header("transfer-encodixg"), Some("chunked"));
+    assert_eq!(seen.header("transfer-encoding"), None);
+    assert_eq!(seen.body, BODY.as_bytes());
+    assert_eq!(backend.count(), 2);
 }
 
 /// A client on the paused clock that sends `start` and then one byte of `dribble` every
