@@ -375,11 +375,10 @@ impl AgentMetrics {
                 .inc(),
         }
         if let Some(token) = ex.token_label {
-            series
-                .token_last_used(token, || {
-                    self.token_last_used.with_label_values(&[id, token])
-                })
-                .set(started_at);
+            super::get_or_insert(&series.token_last_used, token, || {
+                self.token_last_used.with_label_values(&[id, token])
+            })
+            .set(started_at);
         }
         if v == ApiVersion::V1 {
             series
@@ -406,37 +405,8 @@ struct AgentSeries {
     requests: [[IntCounter; Operation::COUNT]; ApiVersion::COUNT],
     v1_last_seen: OnceLock<Gauge>,
     /// The gauge of each token it authenticated with, by label: a few per agent.
-    token_last_used: RwLock<Vec<(String, Gauge)>>,
+    token_last_used: RwLock<HashMap<String, Arc<Gauge>, fnv::FnvBuildHasher>>,
     usage: Arc<AgentUsage>,
-}
-
-impl AgentSeries {
-    /// The last-used gauge of its token `label`, made by `resolve` the first time.
-    fn token_last_used(&self, label: &str, resolve: impl FnOnce() -> Gauge) -> Gauge {
-        let known = |tokens: &[(String, Gauge)]| {
-            tokens
-                .iter()
-                .find(|(l, _)| l == label)
-                .map(|(_, g)| g.clone())
-        };
-        if let Some(gauge) = known(
-            &self
-                .token_last_used
-                .read()
-                .unwrap_or_else(|e| e.into_inner()),
-        ) {
-            return gauge;
-        }
-        let mut tokens = self
-            .token_last_used
-            .write()
-            .unwrap_or_else(|e| e.into_inner());
-        known(&tokens).unwrap_or_else(|| {
-            let gauge = resolve();
-            tokens.push((label.to_owned(), gauge.clone()));
-            gauge
-        })
-    }
 }
 
 /// The rate limit: refusals by agent, decisions by what made them, and Redis' failures.

@@ -124,12 +124,15 @@ impl Idle {
     /// record that carries no data (a session ticket) leaves it quiet and watched; bytes or a
     /// FIN do not.
     fn usable(&mut self, idle_timeout: Duration, now: Instant) -> bool {
-        if now.saturating_duration_since(self.since) >= idle_timeout
-            || self.conn.slot.address().is_retired()
-        {
+        if self.expired(idle_timeout, now) || self.conn.slot.address().is_retired() {
             return false;
         }
         !self.conn.woke_while_idle() || self.conn.watch()
+    }
+
+    /// Whether it has been idle for `idle_timeout` at `now`.
+    fn expired(&self, idle_timeout: Duration, now: Instant) -> bool {
+        now.saturating_duration_since(self.since) >= idle_timeout
     }
 }
 
@@ -189,7 +192,7 @@ impl UpstreamPool {
             }
             // Closed (dropped outside the lock), or expired: then all older ones are too,
             // and the sweeper closes them.
-            if now.saturating_duration_since(idle.since) >= idle_timeout {
+            if idle.expired(idle_timeout, now) {
                 return None;
             }
         }
