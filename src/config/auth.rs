@@ -70,11 +70,16 @@ pub struct RateLimit {
     pub burst: u32,
 }
 
+/// The configured agents by id. Hashed with FNV, not SipHash: a lookup is made for every
+/// request, and the table's keys come from the config, so a client choosing the id it sends
+/// cannot make a long chain of them.
+pub type AgentTable = HashMap<String, Agent, fnv::FnvBuildHasher>;
+
 /// Authentication settings and the agent table, keyed by agent id.
 #[derive(Debug, Clone)]
 pub struct AuthConfig {
     pub require_on_status: bool,
-    pub agents: HashMap<String, Agent>,
+    pub agents: AgentTable,
     /// 401s a client address may get in a minute before its requests are refused with 429.
     pub max_failures_per_minute: Option<NonZeroU32>,
 }
@@ -99,7 +104,7 @@ pub(super) fn digests(list: &Digests, key: &str, p: &mut Problems) -> Vec<TokenD
 /// Validates `[auth]` (with the agents file's agents after the inline ones); an agent with a
 /// problem is left out (and the problem reported).
 pub(super) fn auth(f: &AuthFile, p: &mut Problems) -> AuthConfig {
-    let mut agents = HashMap::new();
+    let mut agents = AgentTable::default();
     let mut seen_ids = HashSet::new();
     for (i, a) in f.agents.iter().enumerate() {
         let key = format!("auth.agents[{i}]");

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use http::HeaderValue;
 
-use super::auth::Agent;
+use super::auth::{Agent, AgentTable};
 use super::file::{AuthFile, BrownoutFile, RetirementFile};
 use super::problems::Problems;
 use super::types::{parse_time, unix_seconds, Dates, Repeat, Weekday};
@@ -131,7 +131,7 @@ impl RetirementConfig {
 pub(super) fn retirement(
     f: &RetirementFile,
     auth: &AuthFile,
-    agents: &HashMap<String, Agent>,
+    agents: &AgentTable,
     p: &mut Problems,
 ) -> RetirementConfig {
     let date = |key: &str, value: &Option<String>, p: &mut Problems| {
@@ -233,7 +233,7 @@ fn check_order(dates: Dates, key: &str, p: &mut Problems) {
 fn brownout(
     b: &BrownoutFile,
     key: &str,
-    agents: &HashMap<String, Agent>,
+    agents: &AgentTable,
     p: &mut Problems,
 ) -> Option<Brownout> {
     let start = p.check(format!("{key}.start"), parse_time(&b.start));

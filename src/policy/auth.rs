@@ -72,7 +72,6 @@ pub fn authenticate<'a>(
 mod tests {
     use super::*;
     use crate::config::BusinessCode;
-    use std::collections::HashMap;
     use std::time::Duration;
 
     const NOW: SystemTime = SystemTime::UNIX_EPOCH;
@@ -93,7 +92,7 @@ mod tests {
         };
         AuthConfig {
             require_on_status: true,
-            agents: HashMap::from([("agent-1".to_string(), agent)]),
+            agents: [("agent-1".to_string(), agent)].into_iter().collect(),
             max_failures_per_minute: None,
         }
     }
