@@ -165,7 +165,8 @@ impl Address {
     }
 
     /// Takes a place for a new connection under `budget`, or a place in the queue; `woken`:
-    /// the request was waiting already, and goes before those behind it.
+    /// the request was waiting already, and goes before those behind it (to open a
+    /// connection, or back at the head of the queue).
     pub fn admit(
         self: &Arc<Self>,
         budget: &BudgetConfig,
@@ -184,12 +185,16 @@ impl Address {
                     return Err(OverflowReason::QueueFull);
                 }
                 self.pending.fetch_add(1, Ordering::Relaxed);
-                let (tx, woken) = oneshot::channel();
-                let id = slots.queue.push(tx);
+                let (tx, rx) = oneshot::channel();
+                let id = if woken {
+                    slots.queue.push_first(tx)
+                } else {
+                    slots.queue.push(tx)
+                };
                 Ok(Admit::Wait(Waiter {
                     address: self.clone(),
                     id,
-                    woken,
+                    woken: rx,
                 }))
             }
         }
@@ -483,5 +488,42 @@ mod tests {
         ));
         drop(second);
         assert_eq!(address.pending.load(Ordering::Relaxed), 0);
+    }
+
+    /// A connection comes back and wakes the one waiting request, but a newcomer, seeing no
+    /// one in the queue, takes it first; another newcomer then queues. The woken request,
+    /// finding no connection, waits again at the head of the queue, and the next connection
+    /// back is its.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_woken_request_that_must_wait_again_keeps_its_place() {
+        let budget = BudgetConfig {
+            max_connections_per_address: Some(1),
+            max_pending: 4,
+            pending_timeout: Duration::from_secs(1),
+        };
+        let address = Address::detached("10.0.0.1:80".parse().unwrap());
+        let Ok(Admit::Connect(_slot)) = address.admit(&budget, false) else {
+            panic!("the first connection is within the budget");
+        };
+        let Ok(Admit::Wait(mut oldest)) = address.admit(&budget, false) else {
+            panic!("the second request waits");
+        };
+        address.returned();
+        oldest.woken().await;
+        drop(oldest);
+        // The newcomer took the connection (the pool is not part of this test); the next one
+        // finds the connection busy and queues.
+        let Ok(Admit::Wait(mut later)) = address.admit(&budget, false) else {
+            panic!("a newcomer waits while the connection is busy");
+        };
+        let Ok(Admit::Wait(mut oldest)) = address.admit(&budget, true) else {
+            panic!("the woken request waits again: the one connection is busy");
+        };
+        address.returned();
+        assert!(
+            oldest.woken.try_recv().is_ok(),
+            "the oldest request is woken first"
+        );
+        assert!(later.woken.try_recv().is_err(), "the newcomer still waits");
     }
 }

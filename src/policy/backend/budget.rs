@@ -62,6 +62,15 @@ impl<W> Queue<W> {
         id
     }
 
+    /// Puts `waiter` at the head of the line, before everyone in it: a waiter that was woken,
+    /// found no connection (a newcomer took it first) and must wait again keeps its place.
+    pub fn push_first(&mut self, waiter: W) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.waiting.push_front((id, waiter));
+        id
+    }
+
     /// The oldest waiter, out of the line.
     pub fn pop(&mut self) -> Option<W> {
         self.waiting.pop_front().map(|(_, w)| w)
@@ -111,5 +120,10 @@ mod tests {
         assert_eq!(q.pop(), Some('a'));
         assert_eq!(q.remove(a), None);
         assert_eq!((q.len(), q.pop(), q.is_empty()), (1, Some('c'), true));
+        q.push('d');
+        let e = q.push_first('e');
+        assert_eq!(q.pop(), Some('e'));
+        assert_eq!(q.remove(e), None);
+        assert_eq!(q.pop(), Some('d'));
     }
 }
