@@ -299,6 +299,44 @@ fn a_token_rotates_through_the_agents_file_under_load_with_no_failed_request() {
     assert!(gw.log().contains("agents[0].token_sha256"), "{}", gw.log());
 }
 
+/// An address of this host that is not loopback: the one the kernel would send from towards
+/// a documentation address (a UDP `connect` sends nothing). A connection from it to this host's
+/// own listener arrives as another host's would.
+fn this_hosts_other_address() -> IpAddr {
+    let probe = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    probe
+        .connect("198.51.100.1:9")
+        .expect("this test needs an address that is not loopback: a route off the host");
+    let ip = probe.local_addr().unwrap().ip();
+    assert!(!ip.is_loopback() && !ip.is_unspecified(), "{ip}");
+    ip
+}
+
+#[test]
+fn without_an_admin_token_the_admin_endpoints_answer_loopback_only() {
+    let backend = Backend::start();
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.listen.admin = Some("0.0.0.0:0".into());
+    let gw = Gateway::builder(cfg).start();
+    let port = gw.admin.port();
+    let local = SocketAddr::from(([127, 0, 0, 1], port));
+    let remote = SocketAddr::new(this_hosts_other_address(), port);
+    for open in ["/healthz", "/readyz", "/metrics"] {
+        assert_eq!(admin_get(remote, open).status, 200, "{open}");
+    }
+    for admin in ["/config", "/v1-usage", "/openapi.json", "/"] {
+        let refused = admin_get(remote, admin);
+        assert_eq!(refused.status, 403, "{admin}");
+        assert_eq!(refused.json()["message_code"], 40300);
+        assert!(refused.json()["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("admin.token_sha256")));
+        assert_eq!(admin_get(local, admin).status, 200, "{admin}");
+    }
+    assert_eq!(request(remote, "POST", "/-/reload", &[], b"").status, 403);
+    assert_eq!(request(local, "POST", "/-/reload", &[], b"").status, 200);
+}
+
 #[test]
 fn with_an_admin_token_only_the_probes_and_metrics_are_open() {
     let backend = Backend::start();

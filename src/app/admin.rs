@@ -7,8 +7,9 @@
 //! ([`Access`]), and every request passes [`authorize`] with its endpoint's access before it
 //! is served: that is the one place where admin authorization is decided. With
 //! `[admin] token_sha256` set, every endpoint but the probes (and `/metrics`, unless
-//! `admin.protect_metrics`) needs `Authorization: Bearer <token>`; without it the listener is
-//! open and its network is its protection (`listen.admin` in docs/configuration.md).
+//! `admin.protect_metrics`) needs `Authorization: Bearer <token>`; without it those endpoints
+//! answer only connections from loopback (this host, or a `kubectl port-forward`), so that an
+//! admin listener bound to a pod's or a host's address opens no admin action to its network.
 //!
 //! Every answer is computed when it is asked for (a metric, a reload's result, the usage
 //! report, the running config), so each carries `Cache-Control: no-store`: a cache between an
@@ -93,7 +94,8 @@ enum Access {
     /// `/metrics`: open, unless `admin.protect_metrics` puts it behind the admin token.
     Metrics,
     /// What changes the gateway or shows what it knows (its config, every agent id, the
-    /// retirement board's plan of every agent): behind the admin token when there is one.
+    /// retirement board's plan of every agent): behind the admin token when there is one, and
+    /// for loopback only when there is none.
     Admin,
 }
 
@@ -115,6 +117,8 @@ enum Refusal {
     NotFound,
     /// The endpoint needs the admin token, and the request did not carry a valid one.
     Unauthorized,
+    /// No admin token is configured, and the request came from another host.
+    LoopbackOnly,
     /// The path's endpoint takes `allow`.
     MethodNotAllowed {
         allow: &'static str,
@@ -138,6 +142,10 @@ impl Refusal {
                     .insert(http::header::WWW_AUTHENTICATE, challenge);
                 r
             }
+            Refusal::LoopbackOnly => json_response(
+                403,
+                json!({"status_code": 403, "message_code": 40300, "message": "without an admin token (admin.token_sha256) this admin endpoint answers only connections from loopback"}),
+            ),
             Refusal::MethodNotAllowed { allow } => {
                 let mut r = json_response(
                     405,
@@ -165,22 +173,30 @@ fn route(method: &str, path: &str) -> Result<(Endpoint, Access), Refusal> {
     }
 }
 
-/// Whether a request with the `Authorization` header `authorization` may reach an endpoint
-/// of `access`, under `admin`: the one place where admin authorization is decided. No token
-/// configured: every endpoint is open. The token is compared as a digest, against every
-/// configured one in constant time (a rotation lists the old and the new).
+/// Whether a request with the `Authorization` header `authorization`, from a loopback
+/// address or not, may reach an endpoint of `access`, under `admin`: the one place where admin
+/// authorization is decided. No token configured: the admin endpoints answer loopback only,
+/// the others everyone. The token is compared as a digest, against every configured one in
+/// constant time (a rotation lists the old and the new).
 fn authorize(
     access: Access,
     admin: &AdminConfig,
     authorization: Option<&[u8]>,
+    from_loopback: bool,
 ) -> Result<(), Refusal> {
     let needs_token = match access {
         Access::Open => false,
         Access::Metrics => admin.protect_metrics,
         Access::Admin => true,
     };
-    if !needs_token || admin.tokens.is_empty() {
+    if !needs_token {
         return Ok(());
+    }
+    if admin.tokens.is_empty() {
+        return match access {
+            Access::Admin if !from_loopback => Err(Refusal::LoopbackOnly),
+            _ => Ok(()),
+        };
     }
     let token = authorization
         .and_then(bearer_token)
@@ -357,9 +373,15 @@ impl ServeHttp for AdminApp {
             .headers
             .get(http::header::AUTHORIZATION)
             .map(|v| v.as_bytes());
+        let from_loopback = match session.client_addr() {
+            Some(pingora::protocols::l4::socket::SocketAddr::Inet(peer)) => {
+                peer.ip().to_canonical().is_loopback()
+            }
+            _ => false,
+        };
         let admin = &self.store.current().load().admin;
         let routed = route(req.method.as_str(), req.uri.path()).and_then(|(endpoint, access)| {
-            authorize(access, admin, authorization).map(|()| endpoint)
+            authorize(access, admin, authorization, from_loopback).map(|()| endpoint)
         });
         match routed {
             Ok(endpoint) => self.serve(endpoint).await,
@@ -417,7 +439,7 @@ mod tests {
     }
 
     #[test]
-    fn with_a_token_only_the_probes_and_unprotected_metrics_are_open() {
+    fn admin_endpoints_need_the_token_or_without_one_loopback() {
         let open = AdminConfig::default();
         let closed = AdminConfig {
             tokens: vec![TokenDigest::of(b"old"), TokenDigest::of(b"new")],
@@ -428,21 +450,36 @@ mod tests {
             ..closed.clone()
         };
         for access in [Access::Open, Access::Metrics, Access::Admin] {
-            assert_eq!(authorize(access, &open, None), Ok(()));
+            assert_eq!(authorize(access, &open, None, true), Ok(()));
         }
-        assert_eq!(authorize(Access::Open, &metrics_too, None), Ok(()));
-        assert_eq!(authorize(Access::Metrics, &closed, None), Ok(()));
+        // Without a token, from another host: the probes and metrics, nothing else.
+        assert_eq!(authorize(Access::Open, &open, None, false), Ok(()));
+        assert_eq!(authorize(Access::Metrics, &open, None, false), Ok(()));
+        assert_eq!(
+            authorize(Access::Admin, &open, Some(b"Bearer any"), false),
+            Err(Refusal::LoopbackOnly)
+        );
+        assert_eq!(Refusal::LoopbackOnly.response().status(), 403);
+        assert_eq!(authorize(Access::Open, &metrics_too, None, false), Ok(()));
+        assert_eq!(authorize(Access::Metrics, &closed, None, false), Ok(()));
         let refused = Err(Refusal::Unauthorized);
-        assert_eq!(authorize(Access::Metrics, &metrics_too, None), refused);
-        assert_eq!(authorize(Access::Admin, &closed, None), refused);
+        assert_eq!(
+            authorize(Access::Metrics, &metrics_too, None, true),
+            refused
+        );
+        // With a token, loopback is no exception.
+        assert_eq!(authorize(Access::Admin, &closed, None, true), refused);
         for good in [
             &b"Bearer old"[..],
             b"Bearer new",
             b"bearer new",
             b"BEARER  new ",
         ] {
-            assert_eq!(authorize(Access::Admin, &closed, Some(good)), Ok(()));
-            assert_eq!(authorize(Access::Metrics, &metrics_too, Some(good)), Ok(()));
+            assert_eq!(authorize(Access::Admin, &closed, Some(good), false), Ok(()));
+            assert_eq!(
+                authorize(Access::Metrics, &metrics_too, Some(good), false),
+                Ok(())
+            );
         }
         for bad in [
             &b"Bearer wrong"[..],
@@ -452,7 +489,7 @@ mod tests {
             b"Bearerold",
         ] {
             assert_eq!(
-                authorize(Access::Admin, &closed, Some(bad)),
+                authorize(Access::Admin, &closed, Some(bad), true),
                 refused,
                 "{bad:?}"
             );

@@ -127,10 +127,15 @@ impl GetProxyDigest for TcpConn {
     }
 }
 
-/// No digest: the client's address travels beside the stream, from the accept.
+/// The client's address travels beside the stream, from the accept (or the PROXY header).
+/// A digest is made when pingora asks (an admin request's session, an HTTP/2 connection's),
+/// not held by the connection: its addresses are read from the socket only if someone reads
+/// them (the admin listener's loopback check).
 impl GetSocketDigest for TcpConn {
     fn get_socket_digest(&self) -> Option<std::sync::Arc<SocketDigest>> {
-        None
+        Some(std::sync::Arc::new(SocketDigest::from_raw_fd(
+            self.tcp.as_raw_fd(),
+        )))
     }
 }
 
