@@ -56,8 +56,7 @@ impl<W> Default for Queue<W> {
 impl<W> Queue<W> {
     /// Puts `waiter` at the end of the line; its id.
     pub fn push(&mut self, waiter: W) -> u64 {
-        let id = self.next_id;
-        self.next_id += 1;
+        let id = self.new_id();
         self.waiting.push_back((id, waiter));
         id
     }
@@ -65,9 +64,14 @@ impl<W> Queue<W> {
     /// Puts `waiter` at the head of the line, before everyone in it: a waiter that was woken,
     /// found no connection (a newcomer took it first) and must wait again keeps its place.
     pub fn push_first(&mut self, waiter: W) -> u64 {
+        let id = self.new_id();
+        self.waiting.push_front((id, waiter));
+        id
+    }
+
+    fn new_id(&mut self) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
-        self.waiting.push_front((id, waiter));
         id
     }
 
