@@ -241,7 +241,7 @@ tests:
             exp_annotations:
               runbook_url: "docs/runbooks.md#agentgatewayconfigreloadfailed"
               summary: "agent-gateway gw-a refused a config reload"
-              description: "A reload of the config file (file change, SIGHUP or POST /-/reload) was refused in the last 10 minutes: the file was unreadable or invalid, and the previous config keeps serving. The gateway log and `agent-gateway check-config FILE` give every problem by key path."
+              description: "A reload of the config file (file change, SIGHUP or POST /-/reload) was refused in the last 10 minutes: the file was unreadable or invalid, and the previous config keeps serving. The gateway log and `agent-gateway check-config --config FILE` give every problem by key path."
       - eval_time: 20m
         alertname: AgentGatewayConfigReloadFailed
         exp_alerts: []

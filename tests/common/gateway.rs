@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use agent_gateway::app::listeners::{ListenAddrs, Listeners};
 use agent_gateway::app::logging::{self, LogFormat};
@@ -252,7 +253,10 @@ impl GatewayBuilder {
                     _ = stopped => {}
                 }
             });
-            runtime.shutdown_background();
+            // Its tasks, and the listeners they hold, are dropped before the thread ends, so a
+            // restart on the same ports finds them free (`shutdown_background` returned first
+            // and left a restart to race the close).
+            runtime.shutdown_timeout(Duration::from_secs(5));
         });
         Gateway {
             proxy: at.proxy,
