@@ -454,17 +454,24 @@ impl Backends {
 mod tests {
     use super::*;
 
-    #[tokio::test(flavor = "current_thread")]
-    async fn a_freed_place_wakes_the_oldest_waiter_and_the_queue_is_bounded() {
+    /// A budget of one connection to an address, up to `max_pending` requests waiting for
+    /// it; the address, and the place of the connection it has open.
+    fn one_connection_open(max_pending: usize) -> (BudgetConfig, Arc<Address>, Slot) {
         let budget = BudgetConfig {
             max_connections_per_address: Some(1),
-            max_pending: 2,
+            max_pending,
             pending_timeout: Duration::from_secs(1),
         };
         let address = Address::detached("10.0.0.1:80".parse().unwrap());
         let Ok(Admit::Connect(slot)) = address.admit(&budget, false) else {
             panic!("the first connection is within the budget");
         };
+        (budget, address, slot)
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_freed_place_wakes_the_oldest_waiter_and_the_queue_is_bounded() {
+        let (budget, address, slot) = one_connection_open(2);
         let Ok(Admit::Wait(mut first)) = address.admit(&budget, false) else {
             panic!("the second waits");
         };
@@ -496,15 +503,7 @@ mod tests {
     /// back is its.
     #[tokio::test(flavor = "current_thread")]
     async fn a_woken_request_that_must_wait_again_keeps_its_place() {
-        let budget = BudgetConfig {
-            max_connections_per_address: Some(1),
-            max_pending: 4,
-            pending_timeout: Duration::from_secs(1),
-        };
-        let address = Address::detached("10.0.0.1:80".parse().unwrap());
-        let Ok(Admit::Connect(_slot)) = address.admit(&budget, false) else {
-            panic!("the first connection is within the budget");
-        };
+        let (budget, address, _slot) = one_connection_open(4);
         let Ok(Admit::Wait(mut oldest)) = address.admit(&budget, false) else {
             panic!("the second request waits");
         };
