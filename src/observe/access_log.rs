@@ -56,6 +56,13 @@ fn without_query(path: &str) -> &str {
     memchr::memchr(b'?', path.as_bytes()).map_or(path, |end| &path[..end])
 }
 
+/// A field's key as the text that starts it in the line, `,"key":`: one constant to copy.
+macro_rules! key {
+    ($name:literal) => {
+        concat!(",\"", $name, "\":")
+    };
+}
+
 /// Writes the JSON line of `ex` into `out`, newline included, as `tracing`'s JSON formatter
 /// writes [`event`] (flattened, `message` first, `target` last; absent options left out).
 pub fn json_line(out: &mut Vec<u8>, ex: &Exchange, elapsed: Duration, now: SystemTime) {
@@ -64,41 +71,41 @@ pub fn json_line(out: &mut Vec<u8>, ex: &Exchange, elapsed: Duration, now: Syste
     timestamp(line.0, now);
     line.0
         .extend_from_slice(b"\",\"level\":\"INFO\",\"message\":\"request\"");
-    line.str("request_id", &ex.request_id);
-    line.name("protocol", ex.protocol.as_str());
-    line.str("method", method_name(ex.method.as_ref()));
-    line.str("path", &ex.client_path);
+    line.str(key!("request_id"), &ex.request_id);
+    line.name(key!("protocol"), ex.protocol.as_str());
+    line.str(key!("method"), method_name(ex.method.as_ref()));
+    line.str(key!("path"), &ex.client_path);
     line.str(
-        "upstream_path",
+        key!("upstream_path"),
         ex.upstream.path.as_deref().map_or("", without_query),
     );
-    line.name("api_version", version_name(ex.version));
-    line.name("operation", operation_name(ex.operation));
-    line.str("agent_id", ex.agent_id.unwrap_or(""));
-    line.int("status", ex.status.into());
-    line.float("duration_ms", elapsed.as_secs_f64() * 1000.0);
+    line.name(key!("api_version"), version_name(ex.version));
+    line.name(key!("operation"), operation_name(ex.operation));
+    line.str(key!("agent_id"), ex.agent_id.unwrap_or(""));
+    line.int(key!("status"), ex.status.into());
+    line.float(key!("duration_ms"), elapsed.as_secs_f64() * 1000.0);
     if let Some(d) = ex.upstream.duration {
-        line.float("upstream_ms", d.as_secs_f64() * 1000.0);
+        line.float(key!("upstream_ms"), d.as_secs_f64() * 1000.0);
     }
-    line.int("bytes_in", ex.bytes_in as u64);
-    line.int("bytes_out", ex.bytes_out as u64);
-    line.name("auth", ex.auth_outcome());
-    line.key("client_aborted");
+    line.int(key!("bytes_in"), ex.bytes_in as u64);
+    line.int(key!("bytes_out"), ex.bytes_out as u64);
+    line.name(key!("auth"), ex.auth_outcome());
+    line.key(key!("client_aborted"));
     line.0
         .extend_from_slice(if ex.client_aborted { b"true" } else { b"false" });
     if let Some(id) = ex.trace_id() {
-        line.key("trace_id");
+        line.key(key!("trace_id"));
         let _ = write!(line.0, "\"{id}\"");
     }
-    line.key("client_addr");
+    line.key(key!("client_addr"));
     // An address's text needs no escaping.
     line.0.push(b'"');
     if let Some(ip) = ex.client_addr {
         put_ip(line.0, ip);
     }
     line.0.push(b'"');
-    line.str("user_agent", ex.user_agent.as_deref().unwrap_or(""));
-    line.name("target", TARGET);
+    line.str(key!("user_agent"), ex.user_agent.as_deref().unwrap_or(""));
+    line.name(key!("target"), TARGET);
     line.0.extend_from_slice(b"}\n");
 }
 
@@ -131,22 +138,20 @@ fn timestamp(out: &mut Vec<u8>, now: SystemTime) {
     out.extend_from_slice(&fraction);
 }
 
-/// The fields of a JSON object being written, each after a comma. Inlined so that each key
-/// is copied as the constant it is.
+/// The fields of a JSON object being written, each after a comma. Each method takes its key
+/// as [`key!`] writes it and is inlined, so that the key is copied as the constant it is.
 struct JsonLine<'a>(&'a mut Vec<u8>);
 
 impl JsonLine<'_> {
     #[inline(always)]
-    fn key(&mut self, key: &str) {
-        self.0.extend_from_slice(b",\"");
+    fn key(&mut self, key: &'static str) {
         self.0.extend_from_slice(key.as_bytes());
-        self.0.extend_from_slice(b"\":");
     }
 
     /// A string value with serde_json's escaping (the tracing formatter's), which changes only
     /// `"`, `\\` and control characters: a value without them is copied as it is.
     #[inline(always)]
-    fn str(&mut self, key: &str, value: &str) {
+    fn str(&mut self, key: &'static str, value: &str) {
         self.key(key);
         if !needs_escape(value.as_bytes()) {
             self.0.push(b'"');
@@ -161,7 +166,7 @@ impl JsonLine<'_> {
     /// One of the gateway's own names (a protocol, version, operation, outcome): nothing to
     /// escape, so not looked at.
     #[inline(always)]
-    fn name(&mut self, key: &str, value: &'static str) {
+    fn name(&mut self, key: &'static str, value: &'static str) {
         debug_assert!(!value.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\'));
         self.key(key);
         self.0.push(b'"');
@@ -169,13 +174,14 @@ impl JsonLine<'_> {
         self.0.push(b'"');
     }
 
-    fn int(&mut self, key: &str, value: u64) {
+    #[inline(always)]
+    fn int(&mut self, key: &'static str, value: u64) {
         self.key(key);
         self.0
             .extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
     }
 
-    fn float(&mut self, key: &str, value: f64) {
+    fn float(&mut self, key: &'static str, value: f64) {
         self.key(key);
         let _ = serde_json::to_writer(&mut *self.0, &value);
     }
@@ -402,7 +408,7 @@ mod tests {
             "\u{1}",
         ] {
             let mut line = Vec::new();
-            JsonLine(&mut line).str("k", value);
+            JsonLine(&mut line).str(key!("k"), value);
             let want = format!(",\"k\":{}", serde_json::to_string(value).unwrap());
             assert_eq!(String::from_utf8(line).unwrap(), want, "{value:?}");
         }
