@@ -71,11 +71,31 @@ impl RequestHead {
         self.http10 = req.version == Some(0);
         self.method_is_head = req.method == Some("HEAD");
         self.headers.fill(buf, req.headers);
-        let view = self.view(buf);
-        let (framing, keep_alive) = (view.read_framing(), view.read_keep_alive());
-        self.framing = framing;
-        self.keep_alive = keep_alive;
+        // Read from the headers alone: no view of the head, whose text is checked as UTF-8.
+        self.framing = self.read_framing(buf);
+        self.keep_alive = self.read_keep_alive(buf);
         Ok(true)
+    }
+
+    /// [`Self::framing`], read from the headers (at parse).
+    fn read_framing(&self, buf: &[u8]) -> Result<Framing, FramingError> {
+        let length = content_length(self.headers.named(buf, b"content-length"))?;
+        match transfer_coding(self.headers.named(buf, b"transfer-encoding")) {
+            TransferCoding::Absent => Ok(Framing::Length(length.unwrap_or(0))),
+            TransferCoding::Chunked if length.is_none() && !self.http10 => Ok(Framing::Chunked),
+            _ => Err(FramingError::BadTransferEncoding),
+        }
+    }
+
+    /// [`Self::wants_keep_alive`], read from the version and headers (at parse).
+    fn read_keep_alive(&self, buf: &[u8]) -> bool {
+        let (mut close, mut keep_alive) = (false, false);
+        for value in self.headers.named(buf, b"connection") {
+            let tokens = ConnectionTokens::of(value);
+            close |= tokens.close;
+            keep_alive |= tokens.keep_alive;
+        }
+        !close && (!self.http10 || keep_alive)
     }
 
     /// How the body is framed ([`Request::framing`]), read without a view of the head.
@@ -227,27 +247,6 @@ impl<'a> Request<'a> {
     /// Whether the client asked to keep the connection open after this request.
     pub fn wants_keep_alive(&self) -> bool {
         self.head.keep_alive
-    }
-
-    /// [`Self::framing`], read from the headers (at parse).
-    fn read_framing(&self) -> Result<Framing, FramingError> {
-        let length = content_length(self.headers_named("content-length"))?;
-        match transfer_coding(self.headers_named("transfer-encoding")) {
-            TransferCoding::Absent => Ok(Framing::Length(length.unwrap_or(0))),
-            TransferCoding::Chunked if length.is_none() && !self.http10() => Ok(Framing::Chunked),
-            _ => Err(FramingError::BadTransferEncoding),
-        }
-    }
-
-    /// [`Self::wants_keep_alive`], read from the version and headers (at parse).
-    fn read_keep_alive(&self) -> bool {
-        let (mut close, mut keep_alive) = (false, false);
-        for value in self.headers_named("connection") {
-            let tokens = ConnectionTokens::of(value);
-            close |= tokens.close;
-            keep_alive |= tokens.keep_alive;
-        }
-        !close && (!self.http10() || keep_alive)
     }
 }
 
