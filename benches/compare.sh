@@ -23,9 +23,10 @@
 # and prints medians over the rounds with each one's ratio to nginx. `direct` is wrk straight
 # to the backend: the ceiling any proxy can reach here (the backend shares LOAD_CPU with wrk).
 #
-# Environment (defaults): ROUNDS (3) DURATION (10) LAT_RATE (5000) LAT_DURATION (15: p99 then
-#   rests on 750 samples per round rather than 250 at 5 s, which moved it by 2x between rounds)
-#   LAT_CONNS (16) CONNS (64) IDLE_CONNS (1000) PROXY_CPU (0) LOAD_CPU (1)
+# Environment (defaults): ROUNDS (3) DURATION (10) LAT_RATE (5000; 0 skips the fixed rate)
+#   LAT_DURATION (15: p99 then rests on 750 samples per round rather than 250 at 5 s, which
+#   moved it by 2x between rounds) LAT_CONNS (16) CONNS (64) IDLE_CONNS (1000; 0 skips them)
+#   PROXY_CPU (0) LOAD_CPU (1)
 #   PEERS (../shared/peers from the repo) TARGETS ("direct agent-gateway rl-local rl-redis nginx
 #   haproxy"; may be empty)
 #   GATEWAY_BIN (skip the build and run this binary) GATEWAY_SERVER (extra lines for the
@@ -36,7 +37,10 @@
 #   "max_connections_per_address = 64"; GATEWAY_B_UPSTREAM for agent-gateway-b)
 #   A second gateway variant for A/B runs, agent-gateway-b on :8084, starts when any of
 #   GATEWAY_B_BIN, GATEWAY_B_SERVER, GATEWAY_B_UPSTREAM, GATEWAY_B_LOG_LEVEL is set, and joins
-#   the default TARGETS;
+#   the default TARGETS; the table then also gives agent-gateway-b's CPU over agent-gateway's,
+#   round by round (median and quartiles). Many short rounds of CPU alone, e.g. the access
+#   log's cost: TARGETS="agent-gateway agent-gateway-b" GATEWAY_B_LOG_LEVEL=info LAT_RATE=0
+#   IDLE_CONNS=0 ROUNDS=30 DURATION=3;
 #   GATEWAY_B_CPUS (PROXY_CPU) is the CPU list it is pinned to: "0,1" with
 #   GATEWAY_B_SERVER="threads = 2" measures two threads sharing both cores with the load.
 #   Tracing: agent-gateway-trace-0.01 (:8088) and agent-gateway-trace-1 (:8089) are the same
@@ -416,12 +420,14 @@ measure() { # round, target
     record_load_vs "$r" "$t" "$rps" load_max load_vs_wrk <<<"$out"
   fi
 
-  c0=$(cpu_ticks "$t")
-  out=$(taskset -c "$LOAD_CPU" "$LOAD_BIN" load --target "$url" --rate "$LAT_RATE" \
-    --duration "${LAT_DURATION}s" --connections "$LAT_CONNS" --api v1 \
-    --agent-id agent-1 --token secret --json 2>/dev/null)
-  c1=$(cpu_ticks "$t")
-  python3 - "$r" "$t" "$((c1 - c0))" "$HZ" "$out" "$RESULTS_TSV" "$t" <<'EOF'
+  # The fixed rate: latency, and CPU at that rate (LAT_RATE=0 skips it).
+  if [ "$LAT_RATE" != 0 ]; then
+    c0=$(cpu_ticks "$t")
+    out=$(taskset -c "$LOAD_CPU" "$LOAD_BIN" load --target "$url" --rate "$LAT_RATE" \
+      --duration "${LAT_DURATION}s" --connections "$LAT_CONNS" --api v1 \
+      --agent-id agent-1 --token secret --json 2>/dev/null)
+    c1=$(cpu_ticks "$t")
+    python3 - "$r" "$t" "$((c1 - c0))" "$HZ" "$out" "$RESULTS_TSV" "$t" <<'EOF'
 import json, sys
 r, t, ticks, hz, out, path = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
 rep = json.loads(out)
@@ -433,8 +439,10 @@ with open(path, "a") as f:
     for k, v in rows:
         f.write(f"{r}\t{t}\t{k}\t{v:.4g}\n" if isinstance(v, float) else f"{r}\t{t}\t{k}\t{v}\n")
 EOF
+  fi
 
-  if [ "$t" != direct ]; then
+  # Idle connections (IDLE_CONNS=0 skips them).
+  if [ "$t" != direct ] && [ "$IDLE_CONNS" != 0 ]; then
     rm -f "$WORK/ready"
     taskset -c "$LOAD_CPU" python3 "$WORK/idle_conns.py" "$port" "$IDLE_CONNS" "$WORK/ready" &
     local held=$! most=0 now
@@ -568,6 +576,15 @@ if base in targets and traced:
             a, b = med.get((t, k)), med.get((base, k))
             cells.append((f"{a / b:.3f}x" if a is not None and b else "-").rjust(w + 4))
         print(t.ljust(nw) + "".join(cells))
+# The A/B variant against the build or setting it is compared with, round by round: each
+# round's two figures were taken moments apart, so their ratio varies less than either.
+if base in targets and "agent-gateway-b" in targets:
+    for k, h, _ in [c for c in cols if c[0].startswith("cpu_s_per_100k")]:
+        pairs = [b / a for a, b in zip(vals[(base, k)], vals[("agent-gateway-b", k)]) if a]
+        if len(pairs) >= 2:
+            q = statistics.quantiles(pairs, n=4)
+            print(f"agent-gateway-b / agent-gateway, {h}, per round: median {statistics.median(pairs):.3f}x "
+                  f"(quartiles {q[0]:.3f}-{q[2]:.3f}, {len(pairs)} rounds)")
 for t in traced:
     spans = {k: int(vals[(t, f"spans_{k}")][0]) if vals[(t, f"spans_{k}")] else 0
              for k in ("exported", "dropped_queue_full", "dropped_export_failed")}
