@@ -57,9 +57,13 @@ fn without_query(path: &str) -> &str {
 }
 
 /// A field's key as the text that starts it in the line, `,"key":`: one constant to copy.
+/// Made only by [`key!`], so that no field is written with a bare name.
+#[derive(Clone, Copy)]
+struct Key(&'static str);
+
 macro_rules! key {
     ($name:literal) => {
-        concat!(",\"", $name, "\":")
+        Key(concat!(",\"", $name, "\":"))
     };
 }
 
@@ -144,14 +148,14 @@ struct JsonLine<'a>(&'a mut Vec<u8>);
 
 impl JsonLine<'_> {
     #[inline(always)]
-    fn key(&mut self, key: &'static str) {
-        self.0.extend_from_slice(key.as_bytes());
+    fn key(&mut self, key: Key) {
+        self.0.extend_from_slice(key.0.as_bytes());
     }
 
     /// A string value with serde_json's escaping (the tracing formatter's), which changes only
     /// `"`, `\\` and control characters: a value without them is copied as it is.
     #[inline(always)]
-    fn str(&mut self, key: &'static str, value: &str) {
+    fn str(&mut self, key: Key, value: &str) {
         self.key(key);
         if !needs_escape(value.as_bytes()) {
             self.0.push(b'"');
@@ -166,7 +170,7 @@ impl JsonLine<'_> {
     /// One of the gateway's own names (a protocol, version, operation, outcome): nothing to
     /// escape, so not looked at.
     #[inline(always)]
-    fn name(&mut self, key: &'static str, value: &'static str) {
+    fn name(&mut self, key: Key, value: &'static str) {
         debug_assert!(!value.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\'));
         self.key(key);
         self.0.push(b'"');
@@ -175,13 +179,13 @@ impl JsonLine<'_> {
     }
 
     #[inline(always)]
-    fn int(&mut self, key: &'static str, value: u64) {
+    fn int(&mut self, key: Key, value: u64) {
         self.key(key);
         self.0
             .extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
     }
 
-    fn float(&mut self, key: &'static str, value: f64) {
+    fn float(&mut self, key: Key, value: f64) {
         self.key(key);
         let _ = serde_json::to_writer(&mut *self.0, &value);
     }
