@@ -101,6 +101,11 @@ fn writes_to_other_files_beside_the_config_are_not_reloads() {
     let backend = Backend::start();
     let gw = Gateway::builder(config_with_code(backend.addr, "KEPT")).start();
     wait_for_code(&gw, &backend, "KEPT");
+    // The watcher looks at the file once when its watch begins (that look would read the
+    // broken text below) and logs this line after it: from here only an event is a read.
+    gw.wait_until("the watcher to begin", || {
+        gw.log().contains("watching the config directory")
+    });
     let failures = "agent_gateway_config_reloads_total{result=\"failure\"}";
     // The config's text is broken through a second name in another directory: inotify tells
     // the directory a path went through, so the watched one hears nothing, and only a reload

@@ -339,16 +339,16 @@ pub struct ConfigWatcher {
 
 impl ConfigWatcher {
     /// Watches the directories of the config and of the files it names now that are not
-    /// watched yet (a reload may name a file in a new place), and says which file names its
-    /// events are about in `names`.
+    /// watched yet (a reload may name a file in a new place), says which file names its
+    /// events are about in `names`, and returns the directories it began to watch.
     fn watch_new_dirs(
         &self,
         watcher: &mut impl Watcher,
         watched: &mut Vec<PathBuf>,
         names: &RwLock<Vec<OsString>>,
-    ) {
+    ) -> Vec<PathBuf> {
         let Some(path) = self.store.path() else {
-            return;
+            return Vec::new();
         };
         let files: Vec<PathBuf> = std::iter::once(path.to_path_buf())
             .chain(self.store.named_files())
@@ -357,18 +357,26 @@ impl ConfigWatcher {
             .iter()
             .filter_map(|f| f.file_name().map(OsString::from))
             .collect();
+        let mut began = Vec::new();
         for dir in files.iter().map(|f| directory_of(f)) {
             if watched.contains(&dir) {
                 continue;
             }
             match watcher.watch(&dir, RecursiveMode::NonRecursive) {
-                Ok(()) => tracing::info!(dir = %dir.display(), "watching the config directory"),
+                Ok(()) => began.push(dir.clone()),
                 Err(e) => {
                     tracing::error!(dir = %dir.display(), error = %e, "cannot watch a config directory")
                 }
             }
             watched.push(dir);
         }
+        began
+    }
+
+    /// Reads the files again and applies them if they differ from what runs.
+    async fn look(&self) {
+        let store = self.store.clone();
+        let _ = tokio::task::spawn_blocking(move || store.reload(Trigger::FileChange, true)).await;
     }
 }
 
@@ -398,12 +406,17 @@ impl BackgroundService for ConfigWatcher {
             }
         };
         let mut watched = Vec::new();
-        self.watch_new_dirs(&mut watcher, &mut watched, &names);
-        // A change between the config's load and the watch's start makes no event: look once
-        // (a no-op unless the files differ from what runs).
-        let store = self.store.clone();
-        let _ = tokio::task::spawn_blocking(move || store.reload(Trigger::FileChange, true)).await;
         loop {
+            let began = self.watch_new_dirs(&mut watcher, &mut watched, &names);
+            if !began.is_empty() {
+                // A change between a file's last read and its watch's start makes no event:
+                // look once (a no-op unless the files differ from what runs). Logged after
+                // the look, so from that line on every change is heard.
+                self.look().await;
+                for dir in began {
+                    tracing::info!(dir = %dir.display(), "watching the config directory");
+                }
+            }
             tokio::select! {
                 _ = shutdown.changed() => return,
                 event = rx.recv() => {
@@ -415,10 +428,7 @@ impl BackgroundService for ConfigWatcher {
             // Debounce: editors and ConfigMap swaps write in bursts.
             tokio::time::sleep(DEBOUNCE).await;
             while rx.try_recv().is_ok() {}
-            let store = self.store.clone();
-            let _ =
-                tokio::task::spawn_blocking(move || store.reload(Trigger::FileChange, true)).await;
-            self.watch_new_dirs(&mut watcher, &mut watched, &names);
+            self.look().await;
         }
     }
 }
