@@ -87,9 +87,9 @@ pub fn json_line(out: &mut Vec<u8>, ex: &Exchange, elapsed: Duration, now: Syste
     line.name(key!("operation"), operation_name(ex.operation));
     line.str(key!("agent_id"), ex.agent_id.unwrap_or(""));
     line.int(key!("status"), ex.status.into());
-    line.float(key!("duration_ms"), elapsed.as_secs_f64() * 1000.0);
+    line.float(key!("duration_ms"), as_millis_f64(elapsed));
     if let Some(d) = ex.upstream.duration {
-        line.float(key!("upstream_ms"), d.as_secs_f64() * 1000.0);
+        line.float(key!("upstream_ms"), as_millis_f64(d));
     }
     line.int(key!("bytes_in"), ex.bytes_in as u64);
     line.int(key!("bytes_out"), ex.bytes_out as u64);
@@ -111,6 +111,14 @@ pub fn json_line(out: &mut Vec<u8>, ex: &Exchange, elapsed: Duration, now: Syste
     line.str(key!("user_agent"), ex.user_agent.as_deref().unwrap_or(""));
     line.name(key!("target"), TARGET);
     line.0.extend_from_slice(b"}\n");
+}
+
+/// A duration in milliseconds, as the access log gives it: its nanoseconds over 10^6, one
+/// rounding, so that the number is the nanoseconds' digits (770,026 ns is `0.770026`, where
+/// `as_secs_f64() * 1000.0` rounds twice and made it `0.7700260000000001`).
+fn as_millis_f64(d: Duration) -> f64 {
+    // A u64 holds 584 years of nanoseconds.
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX) as f64 / 1e6
 }
 
 /// Writes `now` as `humantime::format_rfc3339_micros` does (`2026-11-24T12:34:56.123456Z`, as
@@ -228,8 +236,8 @@ pub fn event(ex: &Exchange, elapsed: Duration) {
         operation = operation_name(ex.operation),
         agent_id = ex.agent_id.unwrap_or(""),
         status = ex.status,
-        duration_ms = elapsed.as_secs_f64() * 1000.0,
-        upstream_ms = ex.upstream.duration.map(|d| d.as_secs_f64() * 1000.0),
+        duration_ms = as_millis_f64(elapsed),
+        upstream_ms = ex.upstream.duration.map(as_millis_f64),
         bytes_in = ex.bytes_in,
         bytes_out = ex.bytes_out,
         auth = ex.auth_outcome(),
@@ -253,6 +261,21 @@ mod tests {
         fn needs_escape_is_a_check_of_each_byte(value in proptest::collection::vec(any::<u8>(), 0..40)) {
             let each = value.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\');
             prop_assert_eq!(needs_escape(&value), each);
+        }
+
+        /// Up to 10^9 ms (11 days), a duration is logged as its nanoseconds' digits, with no
+        /// float noise: whole milliseconds, a dot, the fraction without trailing zeros.
+        #[test]
+        fn durations_are_logged_as_their_nanoseconds_digits(nanos in 10..1_000_000_000_000_000u64) {
+            let mut line = Vec::new();
+            JsonLine(&mut line).float(key!("ms"), as_millis_f64(Duration::from_nanos(nanos)));
+            let fraction = format!("{:06}", nanos % 1_000_000);
+            let fraction = match fraction.trim_end_matches('0') {
+                "" => "0",
+                digits => digits,
+            };
+            let want = format!(",\"ms\":{}.{fraction}", nanos / 1_000_000);
+            prop_assert_eq!(String::from_utf8(line).unwrap(), want);
         }
     }
 
