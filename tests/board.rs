@@ -1,7 +1,7 @@
 //! The retirement board, `GET /` on the admin listener, over the wire: its answer and headers,
 //! and the page as headless Chromium draws it (the one script runs under the
 //! Content-Security-Policy, and changes none of the content a browser without JavaScript
-//! shows). The fleet's figures from a real
+//! shows; with an admin token, it opens with the token as a password). The fleet's figures from a real
 //! Prometheus are `tests/prometheus_e2e.rs`'s.
 //!
 //! `UPDATE_SCREENSHOTS=1 cargo test --test board` also writes the screenshot the README and
@@ -12,9 +12,9 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use agent_gateway::config::file::{AgentFile, BrownoutFile};
+use agent_gateway::config::file::{AgentFile, BrownoutFile, Digests};
 use agent_gateway::config::testing::TOKEN;
-use agent_gateway::config::{Repeat, V1Policy};
+use agent_gateway::config::{Repeat, TokenDigest, V1Policy};
 
 use common::*;
 
@@ -255,4 +255,39 @@ fn a_prometheus_that_does_not_answer_leaves_the_gateway_s_own_counts_and_says_wh
         "{html}"
     );
     assert!(html.contains("Counts from this gateway alone"), "{html}");
+}
+
+#[test]
+fn with_an_admin_token_chromium_opens_the_board_with_the_token_as_its_password() {
+    let backend = Backend::start();
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.admin.token_sha256 = Digests(vec![TokenDigest::of(b"board-token").to_hex()]);
+    let gw = Gateway::builder(cfg).start();
+    let dir = tempfile::tempdir().unwrap();
+    let dom = |name: &str, url: &str| {
+        let out = chromium(&dir.path().join(name), &["--dump-dom", url]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let board_shown = |dom: &str| dom.contains("Counts from this gateway alone");
+    // Without credentials, no board: the answer's Basic challenge makes a person's browser ask
+    // for them (a headless one has no one to ask, and shows an empty page).
+    let refused = dom("none", &format!("http://{}/", gw.admin));
+    assert!(!board_shown(&refused), "{refused}");
+    // With them, any user name and the token as the password: the board, every agent on it.
+    let board = dom(
+        "token",
+        &format!("http://on-call:board-token@{}/", gw.admin),
+    );
+    assert!(board_shown(&board), "{board}");
+    assert!(board_row(&board, "agent-1").contains("agent-1"), "{board}");
+    // The wrong token, or the token as the user name, is refused as none is.
+    for (name, credentials) in [("wrong", "on-call:nope"), ("as-user", "board-token:")] {
+        let refused = dom(name, &format!("http://{credentials}@{}/", gw.admin));
+        assert!(!board_shown(&refused), "{refused}");
+    }
 }

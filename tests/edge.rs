@@ -19,6 +19,29 @@ fn digest(token: &str) -> String {
     TokenDigest::of(token.as_bytes()).to_hex()
 }
 
+/// `Basic` credentials (RFC 7617): what a browser sends once a user typed them.
+fn basic(user: &str, password: &str) -> String {
+    use base64::Engine;
+    let pair = format!("{user}:{password}");
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(pair)
+    )
+}
+
+/// The challenge that makes a browser ask for a user name and password.
+const BASIC_CHALLENGE: &str = "Basic realm=\"agent-gateway admin\", charset=\"UTF-8\"";
+
+/// Every `WWW-Authenticate` of `answer`, in order.
+fn challenges(answer: &Response) -> Vec<&str> {
+    answer
+        .headers
+        .iter()
+        .filter(|(name, _)| name.eq_ignore_ascii_case("www-authenticate"))
+        .map(|(_, value)| value.as_str())
+        .collect()
+}
+
 /// An authenticated GET of a v1 status by [`AGENT_ID`] with `token`, as raw bytes.
 fn status_request(token: &str, extra: &str) -> Vec<u8> {
     format!(
@@ -346,10 +369,10 @@ fn with_an_admin_token_only_the_probes_and_metrics_are_open() {
     for open in ["/healthz", "/readyz", "/metrics"] {
         assert_eq!(admin_get(gw.admin, open).status, 200, "{open}");
     }
-    for closed in ["/config", "/v1-usage", "/openapi.json"] {
+    for closed in ["/config", "/v1-usage", "/openapi.json", "/"] {
         let refused = admin_get(gw.admin, closed);
         assert_eq!(refused.status, 401, "{closed}");
-        assert_eq!(refused.header("www-authenticate"), Some("Bearer"));
+        assert_eq!(challenges(&refused), ["Bearer", BASIC_CHALLENGE]);
         assert_eq!(refused.json()["message_code"], 40100);
         let wrong = request(
             gw.admin,
@@ -360,12 +383,42 @@ fn with_an_admin_token_only_the_probes_and_metrics_are_open() {
         );
         assert_eq!(wrong.status, 401, "{closed}");
         for token in ["admin-old", "admin-new"] {
-            let bearer = format!("Bearer {token}");
-            let allowed = request(gw.admin, "GET", closed, &[("Authorization", &bearer)], b"");
-            assert_eq!(allowed.status, 200, "{closed}");
+            for authorization in [format!("Bearer {token}"), basic("on-call", token)] {
+                let allowed = request(
+                    gw.admin,
+                    "GET",
+                    closed,
+                    &[("Authorization", &authorization)],
+                    b"",
+                );
+                assert_eq!(allowed.status, 200, "{closed} {authorization}");
+            }
         }
+        let wrong = request(
+            gw.admin,
+            "GET",
+            closed,
+            &[("Authorization", &basic("admin-new", "nope"))],
+            b"",
+        );
+        assert_eq!(
+            wrong.status, 401,
+            "{closed}: the user name is not the token"
+        );
     }
-    assert_eq!(request(gw.admin, "POST", "/-/reload", &[], b"").status, 401);
+    // A reload changes the gateway: the bearer token only, never a browser's Basic credentials.
+    let refused = request(gw.admin, "POST", "/-/reload", &[], b"");
+    assert_eq!(refused.status, 401);
+    assert_eq!(challenges(&refused), ["Bearer"]);
+    let by_basic = request(
+        gw.admin,
+        "POST",
+        "/-/reload",
+        &[("Authorization", &basic("on-call", "admin-new"))],
+        b"",
+    );
+    assert_eq!(by_basic.status, 401);
+    assert_eq!(challenges(&by_basic), ["Bearer"]);
 
     // The CLI's admin client sends the token from a file.
     let token_file = gw.dir.path().join("admin-token");

@@ -82,7 +82,8 @@ const EXAMPLE_AGENTS_SECTION: &str = r#"
 [auth]
 agents_file = "/etc/agent-gateway-secrets/agents.toml"
 
-# Every admin endpoint but the probes and /metrics needs this token (Authorization: Bearer).
+# Every admin endpoint but the probes and /metrics needs this token (Authorization: Bearer;
+# a browser opening the board asks for a password: this token).
 # The token_sha256 below is a placeholder the gateway refuses: replace it with the output of
 #   printf '%s' "$ADMIN_TOKEN" | agent-gateway hash-token
 [admin]

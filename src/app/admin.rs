@@ -7,8 +7,10 @@
 //! ([`Access`]), and every request passes [`authorize`] with its endpoint's access before it
 //! is served: that is the one place where admin authorization is decided. With
 //! `[admin] token_sha256` set, every endpoint but the probes (and `/metrics`, unless
-//! `admin.protect_metrics`) needs `Authorization: Bearer <token>`; without it those endpoints
-//! answer only connections from loopback (this host, or a `kubectl port-forward`), so that an
+//! `admin.protect_metrics`) needs `Authorization: Bearer <token>`, or, on those that change
+//! nothing, `Basic` credentials with the token as the password: what a browser asks for and
+//! keeps, so that the board opens in one. Without a token those endpoints answer only
+//! connections from loopback (this host, or a `kubectl port-forward`), so that an
 //! admin listener bound to a pod's or a host's address opens no admin action to its network.
 //!
 //! Every answer is computed when it is asked for (a metric, a reload's result, the usage
@@ -26,6 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
+use base64::prelude::{Engine as _, BASE64_STANDARD};
 use http::Response;
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
@@ -93,10 +96,13 @@ enum Access {
     Open,
     /// `/metrics`: open, unless `admin.protect_metrics` puts it behind the admin token.
     Metrics,
-    /// What changes the gateway or shows what it knows (its config, every agent id, the
-    /// retirement board's plan of every agent): behind the admin token when there is one, and
-    /// for loopback only when there is none.
+    /// What shows what the gateway knows (its config, every agent id, the retirement board's
+    /// plan of every agent): behind the admin token when there is one, and for loopback only
+    /// when there is none.
     Admin,
+    /// What changes the gateway: as [`Access::Admin`], but only a bearer token opens it, never
+    /// the Basic credentials a browser keeps and sends by itself (see [`presented_token`]).
+    AdminAction,
 }
 
 /// Every endpoint: method, path, access.
@@ -104,7 +110,7 @@ const ENDPOINTS: [(&str, &str, Endpoint, Access); 8] = [
     ("GET", "/metrics", Endpoint::Metrics, Access::Metrics),
     ("GET", "/healthz", Endpoint::Healthz, Access::Open),
     ("GET", "/readyz", Endpoint::Readyz, Access::Open),
-    ("POST", "/-/reload", Endpoint::Reload, Access::Admin),
+    ("POST", "/-/reload", Endpoint::Reload, Access::AdminAction),
     ("GET", "/v1-usage", Endpoint::V1Usage, Access::Admin),
     ("GET", "/openapi.json", Endpoint::OpenApi, Access::Admin),
     ("GET", "/config", Endpoint::Config, Access::Admin),
@@ -115,8 +121,11 @@ const ENDPOINTS: [(&str, &str, Endpoint, Access); 8] = [
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Refusal {
     NotFound,
-    /// The endpoint needs the admin token, and the request did not carry a valid one.
-    Unauthorized,
+    /// The endpoint needs the admin token, and the request did not carry a valid one; `basic`:
+    /// the endpoint also takes it as Basic credentials.
+    Unauthorized {
+        basic: bool,
+    },
     /// No admin token is configured, and the request came from another host.
     LoopbackOnly,
     /// The path's endpoint takes `allow`.
@@ -132,14 +141,26 @@ impl Refusal {
                 404,
                 json!({"status_code": 404, "message_code": 40400, "message": "no such admin endpoint"}),
             ),
-            Refusal::Unauthorized => {
+            Refusal::Unauthorized { basic } => {
+                let message = if basic {
+                    "this admin endpoint needs the admin token: Authorization: Bearer <token>, or Basic with the token as the password"
+                } else {
+                    "this admin endpoint needs the admin token: Authorization: Bearer <token>"
+                };
                 let mut r = json_response(
                     401,
-                    json!({"status_code": 401, "message_code": 40100, "message": "this admin endpoint needs the admin token: Authorization: Bearer <token>"}),
+                    json!({"status_code": 401, "message_code": 40100, "message": message}),
                 );
+                let headers = r.headers_mut();
                 let challenge = http::HeaderValue::from_static("Bearer");
-                r.headers_mut()
-                    .insert(http::header::WWW_AUTHENTICATE, challenge);
+                headers.insert(http::header::WWW_AUTHENTICATE, challenge);
+                if basic {
+                    // The challenge a browser answers by asking for a user name and password.
+                    let challenge = http::HeaderValue::from_static(
+                        "Basic realm=\"agent-gateway admin\", charset=\"UTF-8\"",
+                    );
+                    headers.append(http::header::WWW_AUTHENTICATE, challenge);
+                }
                 r
             }
             Refusal::LoopbackOnly => json_response(
@@ -187,23 +208,41 @@ fn authorize(
     let needs_token = match access {
         Access::Open => false,
         Access::Metrics => admin.protect_metrics,
-        Access::Admin => true,
+        Access::Admin | Access::AdminAction => true,
     };
     if !needs_token {
         return Ok(());
     }
     if admin.tokens.is_empty() {
         return match access {
-            Access::Admin if !from_loopback => Err(Refusal::LoopbackOnly),
+            Access::Admin | Access::AdminAction if !from_loopback => Err(Refusal::LoopbackOnly),
             _ => Ok(()),
         };
     }
-    let token = authorization
-        .and_then(bearer_token)
-        .ok_or(Refusal::Unauthorized)?;
-    matching_digest(&TokenDigest::of(token), &admin.tokens)
+    // Basic credentials open what changes nothing (see `presented_token`).
+    let basic = access != Access::AdminAction;
+    let refused = Refusal::Unauthorized { basic };
+    let digest = authorization
+        .and_then(|value| presented_token(value, basic))
+        .ok_or(refused)?;
+    matching_digest(&digest, &admin.tokens)
         .map(drop)
-        .ok_or(Refusal::Unauthorized)
+        .ok_or(refused)
+}
+
+/// The digest of the admin token an `Authorization` header presents: `Bearer <token>`, or,
+/// where `basic`, `Basic` credentials with the token as the password (any user name). A
+/// browser asks for those on a 401 and then sends them to the listener with every request,
+/// those a page on another site makes it send included (cross-site request forgery): so they
+/// are taken only where the answer changes nothing, which another site cannot read.
+fn presented_token(value: &[u8], basic: bool) -> Option<TokenDigest> {
+    if let Some(token) = bearer_token(value) {
+        return Some(TokenDigest::of(token));
+    }
+    if !basic {
+        return None;
+    }
+    basic_password(value).map(|password| TokenDigest::of(&password))
 }
 
 /// The token of `Bearer <token>` (the scheme in any case, RFC 9110 11.1).
@@ -211,6 +250,19 @@ fn bearer_token(value: &[u8]) -> Option<&[u8]> {
     let (scheme, token) = value.split_at_checked(7)?;
     let token = token.trim_ascii();
     (scheme.eq_ignore_ascii_case(b"bearer ") && !token.is_empty()).then_some(token)
+}
+
+/// The password of `Basic <base64 of user:password>` (RFC 7617; the scheme in any case), when
+/// there is one.
+fn basic_password(value: &[u8]) -> Option<Vec<u8>> {
+    let (scheme, encoded) = value.split_at_checked(6)?;
+    if !scheme.eq_ignore_ascii_case(b"basic ") {
+        return None;
+    }
+    let pair = BASE64_STANDARD.decode(encoded.trim_ascii()).ok()?;
+    let colon = memchr::memchr(b':', &pair)?;
+    let password = &pair[colon + 1..];
+    (!password.is_empty()).then(|| password.to_vec())
 }
 
 /// An answer computed now: never to be stored by a cache.
@@ -427,15 +479,24 @@ mod tests {
 
     #[test]
     fn the_config_and_reload_are_admin_endpoints() {
-        let admin: Vec<&str> = ENDPOINTS
-            .iter()
-            .filter(|(.., access)| *access == Access::Admin)
-            .map(|(_, path, ..)| *path)
-            .collect();
+        let with = |access| -> Vec<(&str, &str)> {
+            ENDPOINTS
+                .iter()
+                .filter(|(.., a)| *a == access)
+                .map(|(method, path, ..)| (*method, *path))
+                .collect()
+        };
         assert_eq!(
-            admin,
-            ["/-/reload", "/v1-usage", "/openapi.json", "/config", "/"]
+            with(Access::Admin),
+            [
+                ("GET", "/v1-usage"),
+                ("GET", "/openapi.json"),
+                ("GET", "/config"),
+                ("GET", "/")
+            ]
         );
+        // Every endpoint that changes something is an action: Basic credentials never open it.
+        assert_eq!(with(Access::AdminAction), [("POST", "/-/reload")]);
     }
 
     #[test]
@@ -449,42 +510,68 @@ mod tests {
             protect_metrics: true,
             ..closed.clone()
         };
-        for access in [Access::Open, Access::Metrics, Access::Admin] {
+        for access in [
+            Access::Open,
+            Access::Metrics,
+            Access::Admin,
+            Access::AdminAction,
+        ] {
             assert_eq!(authorize(access, &open, None, true), Ok(()));
         }
         // Without a token, from another host: the probes and metrics, nothing else.
         assert_eq!(authorize(Access::Open, &open, None, false), Ok(()));
         assert_eq!(authorize(Access::Metrics, &open, None, false), Ok(()));
-        assert_eq!(
-            authorize(Access::Admin, &open, Some(b"Bearer any"), false),
-            Err(Refusal::LoopbackOnly)
-        );
+        for admin in [Access::Admin, Access::AdminAction] {
+            assert_eq!(
+                authorize(admin, &open, Some(b"Bearer any"), false),
+                Err(Refusal::LoopbackOnly)
+            );
+        }
         assert_eq!(Refusal::LoopbackOnly.response().status(), 403);
         assert_eq!(authorize(Access::Open, &metrics_too, None, false), Ok(()));
         assert_eq!(authorize(Access::Metrics, &closed, None, false), Ok(()));
-        let refused = Err(Refusal::Unauthorized);
+        let refused = Err(Refusal::Unauthorized { basic: true });
         assert_eq!(
             authorize(Access::Metrics, &metrics_too, None, true),
             refused
         );
         // With a token, loopback is no exception.
         assert_eq!(authorize(Access::Admin, &closed, None, true), refused);
-        for good in [
-            &b"Bearer old"[..],
-            b"Bearer new",
-            b"bearer new",
-            b"BEARER  new ",
+        // A bearer token opens everything; Basic, the token as the password and any user
+        // name, only what changes nothing.
+        for (good, opens_actions) in [
+            (&b"Bearer old"[..], true),
+            (b"Bearer new", true),
+            (b"bearer new", true),
+            (b"BEARER  new ", true),
+            (b"Basic YWRtaW46bmV3", false), // admin:new
+            (b"BASIC  Om9sZA== ", false),   // :old
+            (b"basic dTpuZXc=", false),     // u:new
         ] {
             assert_eq!(authorize(Access::Admin, &closed, Some(good), false), Ok(()));
             assert_eq!(
                 authorize(Access::Metrics, &metrics_too, Some(good), false),
                 Ok(())
             );
+            let action = match opens_actions {
+                true => Ok(()),
+                false => Err(Refusal::Unauthorized { basic: false }),
+            };
+            assert_eq!(
+                authorize(Access::AdminAction, &closed, Some(good), false),
+                action,
+                "{good:?}"
+            );
         }
         for bad in [
             &b"Bearer wrong"[..],
             b"Bearer ",
-            b"Basic b2xkOg==",
+            b"Basic b2xkOg==", // old: (the token as the user name, no password)
+            b"Basic OmJsZA==", // :bld
+            b"Basic bmV3",     // new (no colon)
+            b"Basic Om5ldw=",  // :new, but not base64 (one pad short)
+            b"Basic ",
+            b"Basic",
             b"old",
             b"Bearerold",
         ] {
@@ -494,8 +581,23 @@ mod tests {
                 "{bad:?}"
             );
         }
-        let answer = Refusal::Unauthorized.response();
-        assert_eq!(answer.status(), 401);
-        assert_eq!(answer.headers()["www-authenticate"], "Bearer");
+        let challenges = |basic| {
+            let answer = Refusal::Unauthorized { basic }.response();
+            assert_eq!(answer.status(), 401);
+            answer
+                .headers()
+                .get_all("www-authenticate")
+                .iter()
+                .map(|v| v.to_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            challenges(true),
+            [
+                "Bearer",
+                "Basic realm=\"agent-gateway admin\", charset=\"UTF-8\""
+            ]
+        );
+        assert_eq!(challenges(false), ["Bearer"]);
     }
 }
