@@ -5,12 +5,13 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use agent_gateway::config::file::AgentFile;
+use agent_gateway::config::file::{AgentFile, AgentsFile};
 use agent_gateway::config::testing::{AGENT_ID, TOKEN};
 use agent_gateway::config::FileConfig;
 use common::*;
@@ -128,6 +129,55 @@ fn writes_to_other_files_beside_the_config_are_not_reloads() {
     // The config's own name changing is a reload (refused: the text is not TOML).
     replace_file(&gw.config_path, "this is [not toml either");
     gw.wait_for_metric(failures, 1.0);
+}
+
+/// The config is made to name an agents file at `agents` by a reload that no file event
+/// announced (its text changed through a second name in another directory, then `POST
+/// /-/reload`): the watcher still watches the new file from then on, and a later change to
+/// it applies with no other event.
+fn an_agents_file_named_by_an_admin_reload_is_watched(agents: &dyn Fn(&Gateway) -> PathBuf) {
+    let backend = Backend::start();
+    let gw = Gateway::builder(config_with_code(backend.addr, "KEPT")).start();
+    gw.wait_until("the watcher to begin", || {
+        gw.log().contains("watching the config directory")
+    });
+    let agents = agents(&gw);
+    let write_agents = |id: &str| {
+        let file = AgentsFile {
+            agents: vec![AgentFile::new(id, TOKEN)],
+        };
+        std::fs::write(&agents, toml::to_string(&file).unwrap()).unwrap();
+    };
+    write_agents("filed-1");
+    let mut cfg = gw.config.clone();
+    cfg.auth.agents.clear();
+    cfg.auth.agents_file = Some(agents.display().to_string());
+    let elsewhere = tempfile::tempdir().unwrap();
+    let alias = elsewhere.path().join("alias.toml");
+    std::fs::hard_link(&gw.config_path, &alias).unwrap();
+    std::fs::write(&alias, cfg.to_toml()).unwrap();
+    let reloaded = request(gw.admin, "POST", "/-/reload", &[], b"");
+    assert_eq!(reloaded.status, 200, "{}", reloaded.text());
+    let status = |id: &str| as_agent(gw.proxy, id, "POST", VERIFY_V1, &[]).status;
+    assert_eq!(status("filed-1"), 200);
+    write_agents("filed-2");
+    gw.wait_until("the agents file's change to apply", || {
+        status("filed-2") == 200
+    });
+    assert_eq!(status("filed-1"), 401);
+}
+
+#[test]
+fn an_agents_file_in_a_new_directory_named_by_an_admin_reload_is_watched() {
+    let dir = tempfile::tempdir().unwrap();
+    an_agents_file_named_by_an_admin_reload_is_watched(&|_| dir.path().join("agents.toml"));
+}
+
+#[test]
+fn an_agents_file_beside_the_config_named_by_an_admin_reload_is_watched() {
+    an_agents_file_named_by_an_admin_reload_is_watched(&|gw| {
+        gw.config_path.with_file_name("agents.toml")
+    });
 }
 
 #[test]

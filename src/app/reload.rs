@@ -7,7 +7,8 @@
 //!
 //! Triggers: [`ConfigWatcher`] (the file's parent directory, so in-place writes, renames over
 //! the file and Kubernetes' `..data` symlink swap all count), SIGHUP (in [`crate::app::signals`])
-//! and `POST /-/reload` on the admin listener. All three call [`ConfigStore::reload`]. Parts
+//! and `POST /-/reload` on the admin listener. All three call [`ConfigStore::reload`], and the
+//! watcher watches the files each reading names, whichever trigger made it. Parts
 //! that are built from the config rather than read per request (the span export pipeline)
 //! follow each applied snapshot through [`ConfigStore::on_apply`].
 
@@ -185,6 +186,9 @@ pub struct ConfigStore {
     seen: Mutex<Inputs>,
     metrics: ReloadMetrics,
     on_apply: Vec<OnApply>,
+    /// Told of each reading applied or refused, for the watcher: a reload by signal or by the
+    /// admin listener may name a file in a place, or by a name, it does not watch yet.
+    readings: tokio::sync::Notify,
 }
 
 impl ConfigStore {
@@ -203,6 +207,7 @@ impl ConfigStore {
             path,
             metrics,
             on_apply: Vec::new(),
+            readings: tokio::sync::Notify::new(),
         })
     }
 
@@ -255,6 +260,7 @@ impl ConfigStore {
             Err(err) => self.refuse(trigger, err),
         };
         *seen = reading.inputs;
+        self.readings.notify_one();
         Some(report)
     }
 
@@ -339,24 +345,31 @@ pub struct ConfigWatcher {
 
 impl ConfigWatcher {
     /// Watches the directories of the config and of the files it names now that are not
-    /// watched yet (a reload may name a file in a new place), says which file names its
-    /// events are about in `names`, and returns the directories it began to watch.
-    fn watch_new_dirs(
+    /// watched yet (a reload may name a file in a new place), and says which file names its
+    /// events are about in `names`. Returns the directories it began to watch, and whether
+    /// the names changed: either way a file may have changed unheard since it was read.
+    fn watch_new_files(
         &self,
         watcher: &mut impl Watcher,
         watched: &mut Vec<PathBuf>,
         names: &RwLock<Vec<OsString>>,
-    ) -> Vec<PathBuf> {
+    ) -> (Vec<PathBuf>, bool) {
         let Some(path) = self.store.path() else {
-            return Vec::new();
+            return (Vec::new(), false);
         };
         let files: Vec<PathBuf> = std::iter::once(path.to_path_buf())
             .chain(self.store.named_files())
             .collect();
-        *names.write().unwrap_or_else(|e| e.into_inner()) = files
+        let now: Vec<OsString> = files
             .iter()
             .filter_map(|f| f.file_name().map(OsString::from))
             .collect();
+        let renamed = {
+            let mut names = names.write().unwrap_or_else(|e| e.into_inner());
+            let renamed = *names != now;
+            *names = now;
+            renamed
+        };
         let mut began = Vec::new();
         for dir in files.iter().map(|f| directory_of(f)) {
             if watched.contains(&dir) {
@@ -370,7 +383,7 @@ impl ConfigWatcher {
             }
             watched.push(dir);
         }
-        began
+        (began, renamed)
     }
 
     /// Reads the files again and applies them if they differ from what runs.
@@ -407,11 +420,12 @@ impl BackgroundService for ConfigWatcher {
         };
         let mut watched = Vec::new();
         loop {
-            let began = self.watch_new_dirs(&mut watcher, &mut watched, &names);
-            if !began.is_empty() {
-                // A change between a file's last read and its watch's start makes no event:
-                // look once (a no-op unless the files differ from what runs). Logged after
-                // the look, so from that line on every change is heard.
+            let (began, renamed) = self.watch_new_files(&mut watcher, &mut watched, &names);
+            if !began.is_empty() || renamed {
+                // A change between a file's last read and the start of its watch (or of its
+                // name's) makes no event: look once (a no-op unless the files differ from
+                // what runs). Logged after the look, so from that line on every change is
+                // heard.
                 self.look().await;
                 for dir in began {
                     tracing::info!(dir = %dir.display(), "watching the config directory");
@@ -419,6 +433,8 @@ impl BackgroundService for ConfigWatcher {
             }
             tokio::select! {
                 _ = shutdown.changed() => return,
+                // A reading by any trigger (this watcher's own included): watch what it named.
+                _ = self.store.readings.notified() => continue,
                 event = rx.recv() => {
                     if event.is_none() {
                         return;
