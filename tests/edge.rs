@@ -419,6 +419,31 @@ fn with_an_admin_token_only_the_probes_and_metrics_are_open() {
     );
     assert_eq!(by_basic.status, 401);
     assert_eq!(challenges(&by_basic), ["Bearer"]);
+    // A browser's Basic credentials on what another site's page made it ask for (an image):
+    // refused. From the board's own page, typed, or a link followed: served.
+    let board_by = |authorization: &str, site: &str, mode: &str, dest: &str| {
+        let headers = [
+            ("Authorization", authorization),
+            ("Sec-Fetch-Site", site),
+            ("Sec-Fetch-Mode", mode),
+            ("Sec-Fetch-Dest", dest),
+        ];
+        request(gw.admin, "GET", "/", &headers, b"")
+    };
+    let browser = basic("on-call", "admin-new");
+    let image = board_by(&browser, "cross-site", "no-cors", "image");
+    assert_eq!(image.status, 403);
+    assert_eq!(image.json()["message_code"], 40301);
+    for (site, mode, dest) in [
+        ("cross-site", "navigate", "document"),
+        ("same-origin", "navigate", "document"),
+        ("none", "navigate", "document"),
+    ] {
+        assert_eq!(board_by(&browser, site, mode, dest).status, 200, "{site}");
+    }
+    // A bearer token, which no browser sends by itself, whatever the request says of itself.
+    let bearer = board_by("Bearer admin-new", "cross-site", "no-cors", "image");
+    assert_eq!(bearer.status, 200);
 
     // The CLI's admin client sends the token from a file.
     let token_file = gw.dir.path().join("admin-token");

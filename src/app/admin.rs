@@ -9,7 +9,8 @@
 //! `[admin] token_sha256` set, every endpoint but the probes (and `/metrics`, unless
 //! `admin.protect_metrics`) needs `Authorization: Bearer <token>`, or, on those that change
 //! nothing, `Basic` credentials with the token as the password: what a browser asks for and
-//! keeps, so that the board opens in one. Without a token those endpoints answer only
+//! keeps, so that the board opens in one (never on a request the browser says another site's
+//! page made, but a link followed). Without a token those endpoints answer only
 //! connections from loopback (this host, or a `kubectl port-forward`), so that an
 //! admin listener bound to a pod's or a host's address opens no admin action to its network.
 //!
@@ -128,6 +129,9 @@ enum Refusal {
     },
     /// No admin token is configured, and the request came from another host.
     LoopbackOnly,
+    /// Valid Basic credentials on a request a browser says another site's page made, other
+    /// than a link followed ([`made_by_another_site`]).
+    FromAnotherSite,
     /// The path's endpoint takes `allow`.
     MethodNotAllowed {
         allow: &'static str,
@@ -163,6 +167,10 @@ impl Refusal {
                 }
                 r
             }
+            Refusal::FromAnotherSite => json_response(
+                403,
+                json!({"status_code": 403, "message_code": 40301, "message": "a browser's Basic credentials open this admin endpoint only from its own pages or a link followed; another site's request needs Authorization: Bearer <token>"}),
+            ),
             Refusal::LoopbackOnly => json_response(
                 403,
                 json!({"status_code": 403, "message_code": 40300, "message": "without an admin token (admin.token_sha256) this admin endpoint answers only connections from loopback"}),
@@ -194,17 +202,21 @@ fn route(method: &str, path: &str) -> Result<(Endpoint, Access), Refusal> {
     }
 }
 
-/// Whether a request with the `Authorization` header `authorization`, from a loopback
-/// address or not, may reach an endpoint of `access`, under `admin`: the one place where admin
-/// authorization is decided. No token configured: the admin endpoints answer loopback only,
-/// the others everyone. The token is compared as a digest, against every configured one in
-/// constant time (a rotation lists the old and the new).
-fn authorize(
-    access: Access,
-    admin: &AdminConfig,
-    authorization: Option<&[u8]>,
+/// What [`authorize`] knows of a request.
+#[derive(Debug, Clone, Copy)]
+struct Caller<'a> {
+    /// Its `Authorization` header.
+    authorization: Option<&'a [u8]>,
     from_loopback: bool,
-) -> Result<(), Refusal> {
+    /// A browser says another site's page made it ([`made_by_another_site`]).
+    from_another_site: bool,
+}
+
+/// Whether `caller` may reach an endpoint of `access`, under `admin`: the one place where
+/// admin authorization is decided. No token configured: the admin endpoints answer loopback
+/// only, the others everyone. The token is compared as a digest, against every configured one
+/// in constant time (a rotation lists the old and the new).
+fn authorize(access: Access, admin: &AdminConfig, caller: &Caller) -> Result<(), Refusal> {
     let needs_token = match access {
         Access::Open => false,
         Access::Metrics => admin.protect_metrics,
@@ -215,34 +227,63 @@ fn authorize(
     }
     if admin.tokens.is_empty() {
         return match access {
-            Access::Admin | Access::AdminAction if !from_loopback => Err(Refusal::LoopbackOnly),
+            Access::Admin | Access::AdminAction if !caller.from_loopback => {
+                Err(Refusal::LoopbackOnly)
+            }
             _ => Ok(()),
         };
     }
     // Basic credentials open what changes nothing (see `presented_token`).
     let basic = access != Access::AdminAction;
     let refused = Refusal::Unauthorized { basic };
-    let digest = authorization
+    let presented = caller
+        .authorization
         .and_then(|value| presented_token(value, basic))
         .ok_or(refused)?;
-    matching_digest(&digest, &admin.tokens)
-        .map(drop)
-        .ok_or(refused)
+    let (Presented::Bearer(digest) | Presented::Basic(digest)) = &presented;
+    matching_digest(digest, &admin.tokens).ok_or(refused)?;
+    // After the token: a wrong one is a 401 however it came.
+    match presented {
+        Presented::Basic(_) if caller.from_another_site => Err(Refusal::FromAnotherSite),
+        _ => Ok(()),
+    }
 }
 
-/// The digest of the admin token an `Authorization` header presents: `Bearer <token>`, or,
-/// where `basic`, `Basic` credentials with the token as the password (any user name). A
-/// browser asks for those on a 401 and then sends them to the listener with every request,
-/// those a page on another site makes it send included (cross-site request forgery): so they
-/// are taken only where the answer changes nothing, which another site cannot read.
-fn presented_token(value: &[u8], basic: bool) -> Option<TokenDigest> {
+/// An admin token as a request presents it, by its digest.
+enum Presented {
+    Bearer(TokenDigest),
+    /// Basic credentials with the token as the password: a browser's, which it sends by itself.
+    Basic(TokenDigest),
+}
+
+/// The admin token an `Authorization` header presents: `Bearer <token>`, or, where `basic`,
+/// `Basic` credentials with the token as the password (any user name). A browser asks for
+/// those on a 401 and then sends them to the listener with every request, those a page on
+/// another site makes it send included (cross-site request forgery): so they are taken only
+/// where the answer changes nothing, which another site cannot read, and not at all for what
+/// a browser says another site made ([`made_by_another_site`]).
+fn presented_token(value: &[u8], basic: bool) -> Option<Presented> {
     if let Some(token) = bearer_token(value) {
-        return Some(TokenDigest::of(token));
+        return Some(Presented::Bearer(TokenDigest::of(token)));
     }
     if !basic {
         return None;
     }
-    basic_password(value).map(|password| TokenDigest::of(&password))
+    basic_password(value).map(|password| Presented::Basic(TokenDigest::of(&password)))
+}
+
+/// Whether a browser says, by its Fetch Metadata headers, that another site's page made a
+/// request, other than as a link a person followed: `Sec-Fetch-Site` is neither `same-origin`
+/// nor `none` (typed, or a bookmark), and the request is not a top-level navigation
+/// (`Sec-Fetch-Mode: navigate`, `Sec-Fetch-Dest: document`). Such a request can read nothing,
+/// but each board it loads may query Prometheus for seconds. Without `Sec-Fetch-Site` (a
+/// client other than a browser, an old one, or a browser on plain HTTP to an address other
+/// than loopback, where browsers do not send it), no.
+fn made_by_another_site(site: Option<&[u8]>, mode: Option<&[u8]>, dest: Option<&[u8]>) -> bool {
+    match site {
+        None | Some(b"same-origin" | b"none") => false,
+        Some(_) => !(mode == Some(b"navigate") && dest == Some(b"document")),
+    }
 }
 
 /// The token of `Bearer <token>` (the scheme in any case, RFC 9110 11.1).
@@ -421,20 +462,24 @@ impl ServeHttp for AdminApp {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
         let _ = session.drain_request_body().await;
         let req = session.req_header();
-        let authorization = req
-            .headers
-            .get(http::header::AUTHORIZATION)
-            .map(|v| v.as_bytes());
-        let from_loopback = match session.client_addr() {
-            Some(pingora::protocols::l4::socket::SocketAddr::Inet(peer)) => {
-                peer.ip().to_canonical().is_loopback()
-            }
-            _ => false,
+        let header = |name: &str| req.headers.get(name).map(|v| v.as_bytes());
+        let caller = Caller {
+            authorization: header("authorization"),
+            from_loopback: match session.client_addr() {
+                Some(pingora::protocols::l4::socket::SocketAddr::Inet(peer)) => {
+                    peer.ip().to_canonical().is_loopback()
+                }
+                _ => false,
+            },
+            from_another_site: made_by_another_site(
+                header("sec-fetch-site"),
+                header("sec-fetch-mode"),
+                header("sec-fetch-dest"),
+            ),
         };
         let admin = &self.store.current().load().admin;
-        let routed = route(req.method.as_str(), req.uri.path()).and_then(|(endpoint, access)| {
-            authorize(access, admin, authorization, from_loopback).map(|()| endpoint)
-        });
+        let routed = route(req.method.as_str(), req.uri.path())
+            .and_then(|(endpoint, access)| authorize(access, admin, &caller).map(|()| endpoint));
         match routed {
             Ok(endpoint) => self.serve(endpoint).await,
             Err(refusal) => refusal.response(),
@@ -447,6 +492,16 @@ mod tests {
     use super::*;
 
     const DOWN: Result<(), &str> = Err("no upstream address is reachable");
+
+    /// A request with `authorization`, from loopback or not, that no browser says another
+    /// site made.
+    fn caller(authorization: Option<&[u8]>, from_loopback: bool) -> Caller<'_> {
+        Caller {
+            authorization,
+            from_loopback,
+            from_another_site: false,
+        }
+    }
 
     #[test]
     fn the_gateway_is_ready_whatever_its_backend_does_until_it_drains() {
@@ -516,27 +571,39 @@ mod tests {
             Access::Admin,
             Access::AdminAction,
         ] {
-            assert_eq!(authorize(access, &open, None, true), Ok(()));
+            assert_eq!(authorize(access, &open, &caller(None, true)), Ok(()));
         }
         // Without a token, from another host: the probes and metrics, nothing else.
-        assert_eq!(authorize(Access::Open, &open, None, false), Ok(()));
-        assert_eq!(authorize(Access::Metrics, &open, None, false), Ok(()));
+        assert_eq!(authorize(Access::Open, &open, &caller(None, false)), Ok(()));
+        assert_eq!(
+            authorize(Access::Metrics, &open, &caller(None, false)),
+            Ok(())
+        );
         for admin in [Access::Admin, Access::AdminAction] {
             assert_eq!(
-                authorize(admin, &open, Some(b"Bearer any"), false),
+                authorize(admin, &open, &caller(Some(b"Bearer any"), false)),
                 Err(Refusal::LoopbackOnly)
             );
         }
         assert_eq!(Refusal::LoopbackOnly.response().status(), 403);
-        assert_eq!(authorize(Access::Open, &metrics_too, None, false), Ok(()));
-        assert_eq!(authorize(Access::Metrics, &closed, None, false), Ok(()));
+        assert_eq!(
+            authorize(Access::Open, &metrics_too, &caller(None, false)),
+            Ok(())
+        );
+        assert_eq!(
+            authorize(Access::Metrics, &closed, &caller(None, false)),
+            Ok(())
+        );
         let refused = Err(Refusal::Unauthorized { basic: true });
         assert_eq!(
-            authorize(Access::Metrics, &metrics_too, None, true),
+            authorize(Access::Metrics, &metrics_too, &caller(None, true)),
             refused
         );
         // With a token, loopback is no exception.
-        assert_eq!(authorize(Access::Admin, &closed, None, true), refused);
+        assert_eq!(
+            authorize(Access::Admin, &closed, &caller(None, true)),
+            refused
+        );
         // A bearer token opens everything; Basic, the token as the password and any user
         // name, only what changes nothing.
         for (good, opens_actions) in [
@@ -548,9 +615,12 @@ mod tests {
             (b"BASIC  Om9sZA== ", false),   // :old
             (b"basic dTpuZXc=", false),     // u:new
         ] {
-            assert_eq!(authorize(Access::Admin, &closed, Some(good), false), Ok(()));
             assert_eq!(
-                authorize(Access::Metrics, &metrics_too, Some(good), false),
+                authorize(Access::Admin, &closed, &caller(Some(good), false)),
+                Ok(())
+            );
+            assert_eq!(
+                authorize(Access::Metrics, &metrics_too, &caller(Some(good), false)),
                 Ok(())
             );
             let action = match opens_actions {
@@ -558,7 +628,7 @@ mod tests {
                 false => Err(Refusal::Unauthorized { basic: false }),
             };
             assert_eq!(
-                authorize(Access::AdminAction, &closed, Some(good), false),
+                authorize(Access::AdminAction, &closed, &caller(Some(good), false)),
                 action,
                 "{good:?}"
             );
@@ -576,7 +646,7 @@ mod tests {
             b"Bearerold",
         ] {
             assert_eq!(
-                authorize(Access::Admin, &closed, Some(bad), true),
+                authorize(Access::Admin, &closed, &caller(Some(bad), true)),
                 refused,
                 "{bad:?}"
             );
@@ -599,5 +669,57 @@ mod tests {
             ]
         );
         assert_eq!(challenges(false), ["Bearer"]);
+    }
+
+    #[test]
+    fn a_browser_s_basic_credentials_open_nothing_another_site_s_page_asks_for() {
+        let closed = AdminConfig {
+            tokens: vec![TokenDigest::of(b"new")],
+            protect_metrics: true,
+        };
+        let from_elsewhere = |authorization: &'static [u8]| Caller {
+            authorization: Some(authorization),
+            from_loopback: false,
+            from_another_site: true,
+        };
+        for access in [Access::Admin, Access::Metrics] {
+            assert_eq!(
+                authorize(access, &closed, &from_elsewhere(b"Basic dTpuZXc=")),
+                Err(Refusal::FromAnotherSite)
+            );
+            // A wrong token is refused as everywhere; a bearer token no browser sends by itself.
+            assert_eq!(
+                authorize(access, &closed, &from_elsewhere(b"Basic dTpvbGQ=")),
+                Err(Refusal::Unauthorized { basic: true })
+            );
+            assert_eq!(
+                authorize(access, &closed, &from_elsewhere(b"Bearer new")),
+                Ok(())
+            );
+        }
+        assert_eq!(Refusal::FromAnotherSite.response().status(), 403);
+    }
+
+    #[test]
+    fn another_site_is_what_fetch_metadata_says_but_a_link_followed() {
+        // Sec-Fetch-Site, -Mode and -Dest ("": absent), and whether another site made it.
+        for (site, mode, dest, another) in [
+            ("", "", "", false),
+            ("same-origin", "cors", "empty", false),
+            ("none", "navigate", "document", false),
+            // A link from a dashboard on another site to the board.
+            ("cross-site", "navigate", "document", false),
+            ("cross-site", "no-cors", "image", true),
+            ("cross-site", "navigate", "iframe", true),
+            ("same-site", "cors", "empty", true),
+            ("cross-site", "", "", true),
+        ] {
+            let header = |value: &'static str| (!value.is_empty()).then_some(value.as_bytes());
+            assert_eq!(
+                made_by_another_site(header(site), header(mode), header(dest)),
+                another,
+                "{site} {mode} {dest}"
+            );
+        }
     }
 }

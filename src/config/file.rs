@@ -586,7 +586,8 @@ impl Default for TracingFile {
 #[serde(deny_unknown_fields, default)]
 pub struct AdminFile {
     /// The SHA-256 of the admin token, in hex, or a list of them: when set, every admin
-    /// endpoint but `/healthz`, `/readyz` and `/metrics` needs `Authorization: Bearer <token>`.
+    /// endpoint but `/healthz`, `/readyz` and `/metrics` needs `Authorization: Bearer <token>`
+    /// (the GET endpoints also take it as a browser's Basic password).
     #[serde(skip_serializing_if = "Digests::is_empty")]
     pub token_sha256: Digests,
     /// `/metrics` needs the admin token too.
