@@ -32,6 +32,33 @@ fn basic(user: &str, password: &str) -> String {
 /// The challenge that makes a browser ask for a user name and password.
 const BASIC_CHALLENGE: &str = "Basic realm=\"agent-gateway admin\", charset=\"UTF-8\"";
 
+/// A browser's Fetch Metadata: `Sec-Fetch-Site`, `-Mode`, `-Dest` and `-User`.
+type Fetch = [&'static str; 4];
+/// Another site's page loads the URL as an image.
+const IMAGE: Fetch = ["cross-site", "no-cors", "image", ""];
+/// Another site's script sends the window there, with no click.
+const SCRIPT_NAVIGATION: Fetch = ["cross-site", "navigate", "document", ""];
+/// A person clicks a link (or submits a form) on another site's page.
+const LINK_FOLLOWED: Fetch = ["cross-site", "navigate", "document", "?1"];
+/// The listener's own page (the board reloading itself).
+const OWN_PAGE: Fetch = ["same-origin", "navigate", "document", ""];
+/// Typed into the address bar, or a bookmark.
+const TYPED: Fetch = ["none", "navigate", "document", "?1"];
+
+/// The headers a browser sends for `fetch` (an empty value: not sent).
+fn fetch_metadata(fetch: Fetch) -> Vec<(&'static str, &'static str)> {
+    [
+        "Sec-Fetch-Site",
+        "Sec-Fetch-Mode",
+        "Sec-Fetch-Dest",
+        "Sec-Fetch-User",
+    ]
+    .into_iter()
+    .zip(fetch)
+    .filter(|(_, value)| !value.is_empty())
+    .collect()
+}
+
 /// Every `WWW-Authenticate` of `answer`, in order.
 fn challenges(answer: &Response) -> Vec<&str> {
     answer
@@ -358,6 +385,23 @@ fn without_an_admin_token_the_admin_endpoints_answer_loopback_only() {
     }
     assert_eq!(request(remote, "POST", "/-/reload", &[], b"").status, 403);
     assert_eq!(request(local, "POST", "/-/reload", &[], b"").status, 200);
+
+    // A browser on this host presents its loopback address by itself: not for what another
+    // site's page makes it ask for. A link a person followed opens the board, never a reload.
+    let board = |fetch| request(local, "GET", "/", &fetch_metadata(fetch), b"");
+    let image = board(IMAGE);
+    assert_eq!(image.status, 403);
+    assert_eq!(image.json()["message_code"], 40301);
+    assert_eq!(board(SCRIPT_NAVIGATION).status, 403);
+    assert_eq!(board(LINK_FOLLOWED).status, 200);
+    assert_eq!(board(OWN_PAGE).status, 200);
+    let reload = |fetch| request(local, "POST", "/-/reload", &fetch_metadata(fetch), b"");
+    assert_eq!(
+        reload(LINK_FOLLOWED).status,
+        403,
+        "a form another site submits"
+    );
+    assert_eq!(reload(OWN_PAGE).status, 200);
 }
 
 #[test]
@@ -419,31 +463,23 @@ fn with_an_admin_token_only_the_probes_and_metrics_are_open() {
     );
     assert_eq!(by_basic.status, 401);
     assert_eq!(challenges(&by_basic), ["Bearer"]);
-    // A browser's Basic credentials on what another site's page made it ask for (an image):
-    // refused. From the board's own page, typed, or a link followed: served.
-    let board_by = |authorization: &str, site: &str, mode: &str, dest: &str| {
-        let headers = [
-            ("Authorization", authorization),
-            ("Sec-Fetch-Site", site),
-            ("Sec-Fetch-Mode", mode),
-            ("Sec-Fetch-Dest", dest),
-        ];
+    // A browser's Basic credentials on what another site's page made it ask for: refused.
+    // From the board's own page, typed, or a link a person followed: served.
+    let board_by = |authorization: &str, fetch| {
+        let mut headers = fetch_metadata(fetch);
+        headers.push(("Authorization", authorization));
         request(gw.admin, "GET", "/", &headers, b"")
     };
     let browser = basic("on-call", "admin-new");
-    let image = board_by(&browser, "cross-site", "no-cors", "image");
+    let image = board_by(&browser, IMAGE);
     assert_eq!(image.status, 403);
     assert_eq!(image.json()["message_code"], 40301);
-    for (site, mode, dest) in [
-        ("cross-site", "navigate", "document"),
-        ("same-origin", "navigate", "document"),
-        ("none", "navigate", "document"),
-    ] {
-        assert_eq!(board_by(&browser, site, mode, dest).status, 200, "{site}");
+    assert_eq!(board_by(&browser, SCRIPT_NAVIGATION).status, 403);
+    for fetch in [LINK_FOLLOWED, OWN_PAGE, TYPED] {
+        assert_eq!(board_by(&browser, fetch).status, 200, "{fetch:?}");
     }
     // A bearer token, which no browser sends by itself, whatever the request says of itself.
-    let bearer = board_by("Bearer admin-new", "cross-site", "no-cors", "image");
-    assert_eq!(bearer.status, 200);
+    assert_eq!(board_by("Bearer admin-new", IMAGE).status, 200);
 
     // The CLI's admin client sends the token from a file.
     let token_file = gw.dir.path().join("admin-token");

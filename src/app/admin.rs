@@ -9,10 +9,11 @@
 //! `[admin] token_sha256` set, every endpoint but the probes (and `/metrics`, unless
 //! `admin.protect_metrics`) needs `Authorization: Bearer <token>`, or, on those that change
 //! nothing, `Basic` credentials with the token as the password: what a browser asks for and
-//! keeps, so that the board opens in one (never on a request the browser says another site's
-//! page made, but a link followed). Without a token those endpoints answer only
+//! keeps, so that the board opens in one. Without a token those endpoints answer only
 //! connections from loopback (this host, or a `kubectl port-forward`), so that an
 //! admin listener bound to a pod's or a host's address opens no admin action to its network.
+//! Both are credentials a browser presents by itself, so neither opens anything to a request
+//! the browser says another site's page made ([`FetchedFrom`]).
 //!
 //! Every answer is computed when it is asked for (a metric, a reload's result, the usage
 //! report, the running config), so each carries `Cache-Control: no-store`: a cache between an
@@ -129,8 +130,8 @@ enum Refusal {
     },
     /// No admin token is configured, and the request came from another host.
     LoopbackOnly,
-    /// Valid Basic credentials on a request a browser says another site's page made, other
-    /// than a link followed ([`made_by_another_site`]).
+    /// A request a browser says another site's page made ([`FetchedFrom`]), with only the
+    /// credentials the browser presents by itself: Basic ones, or its loopback address.
     FromAnotherSite,
     /// The path's endpoint takes `allow`.
     MethodNotAllowed {
@@ -169,7 +170,7 @@ impl Refusal {
             }
             Refusal::FromAnotherSite => json_response(
                 403,
-                json!({"status_code": 403, "message_code": 40301, "message": "a browser's Basic credentials open this admin endpoint only from its own pages or a link followed; another site's request needs Authorization: Bearer <token>"}),
+                json!({"status_code": 403, "message_code": 40301, "message": "this admin endpoint does not answer what another site's page made a browser ask for with the browser's own credentials (Basic, or a loopback address): open it directly, or send Authorization: Bearer <token>"}),
             ),
             Refusal::LoopbackOnly => json_response(
                 403,
@@ -208,8 +209,57 @@ struct Caller<'a> {
     /// Its `Authorization` header.
     authorization: Option<&'a [u8]>,
     from_loopback: bool,
-    /// A browser says another site's page made it ([`made_by_another_site`]).
-    from_another_site: bool,
+    /// Where a browser says it comes from.
+    fetched_from: FetchedFrom,
+}
+
+/// Where a browser says a request comes from, by its Fetch Metadata headers. Browsers send
+/// them only to `https://` and loopback addresses; elsewhere, and from clients other than
+/// browsers, [`FetchedFrom::NotSaid`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FetchedFrom {
+    NotSaid,
+    /// The listener's own page (`Sec-Fetch-Site: same-origin`), or typed or bookmarked (`none`).
+    OwnPage,
+    /// Another site's page, as a link a person followed: a top-level navigation the user made
+    /// (`Sec-Fetch-Mode: navigate`, `Sec-Fetch-Dest: document`, `Sec-Fetch-User: ?1`).
+    LinkFollowed,
+    /// Another site's page, by itself: an image, a frame, a fetch, a script's navigation.
+    AnotherSite,
+}
+
+impl FetchedFrom {
+    fn of(
+        site: Option<&[u8]>,
+        mode: Option<&[u8]>,
+        dest: Option<&[u8]>,
+        user: Option<&[u8]>,
+    ) -> Self {
+        match site {
+            None => FetchedFrom::NotSaid,
+            Some(b"same-origin" | b"none") => FetchedFrom::OwnPage,
+            Some(_)
+                if mode == Some(b"navigate")
+                    && dest == Some(b"document")
+                    && user == Some(b"?1") =>
+            {
+                FetchedFrom::LinkFollowed
+            }
+            Some(_) => FetchedFrom::AnotherSite,
+        }
+    }
+
+    /// Whether credentials a browser presents by itself (Basic ones, its loopback address) may
+    /// open an endpoint of `access` for a request from here. Such a request reads nothing,
+    /// but it may act (a reload, from a form another site's page submits), and each board it
+    /// loads may query Prometheus for seconds. A link followed opens what changes nothing.
+    fn lets_a_browser_s_own_credentials_open(self, access: Access) -> bool {
+        match self {
+            FetchedFrom::NotSaid | FetchedFrom::OwnPage => true,
+            FetchedFrom::LinkFollowed => access != Access::AdminAction,
+            FetchedFrom::AnotherSite => false,
+        }
+    }
 }
 
 /// Whether `caller` may reach an endpoint of `access`, under `admin`: the one place where
@@ -225,11 +275,15 @@ fn authorize(access: Access, admin: &AdminConfig, caller: &Caller) -> Result<(),
     if !needs_token {
         return Ok(());
     }
+    let browser_may = caller
+        .fetched_from
+        .lets_a_browser_s_own_credentials_open(access);
     if admin.tokens.is_empty() {
         return match access {
             Access::Admin | Access::AdminAction if !caller.from_loopback => {
                 Err(Refusal::LoopbackOnly)
             }
+            Access::Admin | Access::AdminAction if !browser_may => Err(Refusal::FromAnotherSite),
             _ => Ok(()),
         };
     }
@@ -244,7 +298,7 @@ fn authorize(access: Access, admin: &AdminConfig, caller: &Caller) -> Result<(),
     matching_digest(digest, &admin.tokens).ok_or(refused)?;
     // After the token: a wrong one is a 401 however it came.
     match presented {
-        Presented::Basic(_) if caller.from_another_site => Err(Refusal::FromAnotherSite),
+        Presented::Basic(_) if !browser_may => Err(Refusal::FromAnotherSite),
         _ => Ok(()),
     }
 }
@@ -261,7 +315,7 @@ enum Presented {
 /// those on a 401 and then sends them to the listener with every request, those a page on
 /// another site makes it send included (cross-site request forgery): so they are taken only
 /// where the answer changes nothing, which another site cannot read, and not at all for what
-/// a browser says another site made ([`made_by_another_site`]).
+/// a browser says another site's page made ([`FetchedFrom`]).
 fn presented_token(value: &[u8], basic: bool) -> Option<Presented> {
     if let Some(token) = bearer_token(value) {
         return Some(Presented::Bearer(TokenDigest::of(token)));
@@ -270,20 +324,6 @@ fn presented_token(value: &[u8], basic: bool) -> Option<Presented> {
         return None;
     }
     basic_password(value).map(|password| Presented::Basic(TokenDigest::of(&password)))
-}
-
-/// Whether a browser says, by its Fetch Metadata headers, that another site's page made a
-/// request, other than as a link a person followed: `Sec-Fetch-Site` is neither `same-origin`
-/// nor `none` (typed, or a bookmark), and the request is not a top-level navigation
-/// (`Sec-Fetch-Mode: navigate`, `Sec-Fetch-Dest: document`). Such a request can read nothing,
-/// but each board it loads may query Prometheus for seconds. Without `Sec-Fetch-Site` (a
-/// client other than a browser, an old one, or a browser on plain HTTP to an address other
-/// than loopback, where browsers do not send it), no.
-fn made_by_another_site(site: Option<&[u8]>, mode: Option<&[u8]>, dest: Option<&[u8]>) -> bool {
-    match site {
-        None | Some(b"same-origin" | b"none") => false,
-        Some(_) => !(mode == Some(b"navigate") && dest == Some(b"document")),
-    }
 }
 
 /// The token of `Bearer <token>` (the scheme in any case, RFC 9110 11.1).
@@ -471,10 +511,11 @@ impl ServeHttp for AdminApp {
                 }
                 _ => false,
             },
-            from_another_site: made_by_another_site(
+            fetched_from: FetchedFrom::of(
                 header("sec-fetch-site"),
                 header("sec-fetch-mode"),
                 header("sec-fetch-dest"),
+                header("sec-fetch-user"),
             ),
         };
         let admin = &self.store.current().load().admin;
@@ -499,7 +540,7 @@ mod tests {
         Caller {
             authorization,
             from_loopback,
-            from_another_site: false,
+            fetched_from: FetchedFrom::NotSaid,
         }
     }
 
@@ -672,53 +713,96 @@ mod tests {
     }
 
     #[test]
-    fn a_browser_s_basic_credentials_open_nothing_another_site_s_page_asks_for() {
+    fn a_browser_s_own_credentials_open_nothing_another_site_s_page_asks_for() {
         let closed = AdminConfig {
             tokens: vec![TokenDigest::of(b"new")],
             protect_metrics: true,
         };
-        let from_elsewhere = |authorization: &'static [u8]| Caller {
-            authorization: Some(authorization),
-            from_loopback: false,
-            from_another_site: true,
+        let open = AdminConfig::default();
+        let by = |authorization: Option<&'static [u8]>, from_loopback, fetched_from| Caller {
+            authorization,
+            from_loopback,
+            fetched_from,
         };
+        let basic = Some(&b"Basic dTpuZXc="[..]); // u:new
         for access in [Access::Admin, Access::Metrics] {
             assert_eq!(
-                authorize(access, &closed, &from_elsewhere(b"Basic dTpuZXc=")),
+                authorize(access, &closed, &by(basic, false, FetchedFrom::AnotherSite)),
                 Err(Refusal::FromAnotherSite)
             );
-            // A wrong token is refused as everywhere; a bearer token no browser sends by itself.
             assert_eq!(
-                authorize(access, &closed, &from_elsewhere(b"Basic dTpvbGQ=")),
+                authorize(
+                    access,
+                    &closed,
+                    &by(basic, false, FetchedFrom::LinkFollowed)
+                ),
+                Ok(())
+            );
+            // A wrong token is refused as everywhere; a bearer token no browser sends by itself.
+            let wrong = by(Some(b"Basic dTpvbGQ="), false, FetchedFrom::AnotherSite); // u:old
+            assert_eq!(
+                authorize(access, &closed, &wrong),
                 Err(Refusal::Unauthorized { basic: true })
             );
+            let bearer = by(Some(b"Bearer new"), false, FetchedFrom::AnotherSite);
+            assert_eq!(authorize(access, &closed, &bearer), Ok(()));
+        }
+        // Without a token, a loopback address is what a browser presents by itself.
+        for (access, fetched_from, answer) in [
+            (
+                Access::Admin,
+                FetchedFrom::AnotherSite,
+                Err(Refusal::FromAnotherSite),
+            ),
+            (Access::Admin, FetchedFrom::LinkFollowed, Ok(())),
+            (Access::Admin, FetchedFrom::OwnPage, Ok(())),
+            (
+                Access::AdminAction,
+                FetchedFrom::AnotherSite,
+                Err(Refusal::FromAnotherSite),
+            ),
+            // A form another site's page submits, by a person's click.
+            (
+                Access::AdminAction,
+                FetchedFrom::LinkFollowed,
+                Err(Refusal::FromAnotherSite),
+            ),
+            (Access::AdminAction, FetchedFrom::OwnPage, Ok(())),
+            (Access::Metrics, FetchedFrom::AnotherSite, Ok(())),
+        ] {
+            let caller = by(None, true, fetched_from);
             assert_eq!(
-                authorize(access, &closed, &from_elsewhere(b"Bearer new")),
-                Ok(())
+                authorize(access, &open, &caller),
+                answer,
+                "{access:?} {fetched_from:?}"
             );
         }
         assert_eq!(Refusal::FromAnotherSite.response().status(), 403);
     }
 
     #[test]
-    fn another_site_is_what_fetch_metadata_says_but_a_link_followed() {
-        // Sec-Fetch-Site, -Mode and -Dest ("": absent), and whether another site made it.
-        for (site, mode, dest, another) in [
-            ("", "", "", false),
-            ("same-origin", "cors", "empty", false),
-            ("none", "navigate", "document", false),
-            // A link from a dashboard on another site to the board.
-            ("cross-site", "navigate", "document", false),
-            ("cross-site", "no-cors", "image", true),
-            ("cross-site", "navigate", "iframe", true),
-            ("same-site", "cors", "empty", true),
-            ("cross-site", "", "", true),
+    fn fetch_metadata_says_where_a_request_comes_from() {
+        use FetchedFrom::*;
+        // Sec-Fetch-Site, -Mode, -Dest and -User ("": absent).
+        for (site, mode, dest, user, from) in [
+            ("", "", "", "", NotSaid),
+            ("same-origin", "cors", "empty", "", OwnPage),
+            ("none", "navigate", "document", "?1", OwnPage),
+            // A link from a dashboard on another site to the board, clicked.
+            ("cross-site", "navigate", "document", "?1", LinkFollowed),
+            ("same-site", "navigate", "document", "?1", LinkFollowed),
+            // The same navigation by the page's script, with no click.
+            ("cross-site", "navigate", "document", "", AnotherSite),
+            ("cross-site", "no-cors", "image", "", AnotherSite),
+            ("cross-site", "navigate", "iframe", "?1", AnotherSite),
+            ("same-site", "cors", "empty", "", AnotherSite),
+            ("cross-site", "", "", "", AnotherSite),
         ] {
             let header = |value: &'static str| (!value.is_empty()).then_some(value.as_bytes());
             assert_eq!(
-                made_by_another_site(header(site), header(mode), header(dest)),
-                another,
-                "{site} {mode} {dest}"
+                FetchedFrom::of(header(site), header(mode), header(dest), header(user)),
+                from,
+                "{site} {mode} {dest} {user}"
             );
         }
     }
