@@ -4,6 +4,7 @@
 //! [`rate_limit::Limiter`] trait as the in-process buckets. The backend's addresses have their
 //! decisions too ([`backend`]: the rotation, DNS refresh, the connection budget, ejection).
 
+pub mod admin;
 pub mod admit;
 pub mod auth;
 pub mod backend;
