@@ -34,6 +34,14 @@ pub enum Access {
     AdminAction,
 }
 
+impl Access {
+    /// Whether calling it changes nothing, so that credentials a browser presents by itself
+    /// may open it: all but [`Access::AdminAction`].
+    fn changes_nothing(self) -> bool {
+        self != Access::AdminAction
+    }
+}
+
 /// Why a request may not reach its endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Denied {
@@ -100,7 +108,7 @@ impl FetchedFrom {
     fn lets_a_browser_s_own_credentials_open(self, access: Access) -> bool {
         match self {
             FetchedFrom::NotSaid | FetchedFrom::OwnPage => true,
-            FetchedFrom::LinkFollowed => access != Access::AdminAction,
+            FetchedFrom::LinkFollowed => access.changes_nothing(),
             FetchedFrom::AnotherSite => false,
         }
     }
@@ -132,7 +140,7 @@ pub fn authorize(access: Access, admin: &AdminConfig, caller: &Caller) -> Result
         };
     }
     // Basic credentials open what changes nothing (see `presented_token`).
-    let basic = access != Access::AdminAction;
+    let basic = access.changes_nothing();
     let refused = Denied::Unauthorized { basic };
     let presented = caller
         .authorization
@@ -170,21 +178,23 @@ fn presented_token(value: &[u8], basic: bool) -> Option<Presented> {
     basic_password(value).map(|password| Presented::Basic(TokenDigest::of(&password)))
 }
 
-/// The token of `Bearer <token>` (the scheme in any case, RFC 9110 11.1).
-fn bearer_token(value: &[u8]) -> Option<&[u8]> {
-    let (scheme, token) = value.split_at_checked(7)?;
-    let token = token.trim_ascii();
-    (scheme.eq_ignore_ascii_case(b"bearer ") && !token.is_empty()).then_some(token)
+/// What follows `scheme` (its name and a space) in an `Authorization` value, trimmed: the
+/// scheme's name in any case (RFC 9110 11.1).
+fn after_scheme<'v>(value: &'v [u8], scheme: &[u8]) -> Option<&'v [u8]> {
+    let (name, rest) = value.split_at_checked(scheme.len())?;
+    name.eq_ignore_ascii_case(scheme).then(|| rest.trim_ascii())
 }
 
-/// The password of `Basic <base64 of user:password>` (RFC 7617; the scheme in any case), when
-/// there is one.
+/// The token of `Bearer <token>`.
+fn bearer_token(value: &[u8]) -> Option<&[u8]> {
+    after_scheme(value, b"bearer ").filter(|token| !token.is_empty())
+}
+
+/// The password of `Basic <base64 of user:password>` (RFC 7617), when there is one.
 fn basic_password(value: &[u8]) -> Option<Vec<u8>> {
-    let (scheme, encoded) = value.split_at_checked(6)?;
-    if !scheme.eq_ignore_ascii_case(b"basic ") {
-        return None;
-    }
-    let pair = BASE64_STANDARD.decode(encoded.trim_ascii()).ok()?;
+    let pair = BASE64_STANDARD
+        .decode(after_scheme(value, b"basic ")?)
+        .ok()?;
     let colon = memchr::memchr(b':', &pair)?;
     let password = &pair[colon + 1..];
     (!password.is_empty()).then(|| password.to_vec())
