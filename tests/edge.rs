@@ -405,6 +405,70 @@ fn without_an_admin_token_the_admin_endpoints_answer_loopback_only() {
 }
 
 #[test]
+fn without_an_admin_token_loopback_is_both_ends_a_loopback_name_and_a_page_of_its_own() {
+    let backend = Backend::start();
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.listen.admin = Some("0.0.0.0:0".into());
+    let gw = Gateway::builder(cfg).start();
+    let port = gw.admin.port();
+    let local = SocketAddr::from(([127, 0, 0, 1], port));
+    let generation = || admin_get(local, "/config").json()["generation"].clone();
+    let before = generation();
+
+    // A sidecar proxy (Istio's) relays its network from a loopback address to the pod's.
+    let pods_address = SocketAddr::new(this_hosts_other_address(), port);
+    let relayed = send_from(
+        IpAddr::from([127, 0, 0, 6]),
+        pods_address,
+        b"POST /-/reload HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    )
+    .expect("an answer");
+    assert_eq!(relayed.status, 403);
+    assert_eq!(relayed.json()["message_code"], 40300);
+
+    // DNS rebinding: another site's name, made to resolve to 127.0.0.1; from loopback, by a
+    // browser that sends no Fetch Metadata to a name that is not a loopback one.
+    let rebound = [("Host", "rebind.attacker.example:9090")];
+    for (method, path) in [
+        ("GET", "/config"),
+        ("GET", "/v1-usage"),
+        ("POST", "/-/reload"),
+    ] {
+        let refused = request(local, method, path, &rebound, b"");
+        assert_eq!(refused.status, 403, "{method} {path}");
+        assert_eq!(refused.json()["message_code"], 40302);
+    }
+    assert_eq!(request(local, "GET", "/metrics", &rebound, b"").status, 200);
+    for name in ["localhost", "127.0.0.1", "[::1]"] {
+        let host = format!("{name}:{port}");
+        let named = request(local, "GET", "/config", &[("Host", &host)], b"");
+        assert_eq!(named.status, 200, "{host}");
+    }
+
+    // A form on another site's page, posted by a browser that sends no Fetch Metadata: its
+    // Origin says where it comes from.
+    let form = |origin: &str| request(local, "POST", "/-/reload", &[("Origin", origin)], b"");
+    let forged = form("http://attacker.example");
+    assert_eq!(forged.status, 403);
+    assert_eq!(forged.json()["message_code"], 40301);
+    assert_eq!(form("null").status, 403);
+    assert_eq!(generation(), before, "no refused request reloaded");
+    assert_eq!(form(&format!("http://127.0.0.1:{port}")).status, 200);
+    let after_one = generation();
+    assert_ne!(after_one, before);
+
+    // A body that cannot be read is not acted on.
+    let broken = raw(
+        local,
+        b"POST /-/reload HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    )
+    .expect("an answer");
+    assert_eq!(broken.status, 400);
+    assert_eq!(broken.json()["message_code"], 40001);
+    assert_eq!(generation(), after_one);
+}
+
+#[test]
 fn with_an_admin_token_only_the_probes_and_metrics_are_open() {
     let backend = Backend::start();
     let mut cfg = test_config(&[backend.addr]);

@@ -100,7 +100,7 @@ fn a_client_trace_goes_through_the_gateway_to_the_backend_and_its_span_is_export
         ("url.path", "/api/v1/verify/request"),
         ("url.scheme", "http"),
         ("network.protocol.version", "1.1"),
-        ("server.address", "gw.test"),
+        ("server.address", "127.0.0.1"),
         ("client.address", "127.0.0.1"),
         ("user_agent.original", "trace-test/1"),
         ("agent_gateway.operation", "verify_request"),

@@ -37,7 +37,7 @@ use crate::config::{dump, format_time, Snapshot};
 use crate::observe::board::{self as observe_board, Figures, Source};
 use crate::observe::prometheus::PrometheusApi;
 use crate::observe::telemetry::Telemetry;
-use crate::policy::admin::{authorize, Access, Caller, Denied, FetchedFrom};
+use crate::policy::admin::{authorize, Access, Caller, Denied};
 use crate::proxy::health::UpstreamHealth;
 use crate::proxy::Drain;
 
@@ -101,6 +101,8 @@ const ENDPOINTS: [(&str, &str, Endpoint, Access); 8] = [
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Refusal {
     NotFound,
+    /// Its body could not be read (a broken chunked encoding, a connection lost).
+    UnreadableBody,
     /// Its caller may not ([`authorize`]).
     Denied(Denied),
     /// The path's endpoint takes `allow`.
@@ -142,9 +144,17 @@ impl Refusal {
                 403,
                 json!({"status_code": 403, "message_code": 40301, "message": "this admin endpoint does not answer what another site's page made a browser ask for with the browser's own credentials (Basic, or a loopback address): open it directly, or send Authorization: Bearer <token>"}),
             ),
+            Refusal::UnreadableBody => json_response(
+                400,
+                json!({"status_code": 400, "message_code": 40001, "message": "the request body could not be read as framed"}),
+            ),
             Refusal::Denied(Denied::LoopbackOnly) => json_response(
                 403,
                 json!({"status_code": 403, "message_code": 40300, "message": "without an admin token (admin.token_sha256) this admin endpoint answers only connections from loopback"}),
+            ),
+            Refusal::Denied(Denied::NotLoopbackName) => json_response(
+                403,
+                json!({"status_code": 403, "message_code": 40302, "message": "without an admin token (admin.token_sha256) this admin endpoint answers only requests to a loopback name (localhost, 127.0.0.1, [::1]), not to a name that resolves to this host"}),
             ),
             Refusal::MethodNotAllowed { allow } => {
                 let mut r = json_response(
@@ -327,24 +337,26 @@ impl AdminApp {
 #[async_trait]
 impl ServeHttp for AdminApp {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
-        let _ = session.drain_request_body().await;
-        let req = session.req_header();
-        let header = |name: &str| req.headers.get(name).map(|v| v.as_bytes());
-        let caller = Caller {
-            authorization: header("authorization"),
-            from_loopback: match session.client_addr() {
-                Some(pingora::protocols::l4::socket::SocketAddr::Inet(peer)) => {
-                    peer.ip().to_canonical().is_loopback()
-                }
-                _ => false,
-            },
-            fetched_from: FetchedFrom::of(
-                header("sec-fetch-site"),
-                header("sec-fetch-mode"),
-                header("sec-fetch-dest"),
-                header("sec-fetch-user"),
-            ),
+        // A body none of the endpoints reads, read whole before anything is done: one that
+        // cannot be (a broken chunk) is refused, and the connection closed.
+        if session.drain_request_body().await.is_err() {
+            session.set_keepalive(None);
+            return Refusal::UnreadableBody.response();
+        }
+        let is_loopback = |addr: Option<&pingora::protocols::l4::socket::SocketAddr>| {
+            addr.and_then(|a| a.as_inet())
+                .is_some_and(|a| a.ip().to_canonical().is_loopback())
         };
+        // Both ends: a sidecar proxy relays its network to the pod's address from a loopback
+        // one (Istio's 127.0.0.6), kubectl port-forward and this host's own clients connect
+        // from loopback to loopback.
+        let from_loopback =
+            is_loopback(session.client_addr()) && is_loopback(session.server_addr());
+        let req = session.req_header();
+        let caller = Caller::of(
+            |name| req.headers.get(name).map(|v| v.as_bytes()),
+            from_loopback,
+        );
         let admin = &self.store.current().load().admin;
         let routed = route(req.method.as_str(), req.uri.path()).and_then(|(endpoint, access)| {
             authorize(access, admin, &caller)
@@ -436,7 +448,16 @@ mod tests {
             ]
         );
         assert_eq!(challenges(false), ["Bearer"]);
-        assert_eq!(answer(Denied::LoopbackOnly).status(), 403);
-        assert_eq!(answer(Denied::FromAnotherSite).status(), 403);
+        let code = |denied| {
+            let answer = answer(denied);
+            let body: serde_json::Value = serde_json::from_slice(answer.body()).unwrap();
+            (
+                answer.status().as_u16(),
+                body["message_code"].as_u64().unwrap(),
+            )
+        };
+        assert_eq!(code(Denied::LoopbackOnly), (403, 40300));
+        assert_eq!(code(Denied::FromAnotherSite), (403, 40301));
+        assert_eq!(code(Denied::NotLoopbackName), (403, 40302));
     }
 }

@@ -8,7 +8,9 @@
 //! `admin.protect_metrics`) needs `Authorization: Bearer <token>`, or, on those that change
 //! nothing, `Basic` credentials with the token as the password: what a browser asks for and
 //! keeps, so that the board opens in one. Without a token those endpoints answer only
-//! connections from loopback (this host, or a `kubectl port-forward`), so that an admin
+//! connections from loopback to loopback (this host, or a `kubectl port-forward`; not a
+//! sidecar relaying its network from a loopback address) that name a loopback host (not a
+//! page whose own name was made to resolve to this host: DNS rebinding), so that an admin
 //! listener bound to a pod's or a host's address opens no admin action to its network. Both
 //! are credentials a browser presents by itself, so neither opens anything to a request the
 //! browser says another site's page made ([`FetchedFrom`]).
@@ -50,6 +52,9 @@ pub enum Denied {
     Unauthorized { basic: bool },
     /// No admin token is configured, and the request came from another host.
     LoopbackOnly,
+    /// No admin token is configured, and the request, from loopback, names a host that is not
+    /// a loopback one: a browser's page whose name resolves to this host (DNS rebinding).
+    NotLoopbackName,
     /// A request a browser says another site's page made ([`FetchedFrom`]), with only the
     /// credentials the browser presents by itself: Basic ones, or its loopback address.
     FromAnotherSite,
@@ -60,18 +65,67 @@ pub enum Denied {
 pub struct Caller<'a> {
     /// Its `Authorization` header.
     pub authorization: Option<&'a [u8]>,
+    /// Both ends of its connection are loopback addresses.
     pub from_loopback: bool,
+    /// It names a loopback host, or none ([`names_loopback`]).
+    pub names_loopback: bool,
     /// Where a browser says it comes from.
     pub fetched_from: FetchedFrom,
 }
 
-/// Where a browser says a request comes from, by its Fetch Metadata headers. Browsers send
-/// them only to `https://` and loopback addresses; elsewhere, and from clients other than
-/// browsers, [`FetchedFrom::NotSaid`].
+impl<'a> Caller<'a> {
+    /// A request with the headers `header` finds (by lowercase name), on a connection
+    /// `from_loopback`: the one place that says which headers decide.
+    pub fn of(header: impl Fn(&str) -> Option<&'a [u8]>, from_loopback: bool) -> Self {
+        let host = header("host");
+        Caller {
+            authorization: header("authorization"),
+            from_loopback,
+            names_loopback: host.is_none_or(names_loopback),
+            fetched_from: FetchedFrom::of(
+                header("sec-fetch-site"),
+                header("sec-fetch-mode"),
+                header("sec-fetch-dest"),
+                header("sec-fetch-user"),
+                header("origin").map(|origin| (origin, host)),
+            ),
+        }
+    }
+}
+
+/// Whether a `Host` names this host by a loopback name: `localhost` (and its subdomains,
+/// RFC 6761), an address in 127.0.0.0/8, or `[::1]`, with any port. A name a browser's page
+/// may have made resolve here (DNS rebinding) is none of those.
+pub fn names_loopback(host: &[u8]) -> bool {
+    let Ok(host) = std::str::from_utf8(host) else {
+        return false;
+    };
+    if let Some(bracketed) = host.strip_prefix('[') {
+        let Some((address, _port)) = bracketed.split_once(']') else {
+            return false;
+        };
+        return address
+            .parse::<std::net::Ipv6Addr>()
+            .is_ok_and(|ip| std::net::IpAddr::V6(ip).to_canonical().is_loopback());
+    }
+    let name = host.rsplit_once(':').map_or(host, |(name, _port)| name);
+    let name = name.strip_suffix('.').unwrap_or(name);
+    if let Ok(ip) = name.parse::<std::net::Ipv4Addr>() {
+        return ip.is_loopback();
+    }
+    let name = name.to_ascii_lowercase();
+    name == "localhost" || name.ends_with(".localhost")
+}
+
+/// Where a browser says a request comes from, by its Fetch Metadata headers, or, from a
+/// browser that sends none (older ones, and every one to an `http://` name other than a
+/// loopback one), by its `Origin`, which browsers send with every `POST`. From clients other
+/// than browsers, and on a browser's `GET` without Fetch Metadata, [`FetchedFrom::NotSaid`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FetchedFrom {
     NotSaid,
-    /// The listener's own page (`Sec-Fetch-Site: same-origin`), or typed or bookmarked (`none`).
+    /// The listener's own page (`Sec-Fetch-Site: same-origin`, or an `Origin` of the `Host` it
+    /// names), or typed or bookmarked (`none`).
     OwnPage,
     /// Another site's page, as a link a person followed: a top-level navigation the user made
     /// (`Sec-Fetch-Mode: navigate`, `Sec-Fetch-Dest: document`, `Sec-Fetch-User: ?1`).
@@ -81,14 +135,21 @@ pub enum FetchedFrom {
 }
 
 impl FetchedFrom {
+    /// By `Sec-Fetch-Site`, `-Mode`, `-Dest` and `-User`; without them, by the `Origin` and
+    /// the `Host` a request names.
     pub fn of(
         site: Option<&[u8]>,
         mode: Option<&[u8]>,
         dest: Option<&[u8]>,
         user: Option<&[u8]>,
+        origin_and_host: Option<(&[u8], Option<&[u8]>)>,
     ) -> Self {
         match site {
-            None => FetchedFrom::NotSaid,
+            None => match origin_and_host {
+                None => FetchedFrom::NotSaid,
+                Some((origin, Some(host))) if is_origin_of(origin, host) => FetchedFrom::OwnPage,
+                Some(_) => FetchedFrom::AnotherSite,
+            },
             Some(b"same-origin" | b"none") => FetchedFrom::OwnPage,
             Some(_)
                 if mode == Some(b"navigate")
@@ -114,6 +175,22 @@ impl FetchedFrom {
     }
 }
 
+/// Whether `origin` (`http://name:port`, RFC 6454) is that of a page at `host`: the same name
+/// and port, a scheme's default port written or not. `null` (an opaque origin) is none.
+fn is_origin_of(origin: &[u8], host: &[u8]) -> bool {
+    let (authority, default_port): (_, &[u8]) = if let Some(a) = origin.strip_prefix(b"http://") {
+        (a, b":80")
+    } else if let Some(a) = origin.strip_prefix(b"https://") {
+        (a, b":443")
+    } else {
+        return false;
+    };
+    fn without<'a>(text: &'a [u8], suffix: &[u8]) -> &'a [u8] {
+        text.strip_suffix(suffix).unwrap_or(text)
+    }
+    without(authority, default_port).eq_ignore_ascii_case(without(host, default_port))
+}
+
 /// Whether `caller` may reach an endpoint of `access`, under `admin`: the one place where
 /// admin authorization is decided. No token configured: the admin endpoints answer loopback
 /// only, the others everyone. The token is compared as a digest, against every configured one
@@ -134,6 +211,9 @@ pub fn authorize(access: Access, admin: &AdminConfig, caller: &Caller) -> Result
         return match access {
             Access::Admin | Access::AdminAction if !caller.from_loopback => {
                 Err(Denied::LoopbackOnly)
+            }
+            Access::Admin | Access::AdminAction if !caller.names_loopback => {
+                Err(Denied::NotLoopbackName)
             }
             Access::Admin | Access::AdminAction if !browser_may => Err(Denied::FromAnotherSite),
             _ => Ok(()),
@@ -210,6 +290,7 @@ mod tests {
         Caller {
             authorization,
             from_loopback,
+            names_loopback: true,
             fetched_from: FetchedFrom::NotSaid,
         }
     }
@@ -322,6 +403,7 @@ mod tests {
         let by = |authorization: Option<&'static [u8]>, from_loopback, fetched_from| Caller {
             authorization,
             from_loopback,
+            names_loopback: true,
             fetched_from,
         };
         let basic = Some(&b"Basic dTpuZXc="[..]); // u:new
@@ -399,10 +481,131 @@ mod tests {
         ] {
             let header = |value: &'static str| (!value.is_empty()).then_some(value.as_bytes());
             assert_eq!(
-                FetchedFrom::of(header(site), header(mode), header(dest), header(user)),
+                FetchedFrom::of(header(site), header(mode), header(dest), header(user), None),
                 from,
                 "{site} {mode} {dest} {user}"
             );
         }
+    }
+
+    #[test]
+    fn without_fetch_metadata_the_origin_says_where_a_request_comes_from() {
+        use FetchedFrom::*;
+        let from = |origin: &'static str, host: Option<&'static str>| {
+            FetchedFrom::of(
+                None,
+                None,
+                None,
+                None,
+                Some((origin.as_bytes(), host.map(str::as_bytes))),
+            )
+        };
+        let host = Some("127.0.0.1:9090");
+        assert_eq!(from("http://127.0.0.1:9090", host), OwnPage);
+        assert_eq!(
+            from("http://LOCALHOST:9090", Some("localhost:9090")),
+            OwnPage
+        );
+        assert_eq!(
+            from("http://admin.example", Some("admin.example:80")),
+            OwnPage
+        );
+        assert_eq!(
+            from("https://admin.example:443", Some("admin.example")),
+            OwnPage
+        );
+        // A form on another site's page, posted by a browser that sends no Fetch Metadata.
+        assert_eq!(from("http://evil.example", host), AnotherSite);
+        assert_eq!(from("http://127.0.0.1:9091", host), AnotherSite);
+        assert_eq!(from("https://127.0.0.1:9090", host), OwnPage);
+        assert_eq!(from("http://127.0.0.1", host), AnotherSite);
+        // An opaque origin (a sandboxed frame, a file), and an origin with no host to match.
+        assert_eq!(from("null", host), AnotherSite);
+        assert_eq!(from("http://127.0.0.1:9090", None), AnotherSite);
+        // Fetch Metadata, when sent, decides.
+        let site = Some(&b"cross-site"[..]);
+        let own = Some((&b"http://127.0.0.1:9090"[..], Some(&b"127.0.0.1:9090"[..])));
+        assert_eq!(FetchedFrom::of(site, None, None, None, own), AnotherSite);
+    }
+
+    #[test]
+    fn loopback_names_are_localhost_127_and_the_ipv6_loopback() {
+        for host in [
+            "localhost",
+            "localhost:9090",
+            "LocalHost.:9090",
+            "board.localhost:9090",
+            "127.0.0.1",
+            "127.0.0.1:9090",
+            "127.1.2.3:9090",
+            "[::1]:9090",
+            "[::1]",
+            "[::ffff:127.0.0.1]:9090",
+        ] {
+            assert!(names_loopback(host.as_bytes()), "{host}");
+        }
+        for host in [
+            "rebind.attacker.example:9090",
+            "localhost.attacker.example",
+            "mylocalhost:9090",
+            "10.0.0.5:9090",
+            "0.0.0.0:9090",
+            "[::]:9090",
+            "[::1",
+            "[fe80::1]:9090",
+            "",
+        ] {
+            assert!(!names_loopback(host.as_bytes()), "{host}");
+        }
+    }
+
+    #[test]
+    fn without_a_token_a_request_from_loopback_must_name_a_loopback_host() {
+        let open = AdminConfig::default();
+        let rebound = Caller {
+            names_loopback: false,
+            ..caller(None, true)
+        };
+        for access in [Access::Admin, Access::AdminAction] {
+            assert_eq!(
+                authorize(access, &open, &rebound),
+                Err(Denied::NotLoopbackName)
+            );
+        }
+        for access in [Access::Open, Access::Metrics] {
+            assert_eq!(authorize(access, &open, &rebound), Ok(()));
+        }
+        // With a token, the token decides: a page on another name cannot know it.
+        let closed = AdminConfig {
+            tokens: vec![TokenDigest::of(b"new")],
+            protect_metrics: false,
+        };
+        let with_token = Caller {
+            names_loopback: false,
+            ..caller(Some(b"Bearer new"), true)
+        };
+        assert_eq!(authorize(Access::AdminAction, &closed, &with_token), Ok(()));
+    }
+
+    #[test]
+    fn a_caller_is_read_from_its_headers() {
+        let headers = [
+            ("host", "rebind.example:9090"),
+            ("authorization", "Bearer t"),
+            ("origin", "http://rebind.example:9090"),
+        ];
+        let header = |name: &str| {
+            headers
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.as_bytes())
+        };
+        let caller = Caller::of(header, true);
+        assert_eq!(caller.authorization, Some(&b"Bearer t"[..]));
+        assert!(caller.from_loopback);
+        assert!(!caller.names_loopback);
+        assert_eq!(caller.fetched_from, FetchedFrom::OwnPage);
+        // No Host (HTTP/1.0, and clients that are not browsers): nothing to rebind.
+        assert!(Caller::of(|_| None, true).names_loopback);
     }
 }

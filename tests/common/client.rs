@@ -68,7 +68,8 @@ pub fn header<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'h str
         .map(|(_, v)| v.as_str())
 }
 
-/// A request with `Connection: close` and the given extra header lines and body.
+/// A request with `Connection: close` and the given extra header lines and body, naming `addr`
+/// as its `Host` (as curl does) unless `headers` name another.
 pub fn request(
     addr: SocketAddr,
     method: &str,
@@ -76,7 +77,13 @@ pub fn request(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> Response {
-    let mut req = format!("{method} {target} HTTP/1.1\r\nHost: gw.test\r\nConnection: close\r\n");
+    let mut req = format!("{method} {target} HTTP/1.1\r\nConnection: close\r\n");
+    if !headers
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("host"))
+    {
+        req.push_str(&format!("Host: {addr}\r\n"));
+    }
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
