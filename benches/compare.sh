@@ -41,6 +41,14 @@
 #   round by round (median and quartiles). Many short rounds of CPU alone, e.g. the access
 #   log's cost: TARGETS="agent-gateway agent-gateway-b" GATEWAY_B_LOG_LEVEL=info LAT_RATE=0
 #   IDLE_CONNS=0 ROUNDS=30 DURATION=3;
+#   nginx-log (:8090) is the nginx peer with an access log: a JSON line of the gateway's
+#   fields to a file, through a 64 KiB buffer flushed at least every 100 ms (the gateway's
+#   log writer's batch and period). Named with nginx in TARGETS, the table gives its CPU over
+#   nginx's round by round, as for agent-gateway-b: the two proxies' access logs side by side,
+#   TARGETS="agent-gateway agent-gateway-b nginx nginx-log" GATEWAY_B_LOG_LEVEL=info LAT_RATE=0
+#   IDLE_CONNS=0 ROUNDS=12 DURATION=3;
+#   GATEWAY_B_OUT: where agent-gateway-b's log goes instead of a file in the run's directory;
+#   /dev/null measures the access log's formatting without the file it is written to.
 #   GATEWAY_B_CPUS (PROXY_CPU) is the CPU list it is pinned to: "0,1" with
 #   GATEWAY_B_SERVER="threads = 2" measures two threads sharing both cores with the load.
 #   Tracing: agent-gateway-trace-0.01 (:8088) and agent-gateway-trace-1 (:8089) are the same
@@ -151,7 +159,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 declare -A PORT=([direct]=9000 [agent-gateway]=8083 [agent-gateway-b]=8084 [rl-local]=8085 [rl-redis]=8086 [nginx]=8081 [haproxy]=8082 [nginx-h2]=8087
-  [agent-gateway-trace-0.01]=8088 [agent-gateway-trace-1]=8089)
+  [nginx-log]=8090 [agent-gateway-trace-0.01]=8088 [agent-gateway-trace-1]=8089)
 REDIS_PORT=6399
 # The tracing variants' admin listeners (their span counters) and the OTLP sink they export to.
 declare -A ADMIN_PORT=([agent-gateway-trace-0.01]=9186 [agent-gateway-trace-1]=9187)
@@ -160,8 +168,11 @@ H2_TARGETS=${H2_TARGETS:-}
 H2_CONNS=${H2_CONNS:-8}
 H2_STREAMS=${H2_STREAMS:-32}
 declare -A MAINPID=()
+# Where a target's output (a gateway's log) goes, when not to a file in $WORK.
+declare -A OUT=()
+[ -n "${GATEWAY_B_OUT:-}" ] && OUT[agent-gateway-b]=$GATEWAY_B_OUT
 
-for port in 9000 8081 8082 8083 8084 8085 8086 8087 8088 8089 9186 9187 "$REDIS_PORT" "$OTLP_SINK_PORT"; do
+for port in 9000 8081 8082 8083 8084 8085 8086 8087 8088 8089 8090 9186 9187 "$REDIS_PORT" "$OTLP_SINK_PORT"; do
   if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
     die "127.0.0.1:$port is already in use (a previous run, or a demo?)"
   fi
@@ -180,6 +191,25 @@ sed -e 's/listen 127.0.0.1:8081 /listen 127.0.0.1:8087 http2 /' \
   "$WORK/gateway-nginx.conf" >"$WORK/gateway-nginx-h2.conf"
 grep -q 'listen 127.0.0.1:8087 http2' "$WORK/gateway-nginx-h2.conf" \
   || die "could not make the h2c variant of $PEERS/gateway-nginx.conf"
+# nginx with an access log of the gateway's line: its fields, in its order, JSON-escaped; what
+# nginx cannot know (the operation, the auth outcome) is written as the gateway writes it here,
+# and nginx's times are its own (seconds, to the millisecond).
+cat >"$WORK/nginx-access-log.conf" <<EOF
+log_format gateway escape=json '{"timestamp":"\$time_iso8601","level":"INFO","message":"request",'
+    '"request_id":"\$request_id","protocol":"\$server_protocol","method":"\$request_method",'
+    '"path":"\$request_uri","upstream_path":"\$uri","api_version":"v1","operation":"verify_request",'
+    '"agent_id":"\$http_x_service_agent_id","status":\$status,"duration_ms":\$request_time,'
+    '"upstream_ms":\$upstream_response_time,"bytes_in":\$request_length,"bytes_out":\$bytes_sent,'
+    '"auth":"ok","client_aborted":false,"client_addr":"\$remote_addr",'
+    '"user_agent":"\$http_user_agent","target":"agent_gateway::access"}';
+access_log $WORK/nginx-access.log gateway buffer=64k flush=100ms;
+EOF
+sed -e 's/listen 127.0.0.1:8081 /listen 127.0.0.1:8090 /' \
+  -e "s#$WORK/peer-gateway-nginx#$WORK/peer-gateway-nginx-log#g" \
+  -e "s#^    access_log off;#    include $WORK/nginx-access-log.conf;#" \
+  "$WORK/gateway-nginx.conf" >"$WORK/gateway-nginx-log.conf"
+grep -q "include $WORK/nginx-access-log.conf" "$WORK/gateway-nginx-log.conf" \
+  || die "could not make the logging variant of $PEERS/gateway-nginx.conf"
 
 # The agent and token wrk sends (shared/peers/post-verify.lua), stored as its digest.
 TOKEN_SHA256=$(printf '%s' secret | "$GATEWAY_BIN" hash-token)
@@ -241,7 +271,7 @@ EOF
 start() { # name, cpu, command...
   local name=$1 cpu=$2
   shift 2
-  taskset -c "$cpu" "$@" >"$WORK/$name.out" 2>&1 &
+  taskset -c "$cpu" "$@" >"${OUT[$name]:-$WORK/$name.out}" 2>&1 &
   PIDS+=($!)
   MAINPID[$name]=$!
   disown "$!" # no job notices from bash when cleanup stops it
@@ -306,6 +336,7 @@ for t in $TARGETS $H2_TARGETS; do
     nginx) start "$t" "$PROXY_CPU" nginx -p "$WORK" -c "$WORK/gateway-nginx.conf" ;;
     haproxy) start "$t" "$PROXY_CPU" haproxy -f "$WORK/gateway-haproxy.cfg" ;;
     nginx-h2) start "$t" "$PROXY_CPU" nginx -p "$WORK" -c "$WORK/gateway-nginx-h2.conf" ;;
+    nginx-log) start "$t" "$PROXY_CPU" nginx -p "$WORK" -c "$WORK/gateway-nginx-log.conf" ;;
     *) die "unknown target $t" ;;
   esac
 done
@@ -576,14 +607,16 @@ if base in targets and traced:
             a, b = med.get((t, k)), med.get((base, k))
             cells.append((f"{a / b:.3f}x" if a is not None and b else "-").rjust(w + 4))
         print(t.ljust(nw) + "".join(cells))
-# The A/B variant against the build or setting it is compared with, round by round: each
+# Each variant against the build or setting it is compared with, round by round: each
 # round's two figures were taken moments apart, so their ratio varies less than either.
-if base in targets and "agent-gateway-b" in targets:
+for a_name, b_name in [(base, "agent-gateway-b"), ("nginx", "nginx-log")]:
+    if a_name not in targets or b_name not in targets:
+        continue
     for k, h, _ in [c for c in cols if c[0].startswith("cpu_s_per_100k")]:
-        pairs = [b / a for a, b in zip(vals[(base, k)], vals[("agent-gateway-b", k)]) if a]
+        pairs = [b / a for a, b in zip(vals[(a_name, k)], vals[(b_name, k)]) if a]
         if len(pairs) >= 2:
             q = statistics.quantiles(pairs, n=4)
-            print(f"agent-gateway-b / agent-gateway, {h}, per round: median {statistics.median(pairs):.3f}x "
+            print(f"{b_name} / {a_name}, {h}, per round: median {statistics.median(pairs):.3f}x "
                   f"(quartiles {q[0]:.3f}-{q[2]:.3f}, {len(pairs)} rounds)")
 for t in traced:
     spans = {k: int(vals[(t, f"spans_{k}")][0]) if vals[(t, f"spans_{k}")] else 0
