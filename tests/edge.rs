@@ -362,8 +362,9 @@ fn this_hosts_other_address() -> IpAddr {
     ip
 }
 
-#[test]
-fn without_an_admin_token_the_admin_endpoints_answer_loopback_only() {
+/// A gateway with no admin token and its admin listener on every address: its backend, the
+/// gateway, and the listener by loopback and by this host's other address.
+fn without_an_admin_token() -> (Backend, Gateway, SocketAddr, SocketAddr) {
     let backend = Backend::start();
     let mut cfg = test_config(&[backend.addr]);
     cfg.listen.admin = Some("0.0.0.0:0".into());
@@ -371,6 +372,12 @@ fn without_an_admin_token_the_admin_endpoints_answer_loopback_only() {
     let port = gw.admin.port();
     let local = SocketAddr::from(([127, 0, 0, 1], port));
     let remote = SocketAddr::new(this_hosts_other_address(), port);
+    (backend, gw, local, remote)
+}
+
+#[test]
+fn without_an_admin_token_the_admin_endpoints_answer_loopback_only() {
+    let (_backend, _gw, local, remote) = without_an_admin_token();
     for open in ["/healthz", "/readyz", "/metrics"] {
         assert_eq!(admin_get(remote, open).status, 200, "{open}");
     }
@@ -406,17 +413,12 @@ fn without_an_admin_token_the_admin_endpoints_answer_loopback_only() {
 
 #[test]
 fn without_an_admin_token_loopback_is_both_ends_a_loopback_name_and_a_page_of_its_own() {
-    let backend = Backend::start();
-    let mut cfg = test_config(&[backend.addr]);
-    cfg.listen.admin = Some("0.0.0.0:0".into());
-    let gw = Gateway::builder(cfg).start();
-    let port = gw.admin.port();
-    let local = SocketAddr::from(([127, 0, 0, 1], port));
+    let (_backend, _gw, local, pods_address) = without_an_admin_token();
+    let port = local.port();
     let generation = || admin_get(local, "/config").json()["generation"].clone();
     let before = generation();
 
     // A sidecar proxy (Istio's) relays its network from a loopback address to the pod's.
-    let pods_address = SocketAddr::new(this_hosts_other_address(), port);
     let relayed = send_from(
         IpAddr::from([127, 0, 0, 6]),
         pods_address,
