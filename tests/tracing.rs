@@ -63,6 +63,8 @@ fn a_client_trace_goes_through_the_gateway_to_the_backend_and_its_span_is_export
             ("traceparent", &traceparent),
             ("tracestate", TRACESTATE),
             ("User-Agent", "trace-test/1"),
+            // A name the gateway can learn only from the request, not from its socket.
+            ("Host", "gw.test:8443"),
         ],
     );
     assert_eq!(answer.status, 200, "{}", answer.text());
@@ -100,7 +102,7 @@ fn a_client_trace_goes_through_the_gateway_to_the_backend_and_its_span_is_export
         ("url.path", "/api/v1/verify/request"),
         ("url.scheme", "http"),
         ("network.protocol.version", "1.1"),
-        ("server.address", "127.0.0.1"),
+        ("server.address", "gw.test"),
         ("client.address", "127.0.0.1"),
         ("user_agent.original", "trace-test/1"),
         ("agent_gateway.operation", "verify_request"),
@@ -120,6 +122,7 @@ fn a_client_trace_goes_through_the_gateway_to_the_backend_and_its_span_is_export
         assert_eq!(span.string(key).as_deref(), Some(value), "{key}");
     }
     assert_eq!(span.int("http.response.status_code"), Some(200));
+    assert_eq!(span.int("server.port"), Some(8443));
     assert_eq!(span.int("http.request.body.size"), Some(BODY.len() as i64));
     assert_eq!(
         span.event_names(),

@@ -100,15 +100,22 @@ pub fn names_loopback(host: &[u8]) -> bool {
     let Ok(host) = std::str::from_utf8(host) else {
         return false;
     };
+    let is_port = |port: &str| port.bytes().all(|b| b.is_ascii_digit());
     if let Some(bracketed) = host.strip_prefix('[') {
-        let Some((address, _port)) = bracketed.split_once(']') else {
+        let Some((address, after)) = bracketed.split_once(']') else {
             return false;
         };
-        return address
-            .parse::<std::net::Ipv6Addr>()
-            .is_ok_and(|ip| std::net::IpAddr::V6(ip).to_canonical().is_loopback());
+        let port_ok = after.is_empty() || after.strip_prefix(':').is_some_and(is_port);
+        return port_ok
+            && address
+                .parse::<std::net::Ipv6Addr>()
+                .is_ok_and(|ip| std::net::IpAddr::V6(ip).to_canonical().is_loopback());
     }
-    let name = host.rsplit_once(':').map_or(host, |(name, _port)| name);
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if is_port(port) => name,
+        Some(_) => return false,
+        None => host,
+    };
     let name = name.strip_suffix('.').unwrap_or(name);
     if let Ok(ip) = name.parse::<std::net::Ipv4Addr>() {
         return ip.is_loopback();
@@ -175,20 +182,17 @@ impl FetchedFrom {
     }
 }
 
-/// Whether `origin` (`http://name:port`, RFC 6454) is that of a page at `host`: the same name
-/// and port, a scheme's default port written or not. `null` (an opaque origin) is none.
+/// Whether `origin` (`http://name:port`, RFC 6454) is that of a page at `host` on the admin
+/// listener, which speaks plain HTTP: the same name and port, port 80 written or not. `null`
+/// (an opaque origin) and `https://` pages are not.
 fn is_origin_of(origin: &[u8], host: &[u8]) -> bool {
-    let (authority, default_port): (_, &[u8]) = if let Some(a) = origin.strip_prefix(b"http://") {
-        (a, b":80")
-    } else if let Some(a) = origin.strip_prefix(b"https://") {
-        (a, b":443")
-    } else {
+    let Some(authority) = origin.strip_prefix(b"http://") else {
         return false;
     };
-    fn without<'a>(text: &'a [u8], suffix: &[u8]) -> &'a [u8] {
-        text.strip_suffix(suffix).unwrap_or(text)
+    fn without_port_80(authority: &[u8]) -> &[u8] {
+        authority.strip_suffix(b":80").unwrap_or(authority)
     }
-    without(authority, default_port).eq_ignore_ascii_case(without(host, default_port))
+    without_port_80(authority).eq_ignore_ascii_case(without_port_80(host))
 }
 
 /// Whether `caller` may reach an endpoint of `access`, under `admin`: the one place where
@@ -500,28 +504,25 @@ mod tests {
                 Some((origin.as_bytes(), host.map(str::as_bytes))),
             )
         };
-        let host = Some("127.0.0.1:9090");
-        assert_eq!(from("http://127.0.0.1:9090", host), OwnPage);
-        assert_eq!(
-            from("http://LOCALHOST:9090", Some("localhost:9090")),
-            OwnPage
-        );
-        assert_eq!(
-            from("http://admin.example", Some("admin.example:80")),
-            OwnPage
-        );
-        assert_eq!(
-            from("https://admin.example:443", Some("admin.example")),
-            OwnPage
-        );
-        // A form on another site's page, posted by a browser that sends no Fetch Metadata.
-        assert_eq!(from("http://evil.example", host), AnotherSite);
-        assert_eq!(from("http://127.0.0.1:9091", host), AnotherSite);
-        assert_eq!(from("https://127.0.0.1:9090", host), OwnPage);
-        assert_eq!(from("http://127.0.0.1", host), AnotherSite);
-        // An opaque origin (a sandboxed frame, a file), and an origin with no host to match.
-        assert_eq!(from("null", host), AnotherSite);
-        assert_eq!(from("http://127.0.0.1:9090", None), AnotherSite);
+        let listener = "127.0.0.1:9090";
+        for (origin, host, answer) in [
+            ("http://127.0.0.1:9090", Some(listener), OwnPage),
+            ("http://LOCALHOST:9090", Some("localhost:9090"), OwnPage),
+            ("http://admin.example", Some("admin.example:80"), OwnPage),
+            ("http://admin.example:80", Some("admin.example"), OwnPage),
+            // A form on another site's page, posted by a browser that sends no Fetch Metadata.
+            ("http://evil.example", Some(listener), AnotherSite),
+            ("http://127.0.0.1:9091", Some(listener), AnotherSite),
+            ("http://127.0.0.1", Some(listener), AnotherSite),
+            // The listener speaks plain HTTP: a page on https:// is another's.
+            ("https://127.0.0.1:9090", Some(listener), AnotherSite),
+            ("https://admin.example", Some("admin.example"), AnotherSite),
+            // An opaque origin (a sandboxed frame, a file), and an origin with no host to match.
+            ("null", Some(listener), AnotherSite),
+            ("http://127.0.0.1:9090", None, AnotherSite),
+        ] {
+            assert_eq!(from(origin, host), answer, "{origin} {host:?}");
+        }
         // Fetch Metadata, when sent, decides.
         let site = Some(&b"cross-site"[..]);
         let own = Some((&b"http://127.0.0.1:9090"[..], Some(&b"127.0.0.1:9090"[..])));
@@ -553,6 +554,10 @@ mod tests {
             "[::]:9090",
             "[::1",
             "[fe80::1]:9090",
+            "[::1]evil",
+            "[::1]:x",
+            "localhost:x",
+            "localhost:9090:1",
             "",
         ] {
             assert!(!names_loopback(host.as_bytes()), "{host}");
