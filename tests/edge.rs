@@ -205,6 +205,25 @@ fn only_a_trusted_proxy_says_who_the_client_is_and_by_which_scheme() {
 }
 
 #[test]
+fn an_ipv4_client_of_a_dual_stack_listener_is_its_ipv4_address() {
+    let backend = Backend::start();
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.listen.proxy = "[::]:0".into();
+    // The balancer as a dual-stack listener shows an IPv4 peer, pasted from a log.
+    cfg.listen.trusted_proxies = vec!["::ffff:127.0.0.1".into()];
+    let gw = Gateway::builder(cfg).start();
+    let by_ipv4 = SocketAddr::from(([127, 0, 0, 1], gw.proxy.port()));
+    let head = "X-Forwarded-For: 198.51.100.1\r\nX-Request-Id: dual-stack\r\n";
+    let answer = raw(by_ipv4, &status_request(TOKEN, head)).expect("an answer");
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(gw.access_line("dual-stack")["client_addr"], "198.51.100.1");
+    assert_eq!(
+        backend.last().header("x-forwarded-for"),
+        Some("198.51.100.1, 127.0.0.1")
+    );
+}
+
+#[test]
 fn a_guessing_address_gets_429_while_another_keeps_working() {
     let backend = Backend::start();
     let mut cfg = test_config(&[backend.addr]);

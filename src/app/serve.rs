@@ -208,6 +208,10 @@ async fn accept_proxy(
                 }
             }
             drop(snap);
+            // An IPv4 client on a dual-stack (`[::]`) listener, or named so by a PROXY header,
+            // arrives as `::ffff:a.b.c.d`: every later layer (the log, the throttle, the
+            // forwarded `X-Forwarded-For`) sees its IPv4 address.
+            let client = client.to_canonical();
             let stream = match tls {
                 Some(tls) => match handshake(&tls, *stream, peer).await {
                     Some(stream) => stream,

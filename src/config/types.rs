@@ -122,6 +122,15 @@ impl IpNet {
             }
             Some(_) => return Err(bad()),
         };
+        // `::ffff:10.0.0.5` (as a dual-stack socket shows an IPv4 peer) is the IPv4 address it
+        // maps, as `contains` sees peers: else it could never match.
+        let (addr, prefix) = match addr {
+            IpAddr::V6(v6) if prefix >= 96 => match v6.to_ipv4_mapped() {
+                Some(v4) => (IpAddr::V4(v4), prefix - 96),
+                None => (addr, prefix),
+            },
+            _ => (addr, prefix),
+        };
         let net = IpNet { addr, prefix };
         if net.masked(addr) != addr {
             return Err(format!(
@@ -435,8 +444,13 @@ mod tests {
         assert!(!net("0.0.0.0/0").contains(ip("::1")));
         assert!(net("2001:db8::/32").contains(ip("2001:db8:1::5")));
         assert!(!net("2001:db8::/32").contains(ip("2001:db9::5")));
-        // A v4 peer seen on a dual-stack socket is still the v4 address.
+        // A v4 peer seen on a dual-stack socket is still the v4 address, and so is a network
+        // written as a dual-stack socket shows it (else it could never match).
         assert!(net("127.0.0.0/8").contains(ip("::ffff:127.0.0.2")));
+        assert_eq!(net("::ffff:10.0.0.5"), net("10.0.0.5"));
+        assert_eq!(net("::ffff:10.0.0.0/104"), net("10.0.0.0/8"));
+        assert!(net("::ffff:10.0.0.5").contains(ip("10.0.0.5")));
+        assert!(net("::ffff:10.0.0.5").contains(ip("::ffff:10.0.0.5")));
         for bad in [
             "10.0.0.1/8",
             "10.0.0.0/33",

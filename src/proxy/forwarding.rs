@@ -68,7 +68,11 @@ impl<R: RequestView> UpstreamRequest<'_, R> {
         w.header(request_id::HEADER, self.request_id);
         if let Some(ip) = self.client_ip {
             w.start_value(b"x-forwarded-for");
-            for prior in req.headers_named("x-forwarded-for") {
+            // An empty one (`X-Forwarded-For:`) adds no empty entry.
+            for prior in req
+                .headers_named("x-forwarded-for")
+                .filter(|v| !v.trim_ascii().is_empty())
+            {
                 w.value_part(prior).value_part(b", ");
             }
             w.value_ip(ip).end_value();
@@ -125,6 +129,20 @@ mod tests {
         let mut out = BytesMut::new();
         request.write_head(&mut out);
         String::from_utf8(out.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn an_empty_x_forwarded_for_adds_no_empty_entry() {
+        let got = upstream_head(
+            "GET /api/v1/x HTTP/1.1\r\nHost: gw\r\nX-Forwarded-For:\r\nX-Forwarded-For: 10.0.0.1\r\n\
+             X-Forwarded-For:  \r\n\r\n",
+            b"",
+            Some("127.0.0.1"),
+        );
+        assert!(
+            got.contains("\r\nx-forwarded-for: 10.0.0.1, 127.0.0.1\r\n"),
+            "{got}"
+        );
     }
 
     #[test]
