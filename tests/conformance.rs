@@ -352,6 +352,30 @@ fn a_read_resent_after_its_pooled_connection_died_goes_to_the_next_address() {
 }
 
 #[test]
+fn a_read_resent_when_no_other_address_is_up_goes_again_to_the_same_one() {
+    // `a` as above; the other address refuses connections, so its health check takes it out
+    // of rotation and the resend has nowhere else to go.
+    let a = Backend::with(|r| match r.on_connection {
+        0 => Action::Json(r#"{"from":"a"}"#.into()),
+        _ => Action::Close,
+    });
+    let down = ClosedPort::new();
+    let gw = Gateway::start(&[a.addr, down.addr]);
+    let series = format!(
+        "agent_gateway_upstream_address_up{{address=\"{}\"}} 0",
+        down.addr
+    );
+    wait_until("the refusing address to fail its health check", || {
+        gw.scrape().contains(&series)
+    });
+    assert_eq!(get(gw.proxy, STATUS_V1).status, 200);
+    // On the connection `a` pooled: reset under the request, and sent again to `a`.
+    let resp = get(gw.proxy, STATUS_V1);
+    assert_eq!(resp.status, 200, "{}\n{}", resp.text(), gw.log());
+    assert_eq!(resp.json()["from"], "a");
+}
+
+#[test]
 fn a_body_split_oddly_still_reads_as_sent() {
     // Guards the stricter chunk grammar against refusing what is valid when split at
     // every byte boundary of a valid extension.

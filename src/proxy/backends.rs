@@ -109,8 +109,15 @@ impl Waiter {
 
 impl Drop for Waiter {
     fn drop(&mut self) {
-        self.address.slots().queue.remove(self.id);
+        let mut slots = self.address.slots();
+        slots.queue.remove(self.id);
         self.address.pending.fetch_sub(1, Ordering::Relaxed);
+        // Woken but gone before it acted (its wait ran out as the wake came, or its client
+        // left): the wake is the next request's, else the connection it was for would sit
+        // idle while the queue waits for another.
+        if self.woken.try_recv().is_ok() {
+            wake_oldest(&mut slots);
+        }
     }
 }
 
@@ -524,5 +531,36 @@ mod tests {
             "the oldest request is woken first"
         );
         assert!(later.woken.try_recv().is_err(), "the newcomer still waits");
+    }
+
+    /// A request woken for a connection that leaves before taking it (its wait ran out at that
+    /// moment, or its client went) passes the wake to the next in line.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_wake_its_request_did_not_use_goes_to_the_next() {
+        let (budget, address, _slot) = one_connection_open(4);
+        let Ok(Admit::Wait(oldest)) = address.admit(&budget, false) else {
+            panic!("the second request waits");
+        };
+        let Ok(Admit::Wait(mut next)) = address.admit(&budget, false) else {
+            panic!("the third request waits");
+        };
+        address.returned();
+        assert!(
+            next.woken.try_recv().is_err(),
+            "the oldest was woken, not this one"
+        );
+        drop(oldest);
+        assert!(next.woken.try_recv().is_ok(), "the unused wake came here");
+        // A wake that was used is not passed on.
+        let Ok(Admit::Wait(mut used)) = address.admit(&budget, false) else {
+            panic!("a fourth request waits");
+        };
+        let Ok(Admit::Wait(mut after)) = address.admit(&budget, false) else {
+            panic!("a fifth request waits");
+        };
+        address.returned();
+        used.woken().await;
+        drop(used);
+        assert!(after.woken.try_recv().is_err());
     }
 }

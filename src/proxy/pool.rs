@@ -198,6 +198,13 @@ impl UpstreamPool {
         }
     }
 
+    /// The place of the newest idle connection to `key` (as [`UpstreamPool::take`] finds it),
+    /// which is closed: for a request that may not reuse one (a resend) while its address has
+    /// no place free.
+    pub fn take_place(&self, key: u64, idle_timeout: Duration, now: Instant) -> Option<Slot> {
+        self.take(key, idle_timeout, now).map(|idle| idle.slot)
+    }
+
     /// Keeps `conn` for reuse and watches it while idle, unless its address left the set or
     /// already has `max_per_key` idle connections, or the backend has closed it; the oldest
     /// request waiting for the address may then take it. `now` is when its exchange ended.
@@ -376,6 +383,20 @@ mod tests {
         let taken = pool.take(address.key, LONG, Instant::now()).unwrap();
         assert_eq!(taken.stream.id(), newer_fd);
         assert_eq!(pool.idle_count(), 1);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_place_of_an_idle_connection_is_taken_and_the_connection_closed() {
+        let pool = UpstreamPool::new(4);
+        let (listener, address) = backend();
+        let (conn, mut backend_end) = pooled_socket_to(&listener, &address).await;
+        pool.put(conn, Instant::now());
+        let slot = pool.take_place(address.key, LONG, Instant::now()).unwrap();
+        assert_eq!(pool.idle_count(), 0);
+        assert_eq!(address.open(), 1, "the place is held, now by the new owner");
+        assert!(closed_by_the_pool(&mut backend_end));
+        drop(slot);
+        assert_eq!(address.open(), 0);
     }
 
     #[tokio::test(flavor = "current_thread")]

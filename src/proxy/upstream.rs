@@ -2,11 +2,12 @@
 //! within the address's connection budget (waiting in its queue when the budget is spent),
 //! send the request and read the answer's head.
 //!
-//! A request that may have reached a backend is never sent twice. Only a connect failure
-//! (nothing was sent) moves on to the next address, and a read (GET) whose kept-alive
-//! connection the backend had already closed goes once more, to the next address in
-//! rotation, on a new connection. The queue is before anything is sent: a request refused
-//! there (503) went nowhere.
+//! A POST that may have reached a backend is never sent twice. A connect failure (nothing was
+//! sent) moves on to the next address, and a read (GET), which a backend may see twice, goes
+//! once more when its kept-alive connection was reset (the backend had closed it, or closed
+//! it under the request): to the next address in rotation, or the same one when no other is
+//! left, on a new connection. The queue is before anything is sent: a request refused there
+//! (503) went nowhere.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -102,7 +103,16 @@ impl Upstream {
                     return Ok(Acquired::Reused(conn));
                 }
             }
-            let mut waiter = match address.admit(budget, woken)? {
+            let admitted = address.admit(budget, woken);
+            // A resend may not reuse an idle connection, but it takes the place of one (closing
+            // it) rather than wait: woken by each connection that comes back, it would wait
+            // for one to close while the idle ones piled up and the queue behind it stalled.
+            if !reuse && !matches!(admitted, Ok(Admit::Connect(_))) {
+                if let Some(slot) = self.pool.take_place(address.key, idle_timeout, now) {
+                    return Ok(Acquired::Connect(slot));
+                }
+            }
+            let mut waiter = match admitted? {
                 Admit::Connect(slot) => return Ok(Acquired::Connect(slot)),
                 Admit::Wait(waiter) => waiter,
             };
@@ -138,7 +148,9 @@ impl Upstream {
         let mut resent = false;
         // Addresses that failed their health check or are ejected leave the rotation, unless all have.
         let mut rotation = order(first, count, |i| self.in_rotation(&set[i])).peekable();
-        while let Some(&index) = rotation.peek() {
+        // The address a resend goes to when the rotation has no other.
+        let mut again = None;
+        while let Some(index) = again.take().or_else(|| rotation.peek().copied()) {
             let address = &set[index];
             let peer = &address.peer;
             let started = Instant::now();
@@ -204,13 +216,16 @@ impl Upstream {
                         );
                     }
                     // A kept-alive connection the backend had already closed: a read goes
-                    // once more, to the next address (this one just failed) unless it is the
-                    // only one, on a new connection. A POST never does.
+                    // once more, to the next address in rotation (this one just failed), or
+                    // to this one when no other is left, on a new connection. A POST never
+                    // does.
                     if reused && idempotent && !resent && failure.kind == UpstreamErrorKind::Reset {
                         resent = true;
-                        if count > 1 {
-                            rotation.next();
+                        rotation.next();
+                        if rotation.peek().is_none() {
+                            again = Some(index);
                         }
+                        last_failure = failure;
                         continue;
                     }
                     record.header_time = Some(started.elapsed());
@@ -344,5 +359,70 @@ fn classify(e: &Error) -> UpstreamErrorKind {
             UpstreamErrorKind::Reset
         }
         _ => UpstreamErrorKind::Other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::FileConfig;
+    use crate::observe::telemetry::Telemetry;
+    use crate::proxy::connect::ConnectFuture;
+    use pingora::upstreams::peer::HttpPeer;
+
+    /// A connector never asked: [`Upstream::acquire`] only finds a connection or a place.
+    struct NoConnect;
+
+    impl Connect for NoConnect {
+        fn connect<'a>(&'a self, _peer: &'a HttpPeer, _limit: Duration) -> ConnectFuture<'a> {
+            unreachable!("acquire opens no connection")
+        }
+    }
+
+    /// An address allowed one connection, which is idle in the pool while a request waits:
+    /// a resend may not reuse it, and takes its place (closing it) rather than wait for a
+    /// connection to close, which the queue behind it would have waited for too.
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_resend_takes_the_place_of_an_idle_connection_rather_than_wait() {
+        let backend: std::net::SocketAddr = "10.0.0.1:80".parse().unwrap();
+        let mut cfg = FileConfig::for_test("127.0.0.1:0".parse().unwrap(), &[backend]);
+        cfg.upstream.max_connections_per_address = Some(1);
+        let snapshot = cfg.snapshot();
+        let telemetry = Telemetry::register(&prometheus::Registry::new()).unwrap();
+        let backends = Arc::new(Backends::new(telemetry.backends.clone()));
+        backends.follow(&snapshot.upstream);
+        let pool = Arc::new(UpstreamPool::new(8));
+        let upstream = Upstream::new(
+            Arc::new(NoConnect),
+            pool.clone(),
+            Arc::new(UpstreamHealth::default()),
+            backends.clone(),
+        );
+        let set = backends.current_full();
+        let address = &set[0];
+        let upstream_cfg = &snapshot.upstream;
+        let Ok(Admit::Connect(slot)) = address.admit(&upstream_cfg.budget, false) else {
+            panic!("the first connection is within the budget");
+        };
+        let (gateway_end, _backend_end) = tokio::io::duplex(64);
+        let conn = UpstreamConn::new(Box::new(gateway_end), slot);
+        pool.put(conn, tokio::time::Instant::now());
+        assert_eq!(pool.idle_count(), 1);
+        let Ok(Admit::Wait(_waiting)) = address.admit(&upstream_cfg.budget, false) else {
+            panic!("another request waits: the one place is taken");
+        };
+
+        let acquired = upstream
+            .acquire(
+                address,
+                &upstream_cfg.budget,
+                upstream_cfg.idle_timeout,
+                false,
+                Instant::now(),
+            )
+            .await;
+        assert!(matches!(acquired, Ok(Acquired::Connect(_))));
+        assert_eq!(pool.idle_count(), 0, "the idle connection was closed");
+        assert_eq!(address.open(), 1, "its place is the resend's");
     }
 }
