@@ -177,6 +177,44 @@ fn proxy_protocol_v1_and_v2_name_the_client_and_a_broken_header_closes_the_conne
 }
 
 #[test]
+fn a_relayed_connection_whose_source_the_header_does_not_give_has_no_client_to_believe() {
+    let backend = Backend::start();
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.listen.proxy_protocol = true;
+    cfg.listen.trusted_proxies = vec!["127.0.0.0/8".into()];
+    let gw = Gateway::builder(cfg).start();
+    // What the relayed client wrote, which the balancer (trusted) passes on as it came.
+    let forged = "X-Forwarded-For: 6.6.6.6\r\nX-Forwarded-Proto: https\r\n";
+    let mut unknown = b"PROXY UNKNOWN\r\n".to_vec();
+    unknown.extend(status_request(
+        TOKEN,
+        &format!("{forged}X-Request-Id: pp-unknown\r\n"),
+    ));
+    let answer = raw(gw.proxy, &unknown).expect("an answer after an UNKNOWN header");
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(gw.access_line("pp-unknown")["client_addr"], "");
+    let seen = backend.last();
+    assert_eq!(seen.header("x-forwarded-for"), None);
+    assert_eq!(seen.header("x-forwarded-proto"), Some("http"));
+
+    // The balancer's own connection (LOCAL) is the balancer: a trusted proxy.
+    let mut local = ppp::v2::Builder::with_addresses(
+        ppp::v2::Version::Two | ppp::v2::Command::Local,
+        ppp::v2::Protocol::Unspecified,
+        ppp::v2::Addresses::Unspecified,
+    )
+    .build()
+    .unwrap();
+    local.extend(status_request(
+        TOKEN,
+        &format!("{forged}X-Request-Id: pp-local\r\n"),
+    ));
+    let answer = raw(gw.proxy, &local).expect("an answer after a LOCAL header");
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(gw.access_line("pp-local")["client_addr"], "6.6.6.6");
+}
+
+#[test]
 fn only_a_trusted_proxy_says_who_the_client_is_and_by_which_scheme() {
     let extra = "X-Forwarded-For: 6.6.6.6, 198.51.100.1\r\nX-Forwarded-Proto: https\r\n";
     // (trusted proxies, the client logged, the scheme the backend is told)

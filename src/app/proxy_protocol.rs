@@ -6,10 +6,13 @@
 //! malformed, too long or too slow is closed without an answer: there is no protocol yet to
 //! answer in.
 //!
-//! A `LOCAL` header (a balancer's health check) and an `UNKNOWN` or non-IP source keep the TCP
-//! peer. With `listen.trusted_proxies` set, only those peers may send a header.
+//! A `LOCAL` header (a balancer's own connection, such as its health check) keeps the TCP peer.
+//! A relayed connection whose source the header does not give (v1 `UNKNOWN`, a v2 `PROXY` of
+//! an unspecified or Unix family) has no known client: not the peer, whose `X-Forwarded-For`
+//! and `X-Forwarded-Proto` would then be believed, though they are the relayed client's. With
+//! `listen.trusted_proxies` set, only those peers may send a header.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use ppp::{v1, v2, HeaderResult, PartialResult};
@@ -40,10 +43,20 @@ pub enum HeaderError {
     Io(#[from] std::io::Error),
 }
 
-/// The source address a complete header gives, `None` when it keeps the TCP peer (`LOCAL`,
-/// `UNKNOWN`, a non-IP family); `Ok(None)` of the outer option while `bytes` could still
-/// become a header.
-pub fn parse(bytes: &[u8]) -> Result<Option<(usize, Option<SocketAddr>)>, HeaderError> {
+/// Whom a complete header says the connection is from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// A client the proxy relays, from this address.
+    Relayed(SocketAddr),
+    /// The proxy itself (`LOCAL`): its health check, say.
+    Local,
+    /// A client the proxy relays, from an address it does not give.
+    Unknown,
+}
+
+/// What a complete header says, and its length; `Ok(None)` while `bytes` could still become
+/// a header.
+pub fn parse(bytes: &[u8]) -> Result<Option<(usize, Source)>, HeaderError> {
     let header = HeaderResult::parse(bytes);
     if header.is_incomplete() {
         return Ok(None);
@@ -52,21 +65,26 @@ pub fn parse(bytes: &[u8]) -> Result<Option<(usize, Option<SocketAddr>)>, Header
     match header {
         HeaderResult::V1(Ok(h)) => {
             let source = match h.addresses {
-                v1::Addresses::Tcp4(a) => Some(SocketAddr::from((a.source_address, a.source_port))),
-                v1::Addresses::Tcp6(a) => Some(SocketAddr::from((a.source_address, a.source_port))),
-                v1::Addresses::Unknown => None,
+                v1::Addresses::Tcp4(a) => {
+                    Source::Relayed(SocketAddr::from((a.source_address, a.source_port)))
+                }
+                v1::Addresses::Tcp6(a) => {
+                    Source::Relayed(SocketAddr::from((a.source_address, a.source_port)))
+                }
+                v1::Addresses::Unknown => Source::Unknown,
             };
             Ok(Some((h.header.len(), source)))
         }
         HeaderResult::V2(Ok(h)) => {
             let source = match (h.command, h.addresses) {
+                (v2::Command::Local, _) => Source::Local,
                 (v2::Command::Proxy, v2::Addresses::IPv4(a)) => {
-                    Some(SocketAddr::from((a.source_address, a.source_port)))
+                    Source::Relayed(SocketAddr::from((a.source_address, a.source_port)))
                 }
                 (v2::Command::Proxy, v2::Addresses::IPv6(a)) => {
-                    Some(SocketAddr::from((a.source_address, a.source_port)))
+                    Source::Relayed(SocketAddr::from((a.source_address, a.source_port)))
                 }
-                _ => None,
+                (v2::Command::Proxy, _) => Source::Unknown,
             };
             Ok(Some((h.len(), source)))
         }
@@ -75,14 +93,15 @@ pub fn parse(bytes: &[u8]) -> Result<Option<(usize, Option<SocketAddr>)>, Header
     }
 }
 
-/// Reads the header `stream` from `peer` opens with, within `timeout`: the client's address,
-/// its source or else `peer`. The bytes read past it are put back.
+/// Reads the header `stream` from `peer` opens with, within `timeout`: the client's address
+/// (its source, or `peer` for the proxy's own connection; `None` when the header does not say).
+/// The bytes read past it are put back.
 pub async fn accept(
     stream: &mut TcpConn,
     peer: SocketAddr,
     edge: &EdgeConfig,
     timeout: Duration,
-) -> Result<SocketAddr, HeaderError> {
+) -> Result<Option<IpAddr>, HeaderError> {
     if !edge.trusted_proxies.is_empty() && !is_trusted(peer.ip(), &edge.trusted_proxies) {
         return Err(HeaderError::Untrusted);
     }
@@ -90,13 +109,15 @@ pub async fn accept(
         .await
         .map_err(|_| HeaderError::Timeout)??;
     stream.rewind(&buf[length..]);
-    Ok(source.unwrap_or(peer))
+    Ok(match source {
+        Source::Relayed(source) => Some(source.ip()),
+        Source::Local => Some(peer.ip()),
+        Source::Unknown => None,
+    })
 }
 
 /// Reads until `buf` holds a whole header: its length, its source, and every byte read.
-async fn read_header(
-    stream: &mut TcpConn,
-) -> Result<(usize, Option<SocketAddr>, Vec<u8>), HeaderError> {
+async fn read_header(stream: &mut TcpConn) -> Result<(usize, Source, Vec<u8>), HeaderError> {
     let mut buf = Vec::with_capacity(256);
     let mut chunk = [0u8; 512];
     loop {
@@ -126,9 +147,15 @@ mod tests {
             &v1[..len],
             b"PROXY TCP4 203.0.113.9 10.0.0.1 51000 8080\r\n"
         );
-        assert_eq!(source, Some("203.0.113.9:51000".parse().unwrap()));
+        assert_eq!(
+            source,
+            Source::Relayed("203.0.113.9:51000".parse().unwrap())
+        );
         let unknown = b"PROXY UNKNOWN\r\n";
-        assert_eq!(parse(unknown).unwrap(), Some((unknown.len(), None)));
+        assert_eq!(
+            parse(unknown).unwrap(),
+            Some((unknown.len(), Source::Unknown))
+        );
 
         let addresses: v2::Addresses = (
             "[2001:db8::7]:443".parse::<SocketAddr>().unwrap(),
@@ -144,7 +171,32 @@ mod tests {
         .unwrap();
         let (len, source) = parse(&header).unwrap().unwrap();
         assert_eq!(len, header.len());
-        assert_eq!(source, Some("[2001:db8::7]:443".parse().unwrap()));
+        assert_eq!(
+            source,
+            Source::Relayed("[2001:db8::7]:443".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn the_proxy_s_own_connection_is_local_and_a_relayed_one_without_a_source_unknown() {
+        let v2 = |command, addresses| {
+            let header = v2::Builder::with_addresses(
+                v2::Version::Two | command,
+                v2::Protocol::Unspecified,
+                addresses,
+            )
+            .build()
+            .unwrap();
+            parse(&header).unwrap().unwrap().1
+        };
+        assert_eq!(
+            v2(v2::Command::Local, v2::Addresses::Unspecified),
+            Source::Local
+        );
+        assert_eq!(
+            v2(v2::Command::Proxy, v2::Addresses::Unspecified),
+            Source::Unknown
+        );
     }
 
     #[test]

@@ -196,11 +196,11 @@ async fn accept_proxy(
         // the TLS handshake, boxed while they run.
         let mut stream = Box::new(stream);
         async move {
-            let mut client = peer.ip();
+            let mut client = Some(peer.ip());
             if snap.edge.proxy_protocol {
                 let timeout = snap.limits.client_header_timeout;
                 match Box::pin(proxy_protocol::accept(&mut stream, peer, &snap.edge, timeout)).await {
-                    Ok(source) => client = source.ip(),
+                    Ok(source) => client = source,
                     Err(e) => {
                         tracing::debug!(peer = %peer, error = %e, "connection closed at its PROXY protocol header");
                         return;
@@ -211,7 +211,7 @@ async fn accept_proxy(
             // An IPv4 client on a dual-stack (`[::]`) listener, or named so by a PROXY header,
             // arrives as `::ffff:a.b.c.d`: every later layer (the log, the throttle, the
             // forwarded `X-Forwarded-For`) sees its IPv4 address.
-            let client = client.to_canonical();
+            let client = client.map(|ip| ip.to_canonical());
             let stream = match tls {
                 Some(tls) => match handshake(&tls, *stream, peer).await {
                     Some(stream) => stream,
@@ -219,7 +219,7 @@ async fn accept_proxy(
                 },
                 None => stream as Stream,
             };
-            app.serve_connection(stream, Some(client), &stopped).await;
+            app.serve_connection(stream, client, &stopped).await;
         }
     })
     .await;
