@@ -264,3 +264,48 @@ fn an_address_that_dies_is_tried_by_at_most_eject_after_failures_requests() {
         0.0
     );
 }
+
+#[test]
+fn a_check_that_only_connects_does_not_end_an_ejection_for_resets() {
+    // Accepts every connection, and closes each that sends a request without answering.
+    let resetting = TcpListener::bind("127.0.0.1:0").unwrap();
+    let resetting_addr = resetting.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counted = accepted.clone();
+    thread::spawn(move || {
+        for conn in resetting.incoming() {
+            let Ok(conn) = conn else { return };
+            counted.fetch_add(1, Ordering::SeqCst);
+            thread::spawn(move || {
+                // A health check closes at once; a request is read, then dropped unanswered.
+                let _ = BufReader::new(conn).fill_buf().map(|b| b.len());
+            });
+        }
+    });
+    let alive = Backend::start();
+    let mut cfg = test_config(&[alive.addr, resetting_addr]);
+    cfg.upstream.health_check_interval_ms = 100;
+    cfg.upstream.eject_after_failures = 2;
+    cfg.upstream.eject_ms = 60_000;
+    let gw = Gateway::builder(cfg).start();
+    let ejections =
+        format!("agent_gateway_upstream_ejections_total{{address=\"{resetting_addr}\"}}");
+    // POSTs, which are never resent: each the resetting address gets fails.
+    for _ in 0..20 {
+        if gw.metric(&ejections) == 1.0 {
+            break;
+        }
+        post(gw.proxy, VERIFY_V1, VERIFY_BODY);
+    }
+    assert_eq!(gw.metric(&ejections), 1.0, "{}", gw.log());
+    // Three more checks connect to it, and pass.
+    let checked = accepted.load(Ordering::SeqCst);
+    wait_until("three more health checks", || {
+        accepted.load(Ordering::SeqCst) >= checked + 3
+    });
+    let up = format!("agent_gateway_upstream_address_up{{address=\"{resetting_addr}\"}}");
+    assert_eq!(gw.metric(&up), 0.0, "still ejected");
+    for _ in 0..6 {
+        assert_eq!(post(gw.proxy, VERIFY_V1, VERIFY_BODY).status, 200);
+    }
+}

@@ -112,7 +112,9 @@ impl HealthChecker {
                 timeout,
             )
             .await;
-            if ok && address.check_passed(started) {
+            // Only a check of an answer (`health_check_path`) ends an ejection: an address
+            // that accepts connections and resets every request passes one that connects.
+            if ok && up.health_check_path.is_some() && address.check_passed(started) {
                 tracing::info!(%addr, "upstream address passed its check; its ejection ends early");
             }
             if ok != self.health.is_up(addr) {
