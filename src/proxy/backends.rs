@@ -187,11 +187,20 @@ impl Address {
                 Ok(Admit::Connect(Slot(self.clone())))
             }
             Admission::Wait => {
-                let pending = self.pending.load(Ordering::Relaxed);
-                if !budget::may_wait(pending, budget.max_pending) {
+                // A woken request had its place among the waiting: it keeps it, whoever came
+                // since. Another takes one if one is free, in one step: the count is shared by
+                // every address, and this lock is one address's.
+                if woken {
+                    self.pending.fetch_add(1, Ordering::Relaxed);
+                } else if self
+                    .pending
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |pending| {
+                        budget::may_wait(pending, budget.max_pending).then_some(pending + 1)
+                    })
+                    .is_err()
+                {
                     return Err(OverflowReason::QueueFull);
                 }
-                self.pending.fetch_add(1, Ordering::Relaxed);
                 let (tx, rx) = oneshot::channel();
                 let id = if woken {
                     slots.queue.push_first(tx)
@@ -531,6 +540,28 @@ mod tests {
             "the oldest request is woken first"
         );
         assert!(later.woken.try_recv().is_err(), "the newcomer still waits");
+    }
+
+    /// A woken request that must wait again keeps its place among the waiting even when
+    /// newcomers took every other: it was counted before them.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_woken_request_waits_again_even_when_the_queue_filled_behind_it() {
+        let (budget, address, _slot) = one_connection_open(1);
+        let Ok(Admit::Wait(mut oldest)) = address.admit(&budget, false) else {
+            panic!("the second request waits");
+        };
+        address.returned();
+        oldest.woken().await;
+        drop(oldest);
+        // A newcomer takes the one place among the waiting.
+        let Ok(Admit::Wait(_newcomer)) = address.admit(&budget, false) else {
+            panic!("a newcomer waits");
+        };
+        assert!(matches!(
+            address.admit(&budget, false),
+            Err(OverflowReason::QueueFull)
+        ));
+        assert!(matches!(address.admit(&budget, true), Ok(Admit::Wait(_))));
     }
 
     /// A request woken for a connection that leaves before taking it (its wait ran out at that
