@@ -215,6 +215,26 @@ fn a_relayed_connection_whose_source_the_header_does_not_give_has_no_client_to_b
 }
 
 #[test]
+fn check_config_warns_of_proxy_headers_believed_from_any_host() {
+    let mut cfg = test_config(&[SocketAddr::from(([127, 0, 0, 1], 9))]);
+    cfg.listen.proxy_protocol = true;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    let check = |cfg: &agent_gateway::config::FileConfig| {
+        std::fs::write(&path, cfg.to_toml()).unwrap();
+        let out = cli(["check-config", "--config", path.to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "a warning, not a refusal: {stderr}");
+        stderr
+    };
+    let warned = check(&cfg);
+    assert!(warned.contains("listen.trusted_proxies is empty"), "{warned}");
+    cfg.listen.trusted_proxies = vec!["10.0.0.0/8".into()];
+    let quiet = check(&cfg);
+    assert!(!quiet.contains("trusted_proxies"), "{quiet}");
+}
+
+#[test]
 fn only_a_trusted_proxy_says_who_the_client_is_and_by_which_scheme() {
     let extra = "X-Forwarded-For: 6.6.6.6, 198.51.100.1\r\nX-Forwarded-Proto: https\r\n";
     // (trusted proxies, the client logged, the scheme the backend is told)

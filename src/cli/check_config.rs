@@ -10,14 +10,14 @@ use std::net::ToSocketAddrs;
 
 use agent_gateway::config::{ConfigError, Host, Problem, Snapshot};
 
-use super::credentials::snapshot_credential_warnings;
+use super::warnings::snapshot_warnings;
 
 use super::print_problems;
 
 pub fn run(file: &Path, no_resolve: bool) -> anyhow::Result<ExitCode> {
     match check(file, no_resolve) {
         Ok(snapshot) => {
-            for warning in snapshot_credential_warnings(&snapshot) {
+            for warning in snapshot_warnings(&snapshot) {
                 eprintln!("{}: warning: {warning}", file.display());
             }
             println!("{}: ok", file.display());

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use agent_gateway::app::listeners::{ListenAddrs, Listeners};
 use agent_gateway::app::server::{self, BuildOptions};
 
-use super::credentials::snapshot_credential_warnings;
+use super::warnings::snapshot_warnings;
 use super::{load_store, LogArgs};
 
 /// With `upgrade`, the listeners are taken over from the running process (after its SIGQUIT)
@@ -15,7 +15,7 @@ use super::{load_store, LogArgs};
 pub fn run(config: &Path, upgrade: bool, log: &LogArgs) -> anyhow::Result<ExitCode> {
     let logs = log.init();
     let store = load_store(config)?;
-    for warning in snapshot_credential_warnings(&store.current().load()) {
+    for warning in snapshot_warnings(&store.current().load()) {
         tracing::warn!("{warning}");
     }
     let startup = store.current().load().startup.clone();

@@ -1,34 +1,44 @@
-//! Credentials in a config that work but should not, said as warnings (`run` at start,
+//! What a config allows that works but should not, said as warnings (`run` at start,
 //! `check-config`), never as refusals: an agent on a token published with agent-gateway (the
-//! demo's own config uses them on purpose), and no agent at all.
+//! demo's own config uses them on purpose), no agent at all, and PROXY protocol headers
+//! believed from any host.
 
 use agent_gateway::config::{Snapshot, TokenDigest};
 
 use super::demo::SHIPPED_AGENTS;
 
-/// What a config's agents say of its credentials that is worth a warning, not a refusal: the
-/// demo's own config accepts the demo's tokens on purpose, a deployment never should.
+/// What a config allows that is worth a warning, not a refusal: the demo's own config accepts
+/// the demo's tokens on purpose, a deployment never should.
 #[derive(Debug, PartialEq, Eq)]
-pub enum CredentialWarning<'a> {
+pub enum ConfigWarning<'a> {
     /// The agent accepts a token published with agent-gateway ([`SHIPPED_AGENTS`]):
     /// anyone who read the README can call as it.
     PublishedToken { agent: &'a str, token: &'static str },
     /// No agent is configured: every call is refused with 401.
     NoAgent,
+    /// `listen.proxy_protocol` without `listen.trusted_proxies`: any host that reaches the
+    /// listener names its own client address, for the log and for the guess throttle.
+    ProxyHeadersFromAnyone,
 }
 
-impl std::fmt::Display for CredentialWarning<'_> {
+impl std::fmt::Display for ConfigWarning<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            CredentialWarning::PublishedToken { agent, token } => write!(
+            ConfigWarning::PublishedToken { agent, token } => write!(
                 f,
                 "agent {agent:?} accepts the token {token:?}, published with agent-gateway (its \
                  README and demo config): anyone can call as this agent. Give it a token of its \
                  own: printf '%s' TOKEN | agent-gateway hash-token"
             ),
-            CredentialWarning::NoAgent => {
+            ConfigWarning::NoAgent => {
                 f.write_str("no agent is configured: every call is refused with 401")
             }
+            ConfigWarning::ProxyHeadersFromAnyone => f.write_str(
+                "listen.proxy_protocol is on and listen.trusted_proxies is empty: any host that \
+                 reaches the proxy listener may send a PROXY header naming any client address \
+                 (the access log's, and the one auth.max_failures_per_minute counts). Set \
+                 listen.trusted_proxies to the balancers' addresses",
+            ),
         }
     }
 }
@@ -36,10 +46,10 @@ impl std::fmt::Display for CredentialWarning<'_> {
 /// The warnings about `agents` (id and token digest of each), by agent id.
 pub fn credential_warnings<'a>(
     agents: impl IntoIterator<Item = (&'a str, &'a TokenDigest)>,
-) -> Vec<CredentialWarning<'a>> {
+) -> Vec<ConfigWarning<'a>> {
     let mut agents: Vec<_> = agents.into_iter().collect();
     if agents.is_empty() {
-        return vec![CredentialWarning::NoAgent];
+        return vec![ConfigWarning::NoAgent];
     }
     agents.sort_by_key(|(id, _)| *id);
     agents
@@ -48,20 +58,25 @@ pub fn credential_warnings<'a>(
             let (_, token) = SHIPPED_AGENTS
                 .iter()
                 .find(|(_, token)| TokenDigest::of(token.as_bytes()) == *digest)?;
-            Some(CredentialWarning::PublishedToken { agent, token })
+            Some(ConfigWarning::PublishedToken { agent, token })
         })
         .collect()
 }
 
-/// The warnings about the agents of `snapshot`.
-pub fn snapshot_credential_warnings(snapshot: &Snapshot) -> Vec<CredentialWarning<'_>> {
-    credential_warnings(
+/// The warnings about `snapshot`: its agents', then its edge's.
+pub fn snapshot_warnings(snapshot: &Snapshot) -> Vec<ConfigWarning<'_>> {
+    let mut warnings = credential_warnings(
         snapshot
             .auth
             .agents
             .values()
             .flat_map(|a| a.tokens.iter().map(|t| (a.id.as_str(), &t.digest))),
-    )
+    );
+    let edge = &snapshot.edge;
+    if edge.proxy_protocol && edge.trusted_proxies.is_empty() {
+        warnings.push(ConfigWarning::ProxyHeadersFromAnyone);
+    }
+    warnings
 }
 
 #[cfg(test)]
@@ -77,11 +92,11 @@ mod tests {
         assert_eq!(
             credential_warnings(agents),
             [
-                CredentialWarning::PublishedToken {
+                ConfigWarning::PublishedToken {
                     agent: "a-agent",
                     token: "partner-token"
                 },
-                CredentialWarning::PublishedToken {
+                ConfigWarning::PublishedToken {
                     agent: "z-agent",
                     token: "demo-token"
                 },
@@ -98,6 +113,24 @@ mod tests {
 
     #[test]
     fn no_agent_at_all_is_said() {
-        assert_eq!(credential_warnings([]), [CredentialWarning::NoAgent]);
+        assert_eq!(credential_warnings([]), [ConfigWarning::NoAgent]);
+    }
+
+    #[test]
+    fn proxy_headers_believed_from_any_host_are_said() {
+        use agent_gateway::config::FileConfig;
+        let config = |proxy_protocol, trusted: &[&str]| {
+            let backend = "127.0.0.1:9000".parse().unwrap();
+            let mut cfg = FileConfig::for_test("127.0.0.1:0".parse().unwrap(), &[backend]);
+            cfg.listen.proxy_protocol = proxy_protocol;
+            cfg.listen.trusted_proxies = trusted.iter().map(ToString::to_string).collect();
+            cfg.snapshot()
+        };
+        let said = |snapshot: &Snapshot| {
+            snapshot_warnings(snapshot).contains(&ConfigWarning::ProxyHeadersFromAnyone)
+        };
+        assert!(said(&config(true, &[])));
+        assert!(!said(&config(true, &["10.0.0.0/8"])));
+        assert!(!said(&config(false, &[])));
     }
 }
