@@ -183,34 +183,32 @@ fn a_relayed_connection_whose_source_the_header_does_not_give_has_no_client_to_b
     cfg.listen.proxy_protocol = true;
     cfg.listen.trusted_proxies = vec!["127.0.0.0/8".into()];
     let gw = Gateway::builder(cfg).start();
-    // What the relayed client wrote, which the balancer (trusted) passes on as it came.
-    let forged = "X-Forwarded-For: 6.6.6.6\r\nX-Forwarded-Proto: https\r\n";
-    let mut unknown = b"PROXY UNKNOWN\r\n".to_vec();
-    unknown.extend(status_request(
-        TOKEN,
-        &format!("{forged}X-Request-Id: pp-unknown\r\n"),
-    ));
-    let answer = raw(gw.proxy, &unknown).expect("an answer after an UNKNOWN header");
-    assert_eq!(answer.status, 200, "{}", answer.text());
+    // A header, then a request with what the relayed client wrote, which the balancer
+    // (trusted) passes on as it came; answered 200.
+    let send = |mut header: Vec<u8>, id: &str| {
+        let forged = "X-Forwarded-For: 6.6.6.6\r\nX-Forwarded-Proto: https\r\n";
+        header.extend(status_request(
+            TOKEN,
+            &format!("{forged}X-Request-Id: {id}\r\n"),
+        ));
+        let answer = raw(gw.proxy, &header).expect("an answer after the header");
+        assert_eq!(answer.status, 200, "{id}: {}", answer.text());
+    };
+    send(b"PROXY UNKNOWN\r\n".to_vec(), "pp-unknown");
     assert_eq!(gw.access_line("pp-unknown")["client_addr"], "");
     let seen = backend.last();
     assert_eq!(seen.header("x-forwarded-for"), None);
     assert_eq!(seen.header("x-forwarded-proto"), Some("http"));
 
     // The balancer's own connection (LOCAL) is the balancer: a trusted proxy.
-    let mut local = ppp::v2::Builder::with_addresses(
+    let local = ppp::v2::Builder::with_addresses(
         ppp::v2::Version::Two | ppp::v2::Command::Local,
         ppp::v2::Protocol::Unspecified,
         ppp::v2::Addresses::Unspecified,
     )
     .build()
     .unwrap();
-    local.extend(status_request(
-        TOKEN,
-        &format!("{forged}X-Request-Id: pp-local\r\n"),
-    ));
-    let answer = raw(gw.proxy, &local).expect("an answer after a LOCAL header");
-    assert_eq!(answer.status, 200, "{}", answer.text());
+    send(local, "pp-local");
     assert_eq!(gw.access_line("pp-local")["client_addr"], "6.6.6.6");
 }
 
@@ -228,7 +226,10 @@ fn check_config_warns_of_proxy_headers_believed_from_any_host() {
         stderr
     };
     let warned = check(&cfg);
-    assert!(warned.contains("listen.trusted_proxies is empty"), "{warned}");
+    assert!(
+        warned.contains("listen.trusted_proxies is empty"),
+        "{warned}"
+    );
     cfg.listen.trusted_proxies = vec!["10.0.0.0/8".into()];
     let quiet = check(&cfg);
     assert!(!quiet.contains("trusted_proxies"), "{quiet}");
