@@ -105,13 +105,12 @@ impl Target {
 }
 
 impl UpstreamConfig {
-    /// How `addr`, an address of `target`, is reached: its idle timeout and TLS settings, as
-    /// pingora connects.
+    /// How `addr`, an address of `target`, is reached: its TLS settings, as pingora connects.
     pub fn peer(&self, target: &Target, addr: SocketAddr) -> HttpPeer {
         let mut peer = HttpPeer::new(addr, self.tls.is_some(), target.sni.clone());
         // No `connection_timeout`: the gateway limits a connect itself on the runtime's timer
-        // (`proxy::connect`), with the `connect_timeout` of the request's snapshot.
-        peer.options.idle_timeout = Some(self.idle_timeout);
+        // (`proxy::connect`), with the `connect_timeout` of the request's snapshot. No
+        // `idle_timeout`: the gateway's own pool reads it from the snapshot.
         if let Some(tls) = &self.tls {
             peer.options.verify_cert = tls.verify;
             peer.options.verify_hostname = tls.verify;

@@ -152,9 +152,10 @@ impl Address {
         self.slots.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether the address is reached the same way as `peer` describes.
+    /// Whether the address is reached the same way as `peer` describes (address, TLS, SNI):
+    /// then it keeps its state (connections counted, queue, ejection) through a rebuild.
     fn reached_as(&self, peer: &HttpPeer) -> bool {
-        self.key == peer.reuse_hash() && self.peer.options.idle_timeout == peer.options.idle_timeout
+        self.key == peer.reuse_hash()
     }
 
     pub fn is_retired(&self) -> bool {
@@ -540,6 +541,27 @@ mod tests {
             "the oldest request is woken first"
         );
         assert!(later.woken.try_recv().is_err(), "the newcomer still waits");
+    }
+
+    /// A reload that changes how long idle connections are kept reaches the addresses the
+    /// same way: they keep their state (connections counted, queue, ejection).
+    #[test]
+    fn an_address_reached_the_same_way_keeps_its_state_through_a_reload() {
+        use crate::config::FileConfig;
+        let backend: SocketAddr = "10.0.0.1:80".parse().unwrap();
+        let config = |idle_timeout_ms| {
+            let mut cfg = FileConfig::for_test("127.0.0.1:0".parse().unwrap(), &[backend]);
+            cfg.upstream.idle_timeout_ms = idle_timeout_ms;
+            cfg.snapshot().upstream
+        };
+        let telemetry =
+            crate::observe::telemetry::Telemetry::register(&prometheus::Registry::new()).unwrap();
+        let backends = Backends::new(telemetry.backends.clone());
+        backends.follow(&config(60_000));
+        let before = backends.current_full()[0].clone();
+        backends.follow(&config(5_000));
+        assert!(Arc::ptr_eq(&before, &backends.current_full()[0]));
+        assert!(!before.is_retired());
     }
 
     /// A woken request that must wait again keeps its place among the waiting even when
