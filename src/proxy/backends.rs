@@ -152,8 +152,9 @@ impl Address {
         self.slots.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether the address is reached the same way as `peer` describes (address, TLS, SNI):
-    /// then it keeps its state (connections counted, queue, ejection) through a rebuild.
+    /// Whether the address is reached the same way as `peer` describes (pingora's reuse hash:
+    /// the address, scheme, SNI and certificate checks, not the CA): then it keeps its state
+    /// (connections counted, queue, ejection) through a rebuild.
     fn reached_as(&self, peer: &HttpPeer) -> bool {
         self.key == peer.reuse_hash()
     }
@@ -269,8 +270,9 @@ pub struct Backends {
     metrics: Arc<BackendMetrics>,
     /// Wakes the name follower: a reload brought a name to look up.
     new_names: Notify,
-    /// Wakes the pool's sweeper: an address left the set, its idle connections are to close.
-    retired: Notify,
+    /// Wakes the pool's sweeper: an address left the set, its idle connections are to close;
+    /// or idle connections are kept for another time.
+    sweep: Notify,
 }
 
 impl Backends {
@@ -284,13 +286,14 @@ impl Backends {
             pending: Arc::default(),
             metrics,
             new_names: Notify::new(),
-            retired: Notify::new(),
+            sweep: Notify::new(),
         }
     }
 
-    /// Resolves when an address has left the set since the last call.
-    pub async fn address_retired(&self) {
-        self.retired.notified().await;
+    /// Resolves when the pool is to be swept at once: an address has left the set, or the
+    /// idle timeout changed, since the last call.
+    pub async fn sweep_wanted(&self) {
+        self.sweep.notified().await;
     }
 
     fn following(&self) -> MutexGuard<'_, Following> {
@@ -329,8 +332,16 @@ impl Backends {
                 added = true;
             }
         }
+        let idle_timeout_changed = following
+            .upstream
+            .as_ref()
+            .is_some_and(|old| old.idle_timeout != upstream.idle_timeout);
         following.upstream = Some(upstream.clone());
         self.rebuild(&following);
+        if idle_timeout_changed {
+            // A shorter one closes what it makes expired now, not at the old expiry.
+            self.sweep.notify_one();
+        }
         if added {
             self.new_names.notify_one();
         }
@@ -363,7 +374,7 @@ impl Backends {
             gone.retired.store(true, Ordering::Relaxed);
             self.metrics.address_left(&gone.addr.to_string());
             tracing::info!(address = %gone.addr, "upstream address left the set; its connections drain and close");
-            self.retired.notify_one();
+            self.sweep.notify_one();
         }
         self.set.store(Arc::new(set));
     }
@@ -545,23 +556,40 @@ mod tests {
 
     /// A reload that changes how long idle connections are kept reaches the addresses the
     /// same way: they keep their state (connections counted, queue, ejection).
-    #[test]
-    fn an_address_reached_the_same_way_keeps_its_state_through_a_reload() {
+    /// The backends of one address, and its upstream config with an idle timeout.
+    fn one_address() -> (Backends, impl Fn(u64) -> UpstreamConfig) {
         use crate::config::FileConfig;
         let backend: SocketAddr = "10.0.0.1:80".parse().unwrap();
-        let config = |idle_timeout_ms| {
+        let config = move |idle_timeout_ms| {
             let mut cfg = FileConfig::for_test("127.0.0.1:0".parse().unwrap(), &[backend]);
             cfg.upstream.idle_timeout_ms = idle_timeout_ms;
             cfg.snapshot().upstream
         };
         let telemetry =
             crate::observe::telemetry::Telemetry::register(&prometheus::Registry::new()).unwrap();
-        let backends = Backends::new(telemetry.backends.clone());
+        (Backends::new(telemetry.backends.clone()), config)
+    }
+
+    #[test]
+    fn an_address_reached_the_same_way_keeps_its_state_through_a_reload() {
+        let (backends, config) = one_address();
         backends.follow(&config(60_000));
         let before = backends.current_full()[0].clone();
         backends.follow(&config(5_000));
         assert!(Arc::ptr_eq(&before, &backends.current_full()[0]));
         assert!(!before.is_retired());
+    }
+
+    /// A shorter idle timeout closes what it makes expired at once: the sweeper is woken.
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_new_idle_timeout_wakes_the_pool_s_sweeper() {
+        let (backends, config) = one_address();
+        let woken = || tokio::time::timeout(Duration::from_millis(1), backends.sweep_wanted());
+        backends.follow(&config(60_000));
+        backends.follow(&config(60_000));
+        assert!(woken().await.is_err(), "nothing changed");
+        backends.follow(&config(5_000));
+        assert!(woken().await.is_ok());
     }
 
     /// A woken request that must wait again keeps its place among the waiting even when

@@ -293,7 +293,7 @@ impl BackgroundService for PoolSweeper {
             tokio::select! {
                 _ = shutdown.changed() => return,
                 _ = self.pool.sweep.notified() => {}
-                _ = self.backends.address_retired() => {}
+                _ = self.backends.sweep_wanted() => {}
                 _ = expired => {}
             }
             next_expiry = self.pool.evict(self.config.load().upstream.idle_timeout);

@@ -98,16 +98,19 @@ impl Upstream {
         let mut now = tokio::time::Instant::from_std(started);
         let deadline = now + budget.pending_timeout;
         loop {
-            if reuse && (woken || address.nobody_waiting()) {
+            // Its turn: woken, or nobody waits before it.
+            let its_turn = woken || address.nobody_waiting();
+            if reuse && its_turn {
                 if let Some(conn) = self.pool.take(address.key, idle_timeout, now) {
                     return Ok(Acquired::Reused(conn));
                 }
             }
             let admitted = address.admit(budget, woken);
-            // A resend may not reuse an idle connection, but it takes the place of one (closing
-            // it) rather than wait: woken by each connection that comes back, it would wait
-            // for one to close while the idle ones piled up and the queue behind it stalled.
-            if !reuse && !matches!(admitted, Ok(Admit::Connect(_))) {
+            // A resend may not reuse an idle connection, but on its turn it takes the place of
+            // one (closing it) rather than wait: woken by each connection that comes back, it
+            // would wait for one to close while the idle ones piled up and the queue behind it
+            // stalled.
+            if !reuse && its_turn && !matches!(admitted, Ok(Admit::Connect(_))) {
                 if let Some(slot) = self.pool.take_place(address.key, idle_timeout, now) {
                     return Ok(Acquired::Connect(slot));
                 }
@@ -379,11 +382,15 @@ mod tests {
         }
     }
 
-    /// An address allowed one connection, which is idle in the pool while a request waits:
-    /// a resend may not reuse it, and takes its place (closing it) rather than wait for a
-    /// connection to close, which the queue behind it would have waited for too.
-    #[tokio::test(flavor = "current_thread", start_paused = true)]
-    async fn a_resend_takes_the_place_of_an_idle_connection_rather_than_wait() {
+    /// An address allowed one connection, with what [`Upstream::acquire`] needs.
+    struct OneConnection {
+        upstream: Upstream,
+        pool: Arc<UpstreamPool>,
+        set: Arc<crate::proxy::backends::AddressSet>,
+        snapshot: Snapshot,
+    }
+
+    fn one_connection() -> OneConnection {
         let backend: std::net::SocketAddr = "10.0.0.1:80".parse().unwrap();
         let mut cfg = FileConfig::for_test("127.0.0.1:0".parse().unwrap(), &[backend]);
         cfg.upstream.max_connections_per_address = Some(1);
@@ -399,30 +406,64 @@ mod tests {
             backends.clone(),
         );
         let set = backends.current_full();
-        let address = &set[0];
-        let upstream_cfg = &snapshot.upstream;
-        let Ok(Admit::Connect(slot)) = address.admit(&upstream_cfg.budget, false) else {
-            panic!("the first connection is within the budget");
+        OneConnection {
+            upstream,
+            pool,
+            set,
+            snapshot,
+        }
+    }
+
+    impl OneConnection {
+        /// Its one connection, open (busy until it is put in the pool), and the backend's end.
+        fn open(&self) -> (UpstreamConn, tokio::io::DuplexStream) {
+            let Ok(Admit::Connect(slot)) = self.set[0].admit(&self.snapshot.upstream.budget, false)
+            else {
+                panic!("the first connection is within the budget");
+            };
+            let (gateway_end, backend_end) = tokio::io::duplex(64);
+            (UpstreamConn::new(Box::new(gateway_end), slot), backend_end)
+        }
+
+        /// A resend (no reuse) to the address.
+        async fn resend(&self) -> Result<Acquired, OverflowReason> {
+            let up = &self.snapshot.upstream;
+            let started = Instant::now();
+            (self.upstream)
+                .acquire(&self.set[0], &up.budget, up.idle_timeout, false, started)
+                .await
+        }
+    }
+
+    /// A resend waiting for the address's one connection is woken when it comes back: it
+    /// may not reuse it, and takes its place (closing it) rather than wait for a connection
+    /// to close, which the queue behind it would have waited for too.
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_woken_resend_takes_the_place_of_the_idle_connection_that_woke_it() {
+        let one = one_connection();
+        let (busy, _backend) = one.open();
+        let give_back = async {
+            tokio::task::yield_now().await;
+            one.pool.put(busy, tokio::time::Instant::now());
         };
-        let (gateway_end, _backend_end) = tokio::io::duplex(64);
-        let conn = UpstreamConn::new(Box::new(gateway_end), slot);
-        pool.put(conn, tokio::time::Instant::now());
-        assert_eq!(pool.idle_count(), 1);
-        let Ok(Admit::Wait(_waiting)) = address.admit(&upstream_cfg.budget, false) else {
+        let (acquired, ()) = tokio::join!(one.resend(), give_back);
+        assert!(matches!(acquired, Ok(Acquired::Connect(_))));
+        assert_eq!(one.pool.idle_count(), 0, "the idle connection was closed");
+        assert_eq!(one.set[0].open(), 1, "its place is the resend's");
+    }
+
+    /// A resend behind a request already waiting does not take the idle connection's place
+    /// before that request's turn.
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_resend_does_not_take_a_place_before_those_waiting() {
+        let one = one_connection();
+        let (idle, _backend) = one.open();
+        one.pool.put(idle, tokio::time::Instant::now());
+        let Ok(Admit::Wait(_waiting)) = one.set[0].admit(&one.snapshot.upstream.budget, false)
+        else {
             panic!("another request waits: the one place is taken");
         };
-
-        let acquired = upstream
-            .acquire(
-                address,
-                &upstream_cfg.budget,
-                upstream_cfg.idle_timeout,
-                false,
-                Instant::now(),
-            )
-            .await;
-        assert!(matches!(acquired, Ok(Acquired::Connect(_))));
-        assert_eq!(pool.idle_count(), 0, "the idle connection was closed");
-        assert_eq!(address.open(), 1, "its place is the resend's");
+        assert!(matches!(one.resend().await, Err(OverflowReason::Timeout)));
+        assert_eq!(one.pool.idle_count(), 1);
     }
 }
