@@ -206,11 +206,13 @@ impl UpstreamPool {
     }
 
     /// Keeps `conn` for reuse and watches it while idle, unless its address left the set or
-    /// already has `max_per_key` idle connections, or the backend has closed it; the oldest
-    /// request waiting for the address may then take it. `now` is when its exchange ended.
+    /// already has `max_per_key` idle connections, the backend has closed it, or bytes past
+    /// its answer are left unread (they would be read as the next request's answer); the
+    /// oldest request waiting for the address may then take it. `now` is when its exchange
+    /// ended.
     pub fn put(&self, mut conn: UpstreamConn, now: Instant) {
         let address = conn.slot.address().clone();
-        if address.is_retired() {
+        if address.is_retired() || !conn.buf.is_empty() {
             return;
         }
         // An idle connection holds no buffer (as a client's does not): a pool filled by a
@@ -405,10 +407,21 @@ mod tests {
         let (listener, address) = backend();
         let (mut conn, _backend) = pooled_socket_to(&listener, &address).await;
         conn.buf.reserve(4096);
-        conn.buf.extend_from_slice(b"the end of the last answer");
         pool.put(conn, Instant::now());
         let taken = pool.take(address.key, LONG, Instant::now()).unwrap();
         assert_eq!(taken.buf.capacity(), 0);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_connection_with_bytes_left_past_its_answer_is_not_kept() {
+        let pool = UpstreamPool::new(4);
+        let (listener, address) = backend();
+        let (mut conn, mut backend_end) = pooled_socket_to(&listener, &address).await;
+        conn.buf.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+        pool.put(conn, Instant::now());
+        assert_eq!(pool.idle_count(), 0);
+        assert_eq!(address.open(), 0, "its place is freed");
+        assert!(closed_by_the_pool(&mut backend_end));
     }
 
     #[tokio::test(flavor = "current_thread")]

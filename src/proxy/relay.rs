@@ -158,7 +158,7 @@ pub(super) async fn relay<D: Downstream>(
     // has the last bytes, so the client's next request can have it.
     let ended = std::time::Instant::now();
     ex.upstream.duration = Some(ended - started);
-    if conn.head.keep_alive && conn.buf.is_empty() {
+    if conn.head.keep_alive {
         pool.put(conn, ended.into());
     }
     ex.bytes_out += d.out().len() - head_bytes;
