@@ -20,7 +20,7 @@ use std::ops::Range;
 use bytes::BytesMut;
 
 pub use chunked::{ChunkError, ChunkedDecoder};
-pub use request::{Request, RequestHead};
+pub use request::{split_host, Request, RequestHead};
 pub use response::ResponseHead;
 pub use writer::{escape_html, percent_encode, put_ip, RequestWriter, ResponseWriter};
 

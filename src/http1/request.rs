@@ -250,6 +250,27 @@ impl<'a> Request<'a> {
     }
 }
 
+/// A `Host` value (RFC 9110 7.2: a host, then `:` and a port) as its host and port:
+/// `[::1]:8080` is `::1` and 8080, a bare IPv6 address a host without a port. `None` when it
+/// is none: unmatched brackets, a port that is not a number, nothing.
+pub fn split_host(host: &str) -> Option<(&str, Option<u16>)> {
+    let (address, port) = if let Some(bracketed) = host.strip_prefix('[') {
+        let (address, after) = bracketed.split_once(']')?;
+        let port = match after {
+            "" => None,
+            _ => Some(after.strip_prefix(':')?),
+        };
+        (address, port)
+    } else {
+        match host.split_once(':') {
+            Some((name, port)) if !port.contains(':') => (name, Some(port)),
+            _ => (host, None),
+        }
+    };
+    let port = port.map(str::parse).transpose().ok()?;
+    (!address.is_empty()).then_some((address, port))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -389,5 +410,15 @@ mod tests {
         assert!(!keep("GET / HTTP/1.1\r\nConnection: Close\r\n\r\n"));
         assert!(!keep("GET / HTTP/1.0\r\n\r\n"));
         assert!(keep("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"));
+    }
+
+    #[test]
+    fn hosts_split_into_address_and_port() {
+        assert_eq!(split_host("gw.test"), Some(("gw.test", None)));
+        assert_eq!(split_host("gw.test:8080"), Some(("gw.test", Some(8080))));
+        assert_eq!(split_host("[::1]:8080"), Some(("::1", Some(8080))));
+        assert_eq!(split_host("[::1]"), Some(("::1", None)));
+        assert_eq!(split_host("gw:x"), None);
+        assert_eq!(split_host(""), None);
     }
 }

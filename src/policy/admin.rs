@@ -18,6 +18,7 @@
 use base64::prelude::{Engine as _, BASE64_STANDARD};
 
 use crate::config::{AdminConfig, TokenDigest};
+use crate::http1::split_host;
 use crate::policy::auth::matching_digest;
 
 /// Who may call an endpoint.
@@ -97,28 +98,12 @@ impl<'a> Caller<'a> {
 /// RFC 6761), an address in 127.0.0.0/8, or `[::1]`, with any port. A name a browser's page
 /// may have made resolve here (DNS rebinding) is none of those.
 pub fn names_loopback(host: &[u8]) -> bool {
-    let Ok(host) = std::str::from_utf8(host) else {
+    let Some((name, _port)) = std::str::from_utf8(host).ok().and_then(split_host) else {
         return false;
     };
-    let is_port = |port: &str| port.bytes().all(|b| b.is_ascii_digit());
-    if let Some(bracketed) = host.strip_prefix('[') {
-        let Some((address, after)) = bracketed.split_once(']') else {
-            return false;
-        };
-        let port_ok = after.is_empty() || after.strip_prefix(':').is_some_and(is_port);
-        return port_ok
-            && address
-                .parse::<std::net::Ipv6Addr>()
-                .is_ok_and(|ip| std::net::IpAddr::V6(ip).to_canonical().is_loopback());
-    }
-    let name = match host.rsplit_once(':') {
-        Some((name, port)) if is_port(port) => name,
-        Some(_) => return false,
-        None => host,
-    };
     let name = name.strip_suffix('.').unwrap_or(name);
-    if let Ok(ip) = name.parse::<std::net::Ipv4Addr>() {
-        return ip.is_loopback();
+    if let Ok(ip) = name.parse::<std::net::IpAddr>() {
+        return ip.to_canonical().is_loopback();
     }
     let name = name.to_ascii_lowercase();
     name == "localhost" || name.ends_with(".localhost")

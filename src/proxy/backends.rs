@@ -497,6 +497,16 @@ mod tests {
         (budget, address, slot)
     }
 
+    /// A request waits for the one connection, is woken as it comes back, and leaves to take
+    /// it: what a woken request does before it asks again.
+    async fn wait_and_be_woken(address: &Arc<Address>, budget: &BudgetConfig) {
+        let Ok(Admit::Wait(mut waiting)) = address.admit(budget, false) else {
+            panic!("a request waits while the connection is busy");
+        };
+        address.returned();
+        waiting.woken().await;
+    }
+
     #[tokio::test(flavor = "current_thread")]
     async fn a_freed_place_wakes_the_oldest_waiter_and_the_queue_is_bounded() {
         let (budget, address, slot) = one_connection_open(2);
@@ -532,12 +542,7 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn a_woken_request_that_must_wait_again_keeps_its_place() {
         let (budget, address, _slot) = one_connection_open(4);
-        let Ok(Admit::Wait(mut oldest)) = address.admit(&budget, false) else {
-            panic!("the second request waits");
-        };
-        address.returned();
-        oldest.woken().await;
-        drop(oldest);
+        wait_and_be_woken(&address, &budget).await;
         // The newcomer took the connection (the pool is not part of this test); the next one
         // finds the connection busy and queues.
         let Ok(Admit::Wait(mut later)) = address.admit(&budget, false) else {
@@ -554,8 +559,6 @@ mod tests {
         assert!(later.woken.try_recv().is_err(), "the newcomer still waits");
     }
 
-    /// A reload that changes how long idle connections are kept reaches the addresses the
-    /// same way: they keep their state (connections counted, queue, ejection).
     /// The backends of one address, and its upstream config with an idle timeout.
     fn one_address() -> (Backends, impl Fn(u64) -> UpstreamConfig) {
         use crate::config::FileConfig;
@@ -570,6 +573,8 @@ mod tests {
         (Backends::new(telemetry.backends.clone()), config)
     }
 
+    /// A reload that changes how long idle connections are kept reaches the addresses the
+    /// same way: they keep their state (connections counted, queue, ejection).
     #[test]
     fn an_address_reached_the_same_way_keeps_its_state_through_a_reload() {
         let (backends, config) = one_address();
@@ -597,12 +602,7 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn a_woken_request_waits_again_even_when_the_queue_filled_behind_it() {
         let (budget, address, _slot) = one_connection_open(1);
-        let Ok(Admit::Wait(mut oldest)) = address.admit(&budget, false) else {
-            panic!("the second request waits");
-        };
-        address.returned();
-        oldest.woken().await;
-        drop(oldest);
+        wait_and_be_woken(&address, &budget).await;
         // A newcomer takes the one place among the waiting.
         let Ok(Admit::Wait(_newcomer)) = address.admit(&budget, false) else {
             panic!("a newcomer waits");

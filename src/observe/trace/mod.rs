@@ -32,6 +32,7 @@ use prometheus::Registry;
 pub use export::{ExportError, ExportMetrics, Pipeline};
 
 use crate::config::{Snapshot, TracingConfig};
+use crate::http1::split_host;
 use crate::policy::admit::RequestView;
 use crate::policy::headers::{TRACEPARENT, TRACESTATE};
 
@@ -202,17 +203,6 @@ fn request_attributes<R: RequestView>(
         ));
     }
     attributes
-}
-
-/// A `Host` value as address and port (`[::1]:8080` → `::1`, 8080).
-fn split_host(host: &str) -> Option<(&str, Option<u16>)> {
-    let (address, port) = match host.rsplit_once(':') {
-        Some((a, _)) if !a.ends_with(']') && a.contains(':') => (host, None), // bare IPv6
-        Some((a, p)) => (a, Some(p.parse().ok()?)),
-        None => (host, None),
-    };
-    let address = address.trim_start_matches('[').trim_end_matches(']');
-    (!address.is_empty()).then_some((address, port))
 }
 
 /// The client's trace context, as the W3C propagator reads it: a `traceparent` sent exactly
@@ -461,15 +451,5 @@ mod tests {
             assert!(sent.ends_with("-00"), "{sent}");
             assert!(!span.propagation().keep_tracestate);
         }
-    }
-
-    #[test]
-    fn hosts_split_into_address_and_port() {
-        assert_eq!(split_host("gw.test"), Some(("gw.test", None)));
-        assert_eq!(split_host("gw.test:8080"), Some(("gw.test", Some(8080))));
-        assert_eq!(split_host("[::1]:8080"), Some(("::1", Some(8080))));
-        assert_eq!(split_host("[::1]"), Some(("::1", None)));
-        assert_eq!(split_host("gw:x"), None);
-        assert_eq!(split_host(""), None);
     }
 }
