@@ -237,7 +237,9 @@ fn check_config_warns_of_proxy_headers_believed_from_any_host() {
 
 #[test]
 fn only_a_trusted_proxy_says_who_the_client_is_and_by_which_scheme() {
-    let extra = "X-Forwarded-For: 6.6.6.6, 198.51.100.1\r\nX-Forwarded-Proto: https\r\n";
+    // An empty X-Forwarded-For among them adds no entry.
+    let extra = "X-Forwarded-For:\r\nX-Forwarded-For: 6.6.6.6, 198.51.100.1\r\n\
+                 X-Forwarded-Proto: https\r\n";
     // (trusted proxies, the client logged, the scheme the backend is told)
     let cases = [
         (vec!["127.0.0.0/8".to_string()], "198.51.100.1", "https"),
