@@ -5,12 +5,14 @@
 //!
 //! An address that stays in the set keeps its state (connections, budget, failures); one that
 //! leaves is retired: its idle connections are closed by the pool's sweeper at once, its busy ones
-//! when their request is done, and none is handed to a new request.
+//! when their request is done, and none is handed to a new request. One that comes back while
+//! connections to it are still open (a name whose answers rotate) takes up its state again, so
+//! that those connections still count against its budget.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -260,6 +262,33 @@ impl Address {
 struct Following {
     upstream: Option<UpstreamConfig>,
     names: HashMap<String, NameRecord>,
+    retired: Retired,
+}
+
+/// Addresses that left the set, each for as long as a connection to it is open.
+#[derive(Default)]
+struct Retired(Vec<Weak<Address>>);
+
+impl Retired {
+    fn add(&mut self, address: &Arc<Address>) {
+        address.retired.store(true, Ordering::Relaxed);
+        self.0.retain(|a| a.strong_count() > 0);
+        self.0.push(Arc::downgrade(address));
+    }
+
+    /// The retired address reached as `peer`, if a connection to it is still open: back in
+    /// the set.
+    fn rejoin(&mut self, peer: &HttpPeer) -> Option<Arc<Address>> {
+        self.0.retain(|a| a.strong_count() > 0);
+        let at = self
+            .0
+            .iter()
+            .position(|a| a.upgrade().is_some_and(|a| a.reached_as(peer)))?;
+        // Its last connection may have closed since: then it starts afresh.
+        let address = self.0.swap_remove(at).upgrade()?;
+        address.retired.store(false, Ordering::Relaxed);
+        Some(address)
+    }
 }
 
 /// The backend's addresses, followed through reloads and DNS answers.
@@ -282,6 +311,7 @@ impl Backends {
             following: Mutex::new(Following {
                 upstream: None,
                 names: HashMap::new(),
+                retired: Retired::default(),
             }),
             pending: Arc::default(),
             metrics,
@@ -337,7 +367,7 @@ impl Backends {
             .as_ref()
             .is_some_and(|old| old.idle_timeout != upstream.idle_timeout);
         following.upstream = Some(upstream.clone());
-        self.rebuild(&following);
+        self.rebuild(&mut following);
         if idle_timeout_changed {
             // A shorter one closes what it makes expired now, not at the old expiry.
             self.sweep.notify_one();
@@ -348,30 +378,35 @@ impl Backends {
     }
 
     /// Builds the set from `following`: addresses that stay keep their state, those that
-    /// leave are retired.
-    fn rebuild(&self, following: &Following) {
-        let Some(upstream) = &following.upstream else {
+    /// leave are retired, and those that come back while still connected are taken up again.
+    fn rebuild(&self, following: &mut Following) {
+        let Following {
+            upstream: Some(upstream),
+            names,
+            retired,
+        } = following
+        else {
             return;
         };
         let old = self.set.load_full();
-        let set: AddressSet = rotation(&upstream.targets, &following.names)
+        let set: AddressSet = rotation(&upstream.targets, names)
             .into_iter()
             .map(|(target, addr)| {
                 let peer = upstream.peer(&upstream.targets[target], addr);
-                old.iter()
-                    .find(|a| a.reached_as(&peer))
-                    .cloned()
-                    .unwrap_or_else(|| {
-                        self.metrics.address_joined(&addr.to_string());
-                        Arc::new(Address::new(peer, self.pending.clone()))
-                    })
+                if let Some(stays) = old.iter().find(|a| a.reached_as(&peer)) {
+                    return stays.clone();
+                }
+                self.metrics.address_joined(&addr.to_string());
+                retired
+                    .rejoin(&peer)
+                    .unwrap_or_else(|| Arc::new(Address::new(peer, self.pending.clone())))
             })
             .collect();
         for gone in old
             .iter()
             .filter(|a| !set.iter().any(|b| Arc::ptr_eq(a, b)))
         {
-            gone.retired.store(true, Ordering::Relaxed);
+            retired.add(gone);
             self.metrics.address_left(&gone.addr.to_string());
             tracing::info!(address = %gone.addr, "upstream address left the set; its connections drain and close");
             self.sweep.notify_one();
@@ -431,7 +466,7 @@ impl Backends {
             }
         };
         if changed {
-            self.rebuild(&following);
+            self.rebuild(&mut following);
         }
     }
 
@@ -568,9 +603,13 @@ mod tests {
             cfg.upstream.idle_timeout_ms = idle_timeout_ms;
             cfg.snapshot().upstream
         };
+        (backends(), config)
+    }
+
+    fn backends() -> Backends {
         let telemetry =
             crate::observe::telemetry::Telemetry::register(&prometheus::Registry::new()).unwrap();
-        (Backends::new(telemetry.backends.clone()), config)
+        Backends::new(telemetry.backends.clone())
     }
 
     /// A reload that changes how long idle connections are kept reaches the addresses the
@@ -583,6 +622,63 @@ mod tests {
         backends.follow(&config(5_000));
         assert!(Arc::ptr_eq(&before, &backends.current_full()[0]));
         assert!(!before.is_retired());
+    }
+
+    /// An address that leaves the set and comes back while a connection to it is open (a name
+    /// whose answers rotate) takes up its state again: that connection still counts against
+    /// its budget. Once its last connection has closed, it comes back afresh.
+    #[test]
+    fn an_address_back_while_still_connected_keeps_its_state() {
+        use crate::config::FileConfig;
+        let (a, b): (SocketAddr, SocketAddr) = (
+            "10.0.0.1:80".parse().unwrap(),
+            "10.0.0.2:80".parse().unwrap(),
+        );
+        let config = |backends: &[SocketAddr]| {
+            FileConfig::for_test("127.0.0.1:0".parse().unwrap(), backends)
+                .snapshot()
+                .upstream
+        };
+        let backends = backends();
+        let budget = BudgetConfig {
+            max_connections_per_address: Some(1),
+            max_pending: 0,
+            pending_timeout: Duration::from_secs(1),
+        };
+        let address_of = |addr| {
+            backends
+                .current_full()
+                .iter()
+                .find(|x| x.addr == addr)
+                .cloned()
+                .expect("the address is in the set")
+        };
+
+        backends.follow(&config(&[a, b]));
+        let first = address_of(a);
+        let Ok(Admit::Connect(busy)) = first.admit(&budget, false) else {
+            panic!("the first connection is within the budget");
+        };
+        backends.follow(&config(&[b]));
+        assert!(first.is_retired());
+        backends.follow(&config(&[a, b]));
+        let back = address_of(a);
+        assert!(
+            Arc::ptr_eq(&first, &back),
+            "the same address, state and all"
+        );
+        assert!(!back.is_retired());
+        assert_eq!(back.open(), 1);
+        assert!(matches!(
+            back.admit(&budget, false),
+            Err(OverflowReason::QueueFull)
+        ));
+        drop((first, back));
+
+        backends.follow(&config(&[b]));
+        drop(busy);
+        backends.follow(&config(&[a, b]));
+        assert_eq!(address_of(a).open(), 0, "nothing open: a fresh start");
     }
 
     /// A shorter idle timeout closes what it makes expired at once: the sweeper is woken.
