@@ -65,6 +65,11 @@ enum Command {
         /// the DNS the gateway will run with (a Kubernetes Service name, say).
         #[arg(long)]
         no_resolve: bool,
+        /// Read the files the config names under MOUNTED (a Secret's mount in the pod) from
+        /// LOCAL (the files the Secret is made of), e.g. in a kustomize overlay:
+        /// --mount /etc/agent-gateway-secrets=. (repeatable)
+        #[arg(long, value_name = "MOUNTED=LOCAL")]
+        mount: Vec<agent_gateway::config::Mount>,
     },
     /// The effective config.
     Config {
@@ -179,6 +184,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             config,
             file,
             no_resolve,
+            mount,
         } => {
             if let Some(file) = &file {
                 eprintln!(
@@ -188,7 +194,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 );
             }
             let path = config.or(file).expect("clap requires --config or FILE");
-            cli::check_config::run(&path, no_resolve)
+            cli::check_config::run(&path, no_resolve, &mount)
         }
         Command::Config {
             command: ConfigCommand::Dump { config, json },

@@ -65,9 +65,12 @@ const REDIS_SECTION: &str = r#"
 # Added by the Redis overlay: the per-agent limits are kept in the Redis of redis.yaml, shared
 # by every replica. While it does not answer within timeout_ms, each replica uses its own
 # buckets (on_redis_error = "local") and counts agent_gateway_rate_limit_backend_errors_total.
+# Its password is in the Secret agent-gateway-redis-auth (redis-auth/password in the overlay),
+# mounted at /etc/agent-gateway-redis and watched like this file.
 [rate_limit]
 backend = "redis"
 redis_url = "redis://agent-gateway-redis:6379/0"
+redis_password_file = "/etc/agent-gateway-redis/password"
 on_redis_error = "local"
 timeout_ms = 50
 key_prefix = "agent-gateway:"
@@ -166,7 +169,7 @@ fn kustomize(dir: &str) -> Vec<Value> {
         .unwrap();
     assert!(
         out.status.success(),
-        "kubectl kustomize {dir} (needs kubectl 1.21 or later, with kustomize v4+): {}",
+        "kubectl kustomize {dir} (needs kubectl 1.22 or later: kustomize v4.1+, for `labels`): {}",
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8(out.stdout).unwrap();
@@ -224,6 +227,23 @@ fn check_config_passes(text: &str) -> String {
         "check-config refused the ConfigMap's config: {stderr}"
     );
     stderr
+}
+
+/// `check-config --no-resolve` on the overlay's config in `dir`, as an operator runs it there
+/// before applying: the files it names under each Secret's mount (the first of a pair) read
+/// from the overlay's files (the second).
+fn check_overlay(dir: &Path, mounts: &[(&str, &Path)]) -> std::process::Output {
+    let mut args = vec![
+        "check-config".to_string(),
+        "--no-resolve".into(),
+        "--config".into(),
+        dir.join(CONFIG_KEY).display().to_string(),
+    ];
+    for (mounted, local) in mounts {
+        args.push("--mount".into());
+        args.push(format!("{mounted}={}", local.display()));
+    }
+    cli(args)
 }
 
 /// The value of the Containerfile's instruction `name` (`USER`, `CMD`) in its last stage.
@@ -452,6 +472,8 @@ fn the_base_renders_every_object_and_each_agrees_with_the_gateway_and_the_others
 
     let pdb = object(&objects, "PodDisruptionBudget", "agent-gateway");
     assert!(selects(&pdb["spec"]["selector"]["matchLabels"], pod_labels));
+    // With every pod unready (a crash loop), a drain may still evict them.
+    assert_eq!(pdb["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow");
     let hpa = object(&objects, "HorizontalPodAutoscaler", "agent-gateway");
     assert_eq!(hpa["spec"]["scaleTargetRef"]["kind"], "Deployment");
     assert_eq!(hpa["spec"]["scaleTargetRef"]["name"], "agent-gateway");
@@ -693,15 +715,17 @@ fn the_example_agents_overlay_runs_only_once_its_placeholders_are_replaced_by_di
     // No agent in the ConfigMap: they are all in the Secret.
     assert!(cfg.auth.agents.is_empty());
 
-    // As shipped, it is refused: both placeholders are no digest, so no token gets in.
-    let dir = tempfile::tempdir().unwrap();
-    let here = with_agents_here(cfg.clone(), &agents, dir.path());
-    let out = check_config(&here.to_toml());
+    // As shipped, it is refused, checked as its kustomization's comment says: both
+    // placeholders are no digest, so no token gets in.
+    let overlay = path(EXAMPLE_OVERLAY);
+    let mounted = file.parent().unwrap().to_str().unwrap();
+    let out = check_overlay(&overlay, &[(mounted, &overlay)]);
     assert!(!out.status.success());
     let problems = String::from_utf8_lossy(&out.stderr);
     for key in ["agents[0].token_sha256", "admin.token_sha256"] {
         assert!(problems.contains(key), "{key}: {problems}");
     }
+    assert!(!problems.contains("cannot read"), "{problems}");
     // It is the base's config plus the agents file and the admin token.
     let (_, base_cfg) = configmap_config(&base);
     let mut expected = base_cfg.clone();
@@ -710,15 +734,31 @@ fn the_example_agents_overlay_runs_only_once_its_placeholders_are_replaced_by_di
     assert_eq!(cfg.to_toml(), expected.to_toml());
     assert_base_objects_unchanged(&base, &objects, &["Deployment"]);
 
-    // With digests of the user's tokens in their places, that agent, and only it, gets in,
-    // and only the admin token opens /config.
+    // A copy of the overlay with digests of the user's tokens in their places passes the same
+    // check, with no warning.
     let placeholder = "REPLACE-with-the-output-of-agent-gateway-hash-token";
     let digest = |t: &str| AgentFile::new("", t).token_sha256.0[0].clone();
+    let copy = tempfile::tempdir().unwrap();
+    for (name, token) in [
+        (CONFIG_KEY, "their-admin-token"),
+        ("agents.toml", "their-own-token"),
+    ] {
+        let text = read(&format!("{EXAMPLE_OVERLAY}/{name}"));
+        std::fs::write(
+            copy.path().join(name),
+            text.replace(placeholder, &digest(token)),
+        )
+        .unwrap();
+    }
+    let out = check_overlay(copy.path(), &[(mounted, copy.path())]);
+    let warnings = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && warnings.is_empty(), "{warnings}");
+
+    // Run so, that agent, and only it, gets in, and only the admin token opens /config.
+    let dir = tempfile::tempdir().unwrap();
     let agents = agents.replace(placeholder, &digest("their-own-token"));
     let mut filled = with_agents_here(cfg.clone(), &agents, dir.path());
     filled.admin.token_sha256.0 = vec![digest("their-admin-token")];
-    let warnings = check_config_passes(&filled.to_toml());
-    assert!(warnings.is_empty(), "{warnings}");
     let (gw, _backend) = run_and_probe(&objects, filled);
     assert_eq!(call_as(&gw, "example-agent", "their-own-token"), 200);
     assert_eq!(call_as(&gw, "example-agent", "demo-token"), 401);
@@ -735,13 +775,69 @@ fn the_example_agents_overlay_runs_only_once_its_placeholders_are_replaced_by_di
 // The Redis overlay
 // ---------------------------------------------------------------------------------------------
 
+/// Where the overlay mounts its Secret `name` in `deployment`'s first container: a directory
+/// of its own (not a subPath), so that the kubelet swaps it in place.
+fn secret_mount(objects: &[Value], deployment: &str, name: &str) -> PathBuf {
+    let pod = &object(objects, "Deployment", deployment)["spec"]["template"]["spec"];
+    let volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["secret"]["secretName"] == name)
+        .unwrap_or_else(|| panic!("{deployment} has no volume of the Secret {name}"));
+    let mount = pod["containers"][0]["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == volume["name"])
+        .unwrap_or_else(|| panic!("{deployment} does not mount the Secret {name}"));
+    assert!(mount.get("subPath").is_none());
+    PathBuf::from(mount["mountPath"].as_str().unwrap())
+}
+
+/// The value of `key` in the Secret `name`, as the pods read it.
+fn secret_value(objects: &[Value], name: &str, key: &str) -> String {
+    use base64::Engine;
+    let data = object(objects, "Secret", name)["data"][key]
+        .as_str()
+        .unwrap_or_else(|| panic!("no {key} in the Secret {name}"))
+        .replace('\n', "");
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .unwrap();
+    String::from_utf8(bytes).unwrap()
+}
+
+/// The Redis container's command and arguments, with the Secret it reads its password from
+/// mounted at `local` rather than where the pod mounts it (`mounted`).
+fn redis_command(objects: &[Value], mounted: &Path, local: &Path) -> Vec<String> {
+    let container = &object(objects, "Deployment", "agent-gateway-redis")["spec"]["template"]
+        ["spec"]["containers"][0];
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap().to_string())
+            .collect()
+    };
+    let mounted = mounted.display().to_string();
+    assert!(
+        container["command"].to_string().contains(&mounted),
+        "the Redis container reads its password from the Secret"
+    );
+    strings(&container["command"])
+        .into_iter()
+        .chain(strings(&container["args"]))
+        .map(|s| s.replace(&mounted, &local.display().to_string()))
+        .collect()
+}
+
 #[test]
 fn the_redis_overlay_is_the_base_with_a_shared_limit_that_works() {
     let base = kustomize(BASE);
     let objects = kustomize(REDIS_OVERLAY);
     assert_recommended_labels(&objects);
-    let (text, cfg) = configmap_config(&objects);
-    check_config_passes(&text);
+    let (_, cfg) = configmap_config(&objects);
 
     // The same config as the base's, but for [rate_limit].
     let (_, base_cfg) = configmap_config(&base);
@@ -750,7 +846,7 @@ fn the_redis_overlay_is_the_base_with_a_shared_limit_that_works() {
     let mut expected = base_cfg.clone();
     expected.rate_limit = cfg.rate_limit.clone();
     assert_eq!(cfg.to_toml(), expected.to_toml());
-    assert_base_objects_unchanged(&base, &objects, &[]);
+    assert_base_objects_unchanged(&base, &objects, &["Deployment"]);
 
     // redis_url names the overlay's Redis Service and port, which reach the Redis pod.
     let url = cfg.rate_limit.redis_url.clone().unwrap();
@@ -793,16 +889,73 @@ fn the_redis_overlay_is_the_base_with_a_shared_limit_that_works() {
         &gateway_pod["metadata"]["labels"]
     ));
 
-    // Run it with the Redis URL pointed at a real one, and an agent of the user's with a rate
-    // limit: the limit is decided there.
-    let server = RedisServer::start();
-    let mut here = cfg.clone();
-    here.auth.agents.push(users_agent("team-token"));
-    here.rate_limit.redis_url = Some(server.url());
+    // Both read one password, from the Secret both mount where the config names it.
+    const AUTH: &str = "agent-gateway-redis-auth";
+    let password_file = PathBuf::from(cfg.rate_limit.redis_password_file.clone().unwrap());
+    let mounted = password_file.parent().unwrap();
+    assert_eq!(secret_mount(&objects, "agent-gateway", AUTH), mounted);
+    assert_eq!(secret_mount(&objects, "agent-gateway-redis", AUTH), mounted);
+    let key = password_file.file_name().unwrap().to_str().unwrap();
+    let shipped = secret_value(&objects, AUTH, key);
+    // The check its kustomization's comment gives passes (any password will do the gateway).
+    let overlay = path(REDIS_OVERLAY);
+    let out = check_overlay(
+        &overlay,
+        &[(mounted.to_str().unwrap(), &overlay.join("redis-auth"))],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The Redis container, run here as the manifest has it: with the shipped placeholder, or
+    // a password that is too short, it refuses to start, and says what to do.
+    let dir = tempfile::tempdir().unwrap();
+    let here = dir.path().join(key);
+    let run_redis = |password: &str| {
+        std::fs::write(&here, password).unwrap();
+        let command = redis_command(&objects, mounted, dir.path());
+        let port = free_port().to_string();
+        std::process::Command::new(&command[0])
+            .args(&command[1..])
+            .args(["--port", &port, "--bind", "127.0.0.1"])
+            .output()
+            .unwrap()
+    };
+    for (password, says) in [
+        (shipped.as_str(), "placeholder"),
+        ("sixteen-minus-1", "shorter than 16"),
+    ] {
+        let out = run_redis(password);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "Redis started with {password:?}");
+        assert!(stderr.contains(AUTH) && stderr.contains(says), "{stderr}");
+    }
+
+    // With a password of the user's, it starts and answers only those who know it.
+    let password = "0c5d1e2b7a9f4e3d8c6b5a4f3e2d1c0b";
+    std::fs::write(&here, password).unwrap();
+    let server = RedisServer::launched_by(redis_command(&objects, mounted, dir.path()), password);
+    let mut stranger = ::redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let refused = ::redis::cmd("PING")
+        .query::<String>(&mut stranger)
+        .expect_err("Redis answered a client without its password");
+    assert!(refused.to_string().contains("NOAUTH"), "{refused}");
+
+    // The gateway, its Redis URL pointed here and its password file the Secret's, and an
+    // agent of the user's with a rate limit: the limit is decided there.
+    let mut gateway = cfg.clone();
+    gateway.auth.agents.push(users_agent("team-token"));
+    gateway.rate_limit.redis_url = Some(server.url());
+    gateway.rate_limit.redis_password_file = Some(here.display().to_string());
     // The overlay's 50 ms is for a Redis beside the pods; a busy test machine needs longer
     // for the decision to be Redis'.
-    here.rate_limit.timeout_ms = REDIS_TIMEOUT_MS;
-    let (gw, _backend) = run_and_probe(&objects, here);
+    gateway.rate_limit.timeout_ms = REDIS_TIMEOUT_MS;
+    let (gw, _backend) = run_and_probe(&objects, gateway);
     assert_eq!(call_as(&gw, "team-agent", "team-token"), 200);
     gw.wait_for_metric(
         "agent_gateway_rate_limit_decisions_total{backend=\"redis\",result=\"allowed\"}",

@@ -8,14 +8,14 @@ use std::process::ExitCode;
 
 use std::net::ToSocketAddrs;
 
-use agent_gateway::config::{ConfigError, Host, Problem, Snapshot};
+use agent_gateway::config::{ConfigError, Host, Mount, Problem, Snapshot};
 
 use super::warnings::snapshot_warnings;
 
 use super::print_problems;
 
-pub fn run(file: &Path, no_resolve: bool) -> anyhow::Result<ExitCode> {
-    match check(file, no_resolve) {
+pub fn run(file: &Path, no_resolve: bool, mounts: &[Mount]) -> anyhow::Result<ExitCode> {
+    match check(file, no_resolve, mounts) {
         Ok(snapshot) => {
             for warning in snapshot_warnings(&snapshot) {
                 eprintln!("{}: warning: {warning}", file.display());
@@ -30,11 +30,11 @@ pub fn run(file: &Path, no_resolve: bool) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Validates the file at `path` (and the agents file it names), and looks its upstream
-/// names up unless `no_resolve` (with the system's resolver, once: the gateway itself follows
-/// them as their TTL says).
-fn check(path: &Path, no_resolve: bool) -> Result<Snapshot, ConfigError> {
-    let snapshot = Snapshot::load(path)?;
+/// Validates the file at `path` (and the files it names, those under a mount read from its
+/// source), and looks its upstream names up unless `no_resolve` (with the system's resolver,
+/// once: the gateway itself follows them as their TTL says).
+fn check(path: &Path, no_resolve: bool, mounts: &[Mount]) -> Result<Snapshot, ConfigError> {
+    let snapshot = Snapshot::read_mounted(path, mounts)?.result?;
     if no_resolve {
         return Ok(snapshot);
     }

@@ -1,6 +1,7 @@
 //! The files a config names besides itself that hold secrets (`auth.agents_file`,
 //! `rate_limit.redis_password_file`), read relative to the config's directory (an absolute
-//! path as it is). What was read is remembered as [`Inputs`]: a fingerprint of the config's
+//! path as it is), or, for `check-config --mount`, from where they are before a pod mounts
+//! them ([`Mount`]). What was read is remembered as [`Inputs`]: a fingerprint of the config's
 //! text and every such file, which a reload compares to tell a change from an event that
 //! changed nothing, and the files, whose directories the watcher watches beside the config's.
 //! Their contents are never kept here, logged or put in a problem.
@@ -19,9 +20,35 @@ pub struct Inputs {
     pub files: Vec<PathBuf>,
 }
 
+/// A directory the config names as a pod sees it (`at`, a Secret's mount), read from another
+/// (`from`, the files the Secret is made of): `check-config --mount AT=FROM`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    pub at: PathBuf,
+    pub from: PathBuf,
+}
+
+impl std::str::FromStr for Mount {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Mount, String> {
+        match s.split_once('=') {
+            Some((at, from)) if Path::new(at).is_absolute() && !from.is_empty() => Ok(Mount {
+                at: at.into(),
+                from: from.into(),
+            }),
+            _ => Err(format!(
+                "{s:?}: expected MOUNTED=LOCAL, an absolute directory the config names and the \
+                 directory holding its files here"
+            )),
+        }
+    }
+}
+
 /// Reads the files a config names, relative to the config's directory.
 pub(super) struct Files {
     dir: PathBuf,
+    mounts: Vec<Mount>,
     fingerprint: Sha256,
     read: Vec<PathBuf>,
 }
@@ -34,9 +61,26 @@ impl Files {
         fingerprint.update(text);
         Files {
             dir: dir.to_path_buf(),
+            mounts: Vec::new(),
             fingerprint,
             read: Vec::new(),
         }
+    }
+
+    /// The same, with files under each mount's `at` read from its `from`.
+    pub fn mounted(self, mounts: &[Mount]) -> Files {
+        Files {
+            mounts: mounts.to_vec(),
+            ..self
+        }
+    }
+
+    /// Where the file the config names `path` is read from.
+    fn source(&self, path: PathBuf) -> PathBuf {
+        self.mounts
+            .iter()
+            .find_map(|m| Some(m.from.join(path.strip_prefix(&m.at).ok()?)))
+            .unwrap_or(path)
     }
 
     /// For the config file at `config`, whose text is `text`.
@@ -47,7 +91,7 @@ impl Files {
     /// The file `name` (as the config writes it): its path and bytes, or a message naming
     /// the path and why it cannot be read.
     pub fn read(&mut self, name: &str) -> Result<(PathBuf, Vec<u8>), String> {
-        let path = self.dir.join(name);
+        let path = self.source(self.dir.join(name));
         let read = std::fs::read(&path);
         let path_bytes = path.as_os_str().as_encoded_bytes();
         self.fingerprint.update(path_bytes.len().to_le_bytes());
@@ -132,5 +176,27 @@ mod tests {
         assert!(missing.starts_with("cannot read "), "{missing}");
         let empty = secret_text(Path::new("pw"), b"\n".to_vec()).unwrap_err();
         assert_eq!(empty, "pw is empty");
+    }
+
+    /// `check-config --mount`: a file under a pod's mount is read from the directory its
+    /// Secret is made of; other files are read where the config names them.
+    #[test]
+    fn files_under_a_mount_are_read_from_its_source() {
+        let here = tempfile::tempdir().unwrap();
+        std::fs::write(here.path().join("password"), "s3cret").unwrap();
+        let mount: Mount = format!("/etc/secrets={}", here.path().display())
+            .parse()
+            .unwrap();
+        let mut files = Files::beside(Path::new("/etc/gw/gateway.toml"), "").mounted(&[mount]);
+        let (path, bytes) = files.read("/etc/secrets/password").unwrap();
+        assert_eq!(
+            (path, bytes),
+            (here.path().join("password"), b"s3cret".to_vec())
+        );
+        let elsewhere = files.read("/etc/secretsx/password").unwrap_err();
+        assert!(elsewhere.contains("/etc/secretsx/password"), "{elsewhere}");
+        for bad in ["relative=/x", "/etc/secrets", "/etc/secrets="] {
+            assert!(bad.parse::<Mount>().is_err(), "{bad}");
+        }
     }
 }

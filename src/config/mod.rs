@@ -40,7 +40,7 @@ pub use admin::AdminConfig;
 pub use auth::{Agent, AgentTable, AgentToken, AuthConfig, RateLimit};
 pub use edge::EdgeConfig;
 pub use file::{FileConfig, DEFAULT_QUIET_DAYS};
-pub use files::{directory_of, Inputs};
+pub use files::{directory_of, Inputs, Mount};
 pub use limits::LimitsConfig;
 pub use problems::{ConfigError, Place, Problem};
 pub use rate_limit::{RateLimitConfig, RedisLimitConfig, RedisUrl};
@@ -191,8 +191,17 @@ impl Snapshot {
     /// Reads a config file and the files it names, and checks them; `Err` only when the
     /// config file itself cannot be read.
     pub fn read(path: &Path) -> Result<Reading, ConfigError> {
+        Self::read_mounted(path, &[])
+    }
+
+    /// [`Snapshot::read`], with the files under each mount's directory read from its source:
+    /// a config checked away from the pod whose Secrets it names.
+    pub fn read_mounted(path: &Path, mounts: &[Mount]) -> Result<Reading, ConfigError> {
         let text = read(path)?;
-        Ok(Self::from_text(&text, Files::beside(path, &text)))
+        Ok(Self::from_text(
+            &text,
+            Files::beside(path, &text).mounted(mounts),
+        ))
     }
 
     /// Parse and validate the text of a config file; the files it names are relative to the

@@ -26,22 +26,34 @@ pub struct RedisServer {
     /// The TLS files and password it is started with each time.
     tls: Option<(String, String, String)>,
     password: Option<String>,
+    /// A command that starts redis-server itself, given its arguments (a manifest's).
+    launcher: Option<Vec<String>>,
 }
 
 impl RedisServer {
     /// A plain server: no password, no persistence.
     pub fn start() -> RedisServer {
-        Self::spawned(None, None)
+        Self::spawned(None, None, None)
     }
 
     /// A server with a TLS port beside the plain one, its certificate `pki`'s, and
     /// `requirepass password`.
     pub fn with_tls(pki: &TestPki, password: &str) -> RedisServer {
         let tls = (pki.cert.clone(), pki.key.clone(), pki.ca.clone());
-        Self::spawned(Some(tls), Some(password.into()))
+        Self::spawned(Some(tls), Some(password.into()), None)
     }
 
-    fn spawned(tls: Option<(String, String, String)>, password: Option<String>) -> RedisServer {
+    /// A server started by `launcher` (a program and its first arguments, which end by running
+    /// `redis-server` with the arguments that follow them), which sets `password` itself.
+    pub fn launched_by(launcher: Vec<String>, password: &str) -> RedisServer {
+        Self::spawned(None, Some(password.into()), Some(launcher))
+    }
+
+    fn spawned(
+        tls: Option<(String, String, String)>,
+        password: Option<String>,
+        launcher: Option<Vec<String>>,
+    ) -> RedisServer {
         let mut server = RedisServer {
             port: 0,
             tls_port: None,
@@ -49,6 +61,7 @@ impl RedisServer {
             dir: tempfile::tempdir().unwrap(),
             tls,
             password,
+            launcher,
         };
         loop {
             server.port = free_port();
@@ -90,7 +103,14 @@ impl RedisServer {
     /// Starts it on its ports; waits until it listens on them and answers PING.
     fn spawn(&mut self, in_use: Option<&str>) -> Listening {
         let log = std::fs::File::create(self.dir.path().join("redis.log")).unwrap();
-        let mut cmd = Command::new(which("redis-server"));
+        let mut cmd = match &self.launcher {
+            Some(launcher) => {
+                let mut cmd = Command::new(&launcher[0]);
+                cmd.args(&launcher[1..]);
+                cmd
+            }
+            None => Command::new(which("redis-server")),
+        };
         cmd.args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--port")
             .arg(self.port.to_string())
@@ -102,7 +122,7 @@ impl RedisServer {
                 .args(["--tls-cert-file", cert, "--tls-key-file", key])
                 .args(["--tls-ca-cert-file", ca, "--tls-auth-clients", "no"]);
         }
-        if let Some(pw) = &self.password {
+        if let (Some(pw), None) = (&self.password, &self.launcher) {
             cmd.args(["--requirepass", pw]);
         }
         let mut child = cmd.stdout(log).stderr(Stdio::null()).spawn().unwrap();
