@@ -228,6 +228,38 @@ fn every_stream_gets_what_an_http11_request_gets() {
     assert!(logged.iter().all(|l| l["protocol"] == "h2"), "{logged:?}");
 }
 
+/// What HTTP/2 and HTTP/1.1 say differently is translated: a client's cookie crumbs reach the
+/// backend as one line (RFC 9113 §8.2.3), and a backend's `TE` or `Upgrade`, which HTTP/2 may
+/// not carry, is dropped rather than costing the client its answer.
+#[test]
+fn cookies_and_hop_headers_cross_between_http2_and_http11() {
+    let backend = Backend::with(|_| {
+        Action::Raw(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTE: gzip\r\nUpgrade: h2c\r\n\r\n{}".to_vec(),
+        )
+    });
+    let gw = Gateway::start(&[backend.addr]);
+    let mut headers = AUTH.to_vec();
+    headers.extend([("cookie", "a=1"), ("cookie", "b=2")]);
+    let answers = streams(
+        gw.proxy,
+        json!([{"method": "GET", "path": STATUS_V1, "headers": h2_headers(&headers)}]),
+    );
+    assert_eq!(
+        (&answers[0]["status"], &answers[0]["body"]),
+        (&json!(200), &json!("{}"))
+    );
+    assert!(answers[0]["headers"]["te"].is_null() && answers[0]["headers"]["upgrade"].is_null());
+    let seen = backend.last();
+    let cookies: Vec<_> = seen
+        .headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("cookie"))
+        .map(|(_, v)| v.as_str())
+        .collect();
+    assert_eq!(cookies, ["a=1; b=2"]);
+}
+
 #[test]
 fn h2load_many_concurrent_streams_reach_the_backend_exactly_once_each() {
     let backend = Backend::start();

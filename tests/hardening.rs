@@ -243,6 +243,65 @@ fn control_bytes_and_broken_requests_get_400_and_never_reach_the_backend() {
     assert_eq!(backend.count(), 0);
 }
 
+/// A header the gateway decides on, or the host a request is for, can be read one way only:
+/// what it checked is what the backend gets.
+#[test]
+fn content_type_and_host_are_read_one_way_and_forwarded_as_checked() {
+    let backend = Backend::start();
+    let gw = Gateway::start(&[backend.addr]);
+    let head = |target: &str, extra: &str| {
+        format!(
+            "POST {target} HTTP/1.1\r\nX-Service-Agent-Id: agent-1\r\nX-Auth-Token: secret\r\n\
+             {extra}Content-Length: {}\r\nConnection: close\r\n\r\n{BODY}",
+            BODY.len()
+        )
+    };
+    for (extra, status, code) in [
+        // Checked as JSON in its first copy, it could be read as a form in its second.
+        (
+            "Host: gw\r\nContent-Type: application/json\r\n\
+             Content-Type: application/x-www-form-urlencoded\r\n",
+            415,
+            41500,
+        ),
+        // RFC 9112 §3.2: a request with two Host lines gets 400.
+        (
+            "Host: gw\r\nHost: internal.example\r\nContent-Type: application/json\r\n",
+            400,
+            40003,
+        ),
+    ] {
+        let resp = raw(gw.proxy, head(VERIFY_V1, extra).as_bytes()).expect("an answer");
+        assert_eq!(
+            (resp.status, resp.json()["message_code"].as_i64()),
+            (status, Some(code)),
+            "{extra:?}"
+        );
+    }
+    // User information in an absolute-form target is an error (RFC 9110 §4.2.4).
+    let userinfo = head(
+        "http://user:pw@gw.example/api/v1/verify/request",
+        "Content-Type: application/json\r\n",
+    );
+    assert_eq!(raw(gw.proxy, userinfo.as_bytes()).unwrap().status, 400);
+    assert_eq!(backend.count(), 0);
+
+    // An absolute-form target names the host: it replaces the client's Host (RFC 9112 §3.2.2).
+    let absolute = head(
+        "http://gw.example:8080/api/v1/verify/request",
+        "Host: internal.example\r\nContent-Type: application/json\r\n",
+    );
+    assert_eq!(raw(gw.proxy, absolute.as_bytes()).unwrap().status, 200);
+    let seen = backend.last();
+    let hosts: Vec<_> = seen
+        .headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("host"))
+        .map(|(_, v)| v.as_str())
+        .collect();
+    assert_eq!(hosts, ["gw.example:8080"]);
+}
+
 /// Header names are looked up by a key of their length, first and last byte before their
 /// bytes are compared: a name that shares the key of a credential or framing header is
 /// another header, and a name in any case is the header.

@@ -2,7 +2,7 @@
 //!
 //! [`admit`] is the whole per-request policy as one pure function of the request's facts
 //! ([`RequestFacts`], read from any protocol's [`RequestView`]) and a config [`Snapshot`],
-//! checked in this order: the head's size, its body framing, header names aliasing the
+//! checked in this order: the head's size, its body framing and host, header names aliasing the
 //! gateway's own, the route, the credentials, the service scope, the retirement policy, the
 //! content type and the declared body size. It returns either a [`Forward`] (with the
 //! rate-limit question and how to check the body) or a [`Refusal`] (with the answer to give);
@@ -53,6 +53,9 @@ pub struct RequestFacts<'r> {
     pub header_bytes: usize,
     /// The body's framing can be trusted: `false` when it could be read two ways.
     pub framing_valid: bool,
+    /// Whom the request is for can be read one way only: `Host` at most once, and an
+    /// authority in the target names a host alone (no user information, not empty).
+    pub host_valid: bool,
     /// A header name with an underscore stands for a header the gateway controls
     /// ([`headers::aliases_controlled`]).
     pub aliased_header: bool,
@@ -73,11 +76,15 @@ impl<'r> RequestFacts<'r> {
     /// The facts of `req`, whose request id is `request_id`, judged at `now`.
     pub fn of<R: RequestView>(req: &'r R, request_id: &'r str, now: SystemTime) -> Self {
         let body = req.body_length();
-        let (mut header_bytes, mut aliased_header) = (0, false);
+        let (mut header_bytes, mut aliased_header, mut hosts) = (0, false, 0);
         for (name, value) in req.headers() {
             header_bytes += name.len() + value.len();
             aliased_header |= headers::aliases_controlled(name);
+            hosts += usize::from(name.eq_ignore_ascii_case(b"host"));
         }
+        let authority_valid = req
+            .authority()
+            .is_none_or(|a| !a.is_empty() && !a.contains('@'));
         RequestFacts {
             method: req.method(),
             path: req.path(),
@@ -87,13 +94,15 @@ impl<'r> RequestFacts<'r> {
             header_bytes,
             aliased_header,
             framing_valid: body != BodyLength::Ambiguous,
+            host_valid: hosts <= 1 && authority_valid,
             declared_body_len: match body {
                 BodyLength::Declared(n) => Some(n),
                 _ => None,
             },
             agent_id: req.single_header(AGENT_ID_HEADER),
             token: req.single_header(AUTH_TOKEN_HEADER),
-            content_type: req.header("content-type"),
+            // Checked in one copy, it could be read in another upstream.
+            content_type: req.single_header("content-type"),
             request_id,
             rehearsal: req.single_header(REHEARSAL_HEADER) == Some(b"1"),
             now,
@@ -283,7 +292,7 @@ pub fn admit<'s>(
 ) -> Result<Forward<'s>, Refusal<'s>> {
     let mut who = Identified::default();
     check_size(req, snapshot).map_err(|reply| Refusal::new(who, reply))?;
-    if !req.framing_valid {
+    if !req.framing_valid || !req.host_valid {
         return Err(Refusal::new(who, Reply::Malformed));
     }
     if req.aliased_header {
@@ -425,6 +434,7 @@ mod tests {
             header_count: 4,
             header_bytes: 100,
             framing_valid: true,
+            host_valid: true,
             aliased_header: false,
             declared_body_len: None,
             agent_id: id.map(str::as_bytes),

@@ -46,21 +46,42 @@ impl<R: RequestView> UpstreamRequest<'_, R> {
         let req = self.view;
         out.clear();
         let mut w = RequestWriter::new(out, req.method(), self.path);
+        // The authority of the target, when it has one, is the Host (RFC 9112 §3.2.2); the
+        // Host line, if any, is said once (admission refuses two).
+        let authority = req.authority();
         let mut has_host = false;
         let declares_hop_headers = req.declares_hop_headers();
+        let mut cookies = 0;
         for (name, value) in req.headers() {
+            let is_host = name.eq_ignore_ascii_case(b"host");
             if is_listed(&NOT_FORWARDED, name)
+                || (is_host && authority.is_some())
                 || (declares_hop_headers && req.connection_lists(name))
                 || self.trace.is_some_and(|t| replaced_by(&t, name))
             {
                 continue;
             }
-            has_host |= name.eq_ignore_ascii_case(b"host");
+            if name.eq_ignore_ascii_case(b"cookie") {
+                cookies += 1;
+                continue;
+            }
+            has_host |= is_host;
             w.header(name, value);
         }
         if !has_host {
             // HTTP/1.1 upstreams need Host; an HTTP/1.0 client may not have sent one.
-            w.header("host", req.authority().unwrap_or("localhost"));
+            w.header("host", authority.unwrap_or("localhost"));
+        }
+        if cookies > 0 {
+            // One line (RFC 9113 §8.2.3: an HTTP/2 client may split it in crumbs).
+            w.start_value(b"cookie");
+            for (i, crumb) in req.headers_named("cookie").enumerate() {
+                if i > 0 {
+                    w.value_part(b"; ");
+                }
+                w.value_part(crumb);
+            }
+            w.end_value();
         }
         if !self.body.is_empty() || req.method() == "POST" {
             w.number("content-length", self.body.len() as u64);
@@ -167,6 +188,20 @@ mod tests {
         assert_eq!(
             got,
             "GET /backend/v2/x?q=1 HTTP/1.1\r\nhost: gw:8080\r\nx-request-id: rid-1\r\nx-forwarded-proto: http\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn an_absolute_target_names_the_host_and_cookies_go_as_one_line() {
+        let got = upstream_head(
+            "GET http://gw:8080/a HTTP/1.1\r\nHost: other\r\nCookie: a=1\r\nX-A: 1\r\nCookie: b=2\r\n\r\n",
+            b"",
+            None,
+        );
+        assert_eq!(
+            got,
+            "GET /backend/v2/x?q=1 HTTP/1.1\r\nX-A: 1\r\nhost: gw:8080\r\ncookie: a=1; b=2\r\n\
+             x-request-id: rid-1\r\nx-forwarded-proto: http\r\n\r\n"
         );
     }
 
