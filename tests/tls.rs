@@ -127,6 +127,89 @@ fn the_proxy_listener_speaks_tls() {
     assert!(plain.is_none_or(|r| r.status != 200));
 }
 
+/// Whether a handshake with `proxy`, trusting only `ca_file`, succeeds: the certificate it
+/// serves is one that CA issued.
+fn serves_a_certificate_of(proxy: SocketAddr, ca_file: &str) -> bool {
+    let mut tls = rustls::ClientConnection::new(
+        client_config(ca_file),
+        ServerName::try_from("localhost").unwrap(),
+    )
+    .unwrap();
+    let mut tcp = TcpStream::connect(proxy).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    while tls.is_handshaking() {
+        if tls.complete_io(&mut tcp).is_err() {
+            return false;
+        }
+    }
+    true
+}
+
+/// cert-manager or certbot writes a renewed certificate and key over the files the config
+/// names: the watcher sees them, and the next handshakes get the new certificate, with no
+/// restart. A key written before its certificate (a renewal half done) is refused, and the
+/// pair in service goes on serving.
+#[test]
+fn a_certificate_renewed_over_its_files_is_served_without_a_restart() {
+    let (old, renewed) = (TestPki::localhost("old"), TestPki::localhost("renewed"));
+    let backend = Backend::start();
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.server.watch_config = true;
+    let secret = tempfile::tempdir().unwrap();
+    let (cert, key) = (secret.path().join("tls.crt"), secret.path().join("tls.key"));
+    let install = |from: &str, to: &std::path::Path| {
+        replace_file(to, &std::fs::read_to_string(from).unwrap());
+    };
+    install(&old.cert, &cert);
+    install(&old.key, &key);
+    cfg.listen.tls_cert = Some(cert.display().to_string());
+    cfg.listen.tls_key = Some(key.display().to_string());
+    let gw = Gateway::builder(cfg).start();
+    assert!(serves_a_certificate_of(gw.proxy, &old.ca));
+
+    install(&renewed.key, &key);
+    gw.wait_for_metric(
+        "agent_gateway_config_reloads_total{result=\"failure\"}",
+        1.0,
+    );
+    assert!(serves_a_certificate_of(gw.proxy, &old.ca));
+
+    install(&renewed.cert, &cert);
+    gw.wait_until("the renewed certificate to be served", || {
+        serves_a_certificate_of(gw.proxy, &renewed.ca)
+    });
+    assert!(!serves_a_certificate_of(gw.proxy, &old.ca));
+    gw.wait_until("the swap to be logged", || {
+        gw.log()
+            .contains("the proxy listener serves a new certificate")
+    });
+}
+
+/// A key that is not the certificate's is a problem of the config, named by `check-config`
+/// and refused at start; it used to pass both and make `run` panic as it built the listener.
+#[test]
+fn a_key_that_is_not_the_certificates_is_a_config_problem() {
+    let (a, b) = (TestPki::localhost("a"), TestPki::localhost("b"));
+    let backend = Backend::start();
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.listen.tls_cert = Some(a.cert.clone());
+    cfg.listen.tls_key = Some(b.key.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, cfg.to_toml()).unwrap();
+    let checked = cli(["check-config", "--config", path.to_str().unwrap()]);
+    let problems = String::from_utf8_lossy(&checked.stderr);
+    assert!(!checked.status.success());
+    assert!(
+        problems.contains("listen.tls_key")
+            && problems.contains("is not the key of the certificate"),
+        "{problems}"
+    );
+    let run = Gateway::builder(cfg).process().exit_status();
+    assert!(!run.success());
+    assert_ne!(run.code(), Some(101), "a panic, not a refusal");
+}
+
 /// A gateway speaking TLS to `backend`, addressed as `localhost` (the name its certificate
 /// carries), verifying against `ca_file` (default: the system roots) and sending `sni`
 /// (default: that host name).

@@ -8,5 +8,6 @@ pub mod logging;
 pub mod proxy_protocol;
 pub mod reload;
 pub mod serve;
+pub mod served_cert;
 pub mod server;
 pub mod signals;

@@ -19,6 +19,7 @@ use crate::app::listeners::Listeners;
 use crate::app::logging::{LogFormat, Logs};
 use crate::app::reload::{ConfigStore, ConfigWatcher};
 use crate::app::serve::{serve, BeforeExit, Gateway};
+use crate::app::served_cert::ServedCert;
 use crate::app::signals::Signals;
 use crate::config::Snapshot;
 use crate::observe::backend::AddressGauges;
@@ -115,6 +116,23 @@ pub fn build(
         registry,
         Box::new(move || address_views(&gauges.0, &gauges.1, &gauges.2)),
     )?;
+    // The listener's certificate, following reloads.
+    let tls = match (startup.proxy_tls, &snapshot.server_cert) {
+        (true, Some(cert)) => {
+            let served = Arc::new(ServedCert::new(cert));
+            let following = served.clone();
+            store.on_apply(move |snap| following.follow(snap.server_cert.as_ref()));
+            // The files are the resolver's now: the settings' own are never read.
+            let mut tls = TlsSettings::intermediate(&cert.cert_file, &cert.key_file)?;
+            tls.set_cert_resolver(served);
+            if startup.http2 {
+                // Offers h2 then http/1.1: a client that speaks both gets HTTP/2.
+                tls.enable_h2();
+            }
+            Some(Arc::new(tls.build()))
+        }
+        _ => None,
+    };
     let store = Arc::new(store);
     let config = store.current().clone();
 
@@ -135,17 +153,6 @@ pub fn build(
         rate_limits,
         drain.clone(),
     ));
-    let tls = match &startup.proxy_tls {
-        Some((cert, key)) => {
-            let mut tls = TlsSettings::intermediate(cert, key)?;
-            if startup.http2 {
-                // Offers h2 then http/1.1: a client that speaks both gets HTTP/2.
-                tls.enable_h2();
-            }
-            Some(Arc::new(tls.build()))
-        }
-        None => None,
-    };
 
     let mut background: Vec<Arc<dyn BackgroundService + Send + Sync>> = vec![
         Arc::new(PoolSweeper {

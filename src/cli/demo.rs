@@ -93,8 +93,8 @@ fn credentials(snapshot: &Snapshot) -> Option<(&Agent, String)> {
 fn try_these(snapshot: &Snapshot, at: &ListenAddrs, exe: &Path) -> String {
     let bases = &snapshot.bases;
     let (scheme, insecure) = match snapshot.startup.proxy_tls {
-        Some(_) => ("https", " -k"),
-        None => ("http", ""),
+        true => ("https", " -k"),
+        false => ("http", ""),
     };
     let proxy = format!("{scheme}://{}", reachable(at.proxy));
     let default_code = snapshot.v1_default_service.as_str();
@@ -254,7 +254,7 @@ mod tests {
         cfg.upstream.base_path = "/backend".into();
         let mut snapshot = cfg.snapshot();
         // Set here rather than in the file, which would have to name a real certificate.
-        snapshot.startup.proxy_tls = Some(("cert.pem".into(), "key.pem".into()));
+        snapshot.startup.proxy_tls = true;
         let text = as_configured(&snapshot);
         let commands = commands(&text);
         assert!(

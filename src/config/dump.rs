@@ -82,8 +82,10 @@ fn running_startup(snapshot: &Snapshot, f: &mut FileConfig) {
         readiness_requires_upstream,
     } = &snapshot.startup;
     f.listen.proxy = proxy_listen.to_string();
-    f.listen.tls_cert = proxy_tls.as_ref().map(|(cert, _)| cert.clone());
-    f.listen.tls_key = proxy_tls.as_ref().map(|(_, key)| key.clone());
+    // The files of the certificate served, on a listener that speaks TLS.
+    let served = snapshot.server_cert.as_ref().filter(|_| *proxy_tls);
+    f.listen.tls_cert = served.map(|c| c.cert_file.clone());
+    f.listen.tls_key = served.map(|c| c.key_file.clone());
     f.listen.http2 = *http2;
     f.listen.admin = admin_listen.map(|a| a.to_string());
     f.server.threads = Some(*threads);

@@ -23,6 +23,7 @@ mod problems;
 mod rate_limit;
 mod retirement;
 pub mod schema;
+mod server_cert;
 mod startup;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
@@ -45,6 +46,7 @@ pub use limits::LimitsConfig;
 pub use problems::{ConfigError, Place, Problem};
 pub use rate_limit::{RateLimitConfig, RedisLimitConfig, RedisUrl};
 pub use retirement::{Brownout, Recurrence, RetirementConfig, Terms};
+pub use server_cert::ServerCert;
 pub use startup::{cpus_available, StartupConfig};
 pub use tracing::TracingConfig;
 pub use types::{
@@ -75,6 +77,8 @@ pub struct Snapshot {
     pub tracing: Option<TracingConfig>,
     /// Who is in front of the proxy listener: trusted proxies, the PROXY protocol.
     pub edge: EdgeConfig,
+    /// The certificate the proxy listener serves, when it speaks TLS.
+    pub server_cert: Option<ServerCert>,
     pub admin: AdminConfig,
     /// What it was built from.
     pub source: Source,
@@ -258,6 +262,7 @@ impl Snapshot {
                 .extend(read.parsed.file.agents.iter().cloned());
         }
         let startup = startup::startup(&f.listen, &f.server, &mut p);
+        let server_cert = server_cert::server_cert(&f.listen, files, &mut p);
         let bases = bases(&f, &mut p);
         let v1_default_service = p.check(
             "v1.default_service",
@@ -292,6 +297,7 @@ impl Snapshot {
                 rate_limit,
                 tracing,
                 edge,
+                server_cert,
                 admin,
                 source: Source {
                     file: Arc::new(f),

@@ -10,8 +10,9 @@ use super::problems::Problems;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StartupConfig {
     pub proxy_listen: SocketAddr,
-    /// Certificate and key files of a TLS proxy listener.
-    pub proxy_tls: Option<(String, String)>,
+    /// The proxy listener speaks TLS (`listen.tls_cert`); the certificate it serves follows
+    /// reloads ([`super::ServerCert`]).
+    pub proxy_tls: bool,
     /// HTTP/2 for clients that ask for it (ALPN `h2`, or the h2c preface).
     pub http2: bool,
     pub admin_listen: Option<SocketAddr>,
@@ -39,31 +40,6 @@ fn parse_listen(s: &str) -> Result<SocketAddr, String> {
         .map_err(|_| format!("{s:?} is not an ip:port address"))
 }
 
-/// The certificate and key of a TLS listener, loaded once to check them.
-fn tls(listen: &ListenFile, p: &mut Problems) -> Option<(String, String)> {
-    match (&listen.tls_cert, &listen.tls_key) {
-        (None, None) => None,
-        (Some(cert), Some(key)) => {
-            match pingora::tls::load_certs_and_key_files(cert, key) {
-                Ok(Some(_)) => {}
-                Ok(None) => p.push(
-                    "listen.tls_cert",
-                    "no certificate or key found in the files",
-                ),
-                Err(e) => p.push(
-                    "listen.tls_cert",
-                    format!("cannot load {cert} / {key}: {e}"),
-                ),
-            }
-            Some((cert.clone(), key.clone()))
-        }
-        _ => {
-            p.push("listen.tls_cert", "tls_cert and tls_key go together");
-            None
-        }
-    }
-}
-
 /// Validates `[listen]` and `[server]`.
 pub(super) fn startup(
     listen: &ListenFile,
@@ -75,7 +51,7 @@ pub(super) fn startup(
         None => Some(None),
         Some(a) => p.check("listen.admin", parse_listen(a)).map(Some),
     };
-    let proxy_tls = tls(listen, p);
+    let proxy_tls = listen.tls_cert.is_some();
     if let Some(threads) = server.threads {
         p.positive("server.threads", threads as u64);
     }

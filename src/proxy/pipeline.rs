@@ -245,5 +245,5 @@ impl ProxyApp {
 fn forwarded_proto<R: RequestView>(snap: &Snapshot, req: &R, peer: Option<IpAddr>) -> &'static str {
     let trusted = peer.is_some_and(|ip| client::is_trusted(ip, &snap.edge.trusted_proxies));
     let claimed = req.single_header(FORWARDED_PROTO);
-    client::forwarded_proto(trusted, claimed, snap.startup.proxy_tls.is_some())
+    client::forwarded_proto(trusted, claimed, snap.startup.proxy_tls)
 }

@@ -167,7 +167,7 @@ fn request_attributes<R: RequestView>(
     method: Option<&'static str>,
     client: Option<IpAddr>,
 ) -> Vec<KeyValue> {
-    let scheme = if snap.startup.proxy_tls.is_some() {
+    let scheme = if snap.startup.proxy_tls {
         "https"
     } else {
         "http"
