@@ -180,6 +180,50 @@ fn an_agents_file_beside_the_config_named_by_an_admin_reload_is_watched() {
     });
 }
 
+/// The agents file's directory is removed and made again (a tool that renders a fresh
+/// directory, a symlinked release), which takes its watch with it: the watcher watches it
+/// again once it is back, reads what it holds then, and hears its later changes, with no
+/// other trigger. A revocation written there after is applied.
+#[test]
+fn a_directory_removed_and_made_again_is_watched_again() {
+    let backend = Backend::start();
+    let secrets = tempfile::tempdir().unwrap();
+    let dir = secrets.path().join("agents");
+    let agents = dir.join("agents.toml");
+    let write_agents = |id: &str| {
+        let file = AgentsFile {
+            agents: vec![AgentFile::new(id, TOKEN)],
+        };
+        std::fs::write(&agents, toml::to_string(&file).unwrap()).unwrap();
+    };
+    std::fs::create_dir(&dir).unwrap();
+    write_agents("filed-1");
+    let mut cfg = config_with_code(backend.addr, "KEPT");
+    cfg.auth.agents.clear();
+    cfg.auth.agents_file = Some(agents.display().to_string());
+    let gw = Gateway::builder(cfg).start();
+    let status = |id: &str| as_agent(gw.proxy, id, "POST", VERIFY_V1, &[]).status;
+    gw.wait_until("the watcher to watch both directories", || {
+        gw.log().matches("watching the config directory").count() == 2
+    });
+    assert_eq!(status("filed-1"), 200);
+
+    std::fs::remove_dir_all(&dir).unwrap();
+    // Made again at once or later, the directory is watched again: here, after its removal
+    // was heard.
+    thread::sleep(Duration::from_millis(300));
+    std::fs::create_dir(&dir).unwrap();
+    write_agents("filed-2");
+    gw.wait_until("the new directory's file to apply", || {
+        status("filed-2") == 200
+    });
+    // Watched from then on: a later change applies with no other trigger.
+    thread::sleep(Duration::from_millis(300));
+    write_agents("filed-3");
+    gw.wait_until("a later change to apply", || status("filed-3") == 200);
+    assert_eq!(status("filed-2"), 401);
+}
+
 #[test]
 fn sighup_reloads() {
     let backend = Backend::start();

@@ -333,22 +333,45 @@ fn names_a_watched_file(paths: &[PathBuf], names: &[OsString]) -> bool {
 }
 
 /// Watches the config file's parent directory, and those of the files it names (the agents
-/// file, a password file: a Kubernetes Secret swaps its `..data` there as a ConfigMap does),
-/// and reloads when any of them changes.
+/// file, a password file, the listener's certificate: a Kubernetes Secret swaps its `..data`
+/// there as a ConfigMap does), and reloads when any of them changes. A watched directory
+/// that is removed or moved away takes its watch with it: it is watched again once it is
+/// back (looked for each [`RETRY`]), and its files are read then.
 pub struct ConfigWatcher {
     pub store: Arc<ConfigStore>,
 }
 
+/// How often a directory that cannot be watched (not there yet, or removed) is tried again.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// What the watcher follows, shared with notify's thread, which sorts events by it.
+#[derive(Default)]
+struct Followed {
+    /// The watched files' names ([`names_a_watched_file`]).
+    names: Vec<OsString>,
+    /// The directories watched now.
+    dirs: Vec<PathBuf>,
+}
+
+/// What notify's thread tells the watcher.
+enum Heard {
+    /// A watched file may have changed.
+    Change,
+    /// A watched directory was removed or moved away, and its watch with it.
+    DirectoryGone(PathBuf),
+}
+
 impl ConfigWatcher {
     /// Watches the directories of the config and of the files it names now that are not
-    /// watched yet (a reload may name a file in a new place), and says which file names its
-    /// events are about in `names`. Returns the directories it began to watch, and whether
-    /// the names changed: either way a file may have changed unheard since it was read.
+    /// watched yet (a reload may name a file in a new place; a directory may be back), and
+    /// says which file names its events are about. Returns the directories it began to
+    /// watch, whether the names changed (either way a file may have changed unheard since it
+    /// was read), and whether a directory could not be watched (to be tried again).
     fn watch_new_files(
         &self,
         watcher: &mut impl Watcher,
-        watched: &mut Vec<PathBuf>,
-        names: &RwLock<Vec<OsString>>,
+        followed: &RwLock<Followed>,
+        missing: &mut Vec<PathBuf>,
     ) -> (Vec<PathBuf>, bool) {
         let Some(path) = self.store.path() else {
             return (Vec::new(), false);
@@ -360,24 +383,26 @@ impl ConfigWatcher {
             .iter()
             .filter_map(|f| f.file_name().map(OsString::from))
             .collect();
-        let renamed = {
-            let mut names = names.write().unwrap_or_else(|e| e.into_inner());
-            let renamed = *names != now;
-            *names = now;
-            renamed
-        };
+        let mut followed = followed.write().unwrap_or_else(|e| e.into_inner());
+        let renamed = followed.names != now;
+        followed.names = now;
         let mut began = Vec::new();
         for dir in files.iter().map(|f| directory_of(f)) {
-            if watched.contains(&dir) {
+            if followed.dirs.contains(&dir) {
                 continue;
             }
             match watcher.watch(&dir, RecursiveMode::NonRecursive) {
-                Ok(()) => began.push(dir.clone()),
-                Err(e) => {
-                    tracing::error!(dir = %dir.display(), error = %e, "cannot watch a config directory")
+                Ok(()) => {
+                    missing.retain(|m| *m != dir);
+                    began.push(dir.clone());
+                    followed.dirs.push(dir);
                 }
+                Err(e) if !missing.contains(&dir) => {
+                    tracing::error!(dir = %dir.display(), error = %e, "cannot watch a config directory; trying again each second");
+                    missing.push(dir);
+                }
+                Err(_) => {}
             }
-            watched.push(dir);
         }
         (began, renamed)
     }
@@ -389,6 +414,23 @@ impl ConfigWatcher {
     }
 }
 
+/// A watched directory is gone (removed, or moved away): its watch goes, and it is looked for
+/// until it is back.
+fn lost(
+    dir: &Path,
+    watcher: &mut impl Watcher,
+    followed: &RwLock<Followed>,
+    missing: &mut Vec<PathBuf>,
+) {
+    tracing::warn!(dir = %dir.display(), "a config directory was removed or moved; watching it again once it is back");
+    let mut followed = followed.write().unwrap_or_else(|e| e.into_inner());
+    followed.dirs.retain(|d| d != dir);
+    let _ = watcher.unwatch(dir);
+    if !missing.iter().any(|m| m == dir) {
+        missing.push(dir.to_path_buf());
+    }
+}
+
 #[async_trait]
 impl BackgroundService for ConfigWatcher {
     async fn start(&self, mut shutdown: ShutdownWatch) {
@@ -396,15 +438,26 @@ impl BackgroundService for ConfigWatcher {
             return;
         }
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let names = Arc::new(RwLock::new(Vec::new()));
-        let watched_names = names.clone();
+        let followed = Arc::new(RwLock::new(Followed::default()));
+        let sorting = followed.clone();
         let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-            let concerns = |e: &notify::Event| {
-                let names = watched_names.read().unwrap_or_else(|e| e.into_inner());
-                may_change_the_file(&e.kind) && names_a_watched_file(&e.paths, &names)
+            let Ok(event) = event else {
+                return;
             };
-            if event.is_ok_and(|e| concerns(&e)) {
-                let _ = tx.send(());
+            if !may_change_the_file(&event.kind) {
+                return;
+            }
+            let followed = sorting.read().unwrap_or_else(|e| e.into_inner());
+            if matches!(
+                event.kind,
+                EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(_))
+            ) {
+                for gone in event.paths.iter().filter(|p| followed.dirs.contains(p)) {
+                    let _ = tx.send(Heard::DirectoryGone(gone.clone()));
+                }
+            }
+            if names_a_watched_file(&event.paths, &followed.names) {
+                let _ = tx.send(Heard::Change);
             }
         });
         let mut watcher = match watcher {
@@ -414,9 +467,9 @@ impl BackgroundService for ConfigWatcher {
                 return;
             }
         };
-        let mut watched = Vec::new();
+        let mut missing = Vec::new();
         loop {
-            let (began, renamed) = self.watch_new_files(&mut watcher, &mut watched, &names);
+            let (began, renamed) = self.watch_new_files(&mut watcher, &followed, &mut missing);
             if !began.is_empty() || renamed {
                 // A change between a file's last read and the start of its watch (or of its
                 // name's) makes no event: look once (a no-op unless the files differ from
@@ -431,15 +484,24 @@ impl BackgroundService for ConfigWatcher {
                 _ = shutdown.changed() => return,
                 // A reading by any trigger (this watcher's own included): watch what it named.
                 _ = self.store.readings.notified() => continue,
-                event = rx.recv() => {
-                    if event.is_none() {
-                        return;
+                // A directory not there to watch: it may be now.
+                _ = tokio::time::sleep(RETRY), if !missing.is_empty() => continue,
+                heard = rx.recv() => match heard {
+                    None => return,
+                    Some(Heard::DirectoryGone(dir)) => {
+                        lost(&dir, &mut watcher, &followed, &mut missing);
+                        continue;
                     }
+                    Some(Heard::Change) => {}
                 }
             }
             // Debounce: editors and ConfigMap swaps write in bursts.
             tokio::time::sleep(DEBOUNCE).await;
-            while rx.try_recv().is_ok() {}
+            while let Ok(heard) = rx.try_recv() {
+                if let Heard::DirectoryGone(dir) = heard {
+                    lost(&dir, &mut watcher, &followed, &mut missing);
+                }
+            }
             self.look().await;
         }
     }
@@ -616,5 +678,27 @@ mod tests {
         let store = store_on(dir.path(), base());
         assert!(store.reload(Trigger::FileChange, true).is_none());
         assert_eq!(store.reload(Trigger::Sighup, false).unwrap().generation, 2);
+    }
+
+    /// An agents file read empty (a write caught half-way, a Secret key emptied by mistake) is
+    /// refused: the agents in service keep it, rather than every agent getting 401.
+    #[test]
+    fn an_emptied_agents_file_is_refused_and_its_agents_kept() {
+        use crate::config::file::{AgentFile, AgentsFile};
+        let dir = tempfile::tempdir().unwrap();
+        let agents = dir.path().join("agents.toml");
+        let one = AgentsFile {
+            agents: vec![AgentFile::new("filed", testing::TOKEN)],
+        };
+        std::fs::write(&agents, toml::to_string(&one).unwrap()).unwrap();
+        let mut f = base();
+        f.auth.agents.clear();
+        f.auth.agents_file = Some("agents.toml".into());
+        let store = store_on(dir.path(), f);
+        std::fs::write(&agents, "").unwrap();
+        let report = store.reload(Trigger::FileChange, true).unwrap();
+        assert_eq!(report.result, "failure");
+        assert!(report.problems[0].message.contains("holds no agent"));
+        assert_eq!(store.current().load().auth.agents.len(), 1);
     }
 }

@@ -138,7 +138,16 @@ fn read_agents_file(auth: &AuthFile, files: &mut Files, p: &mut Problems) -> Opt
         String::from_utf8(bytes).map_err(|_| format!("{} is not UTF-8 text", path.display())),
     )?;
     let shown = path.display().to_string();
-    match Parsed::read(&text, Schema::agents_file()) {
+    match Parsed::<AgentsFile>::read(&text, Schema::agents_file()) {
+        // What a write caught half-way shows (truncated, not yet written): applied, it would
+        // lock every agent out.
+        Ok(parsed) if parsed.file.agents.is_empty() => {
+            p.push(
+                "auth.agents_file",
+                format!("{shown} holds no agent (to refuse every agent, leave agents_file out)"),
+            );
+            None
+        }
         Ok(parsed) => Some(AgentsRead {
             name: shown,
             parsed,
