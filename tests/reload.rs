@@ -432,6 +432,9 @@ fn sigterm_lets_a_slow_response_finish_then_exits() {
     assert!(std::net::TcpStream::connect(proxy).is_err());
 }
 
+/// The new process waits for the listeners; a SIGHUP then (a reload asked of every process
+/// by name, `pkill -HUP agent-gateway`) does not end it, as the default action of SIGHUP
+/// would before the gateway's own handler is in place.
 #[test]
 fn sigquit_hands_the_listeners_to_a_process_started_with_upgrade() {
     let backend = Backend::start();
@@ -443,7 +446,7 @@ fn sigquit_hands_the_listeners_to_a_process_started_with_upgrade() {
 
     // The new process takes the old one's listeners, on the same ports; the old one keeps
     // serving for a while (pingora's close timeout, 5 s), then exits.
-    let mut new = old.hand_over();
+    let mut new = old.hand_over_with(|waiting| waiting.signal("HUP"));
     let mut served = 0;
     let deadline = Instant::now() + PATIENCE;
     while old.child().try_wait().unwrap().is_none() {

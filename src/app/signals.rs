@@ -10,11 +10,26 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use nix::sys::signal::{SigHandler, Signal};
 use pingora::server::{ShutdownSignal, ShutdownSignalWatch};
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::app::reload::{ConfigStore, Trigger};
 use crate::proxy::Drain;
+
+/// Ignores SIGHUP until [`Signals`] handles it: its default action ends the process, and a
+/// reload asked for while the gateway starts (binding, looking its backend's names up,
+/// waiting for a handover's listeners) must not. What such a reload was for is read anyway:
+/// the config watcher's first look reads the files again.
+pub fn ignore_sighup_until_handled() {
+    // SAFETY: SIG_IGN runs no code when the signal comes; tokio's handler, installed in
+    // `Signals::recv`, replaces it.
+    #[allow(unsafe_code)]
+    let ignored = unsafe { nix::sys::signal::signal(Signal::SIGHUP, SigHandler::SigIgn) };
+    if let Err(e) = ignored {
+        tracing::warn!(error = %e, "cannot ignore SIGHUP while starting");
+    }
+}
 
 /// What the process does on each signal.
 pub struct Signals {

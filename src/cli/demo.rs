@@ -21,6 +21,7 @@ use agent_gateway::policy::auth::{AGENT_ID_HEADER, AUTH_TOKEN_HEADER};
 use super::{load_store, print_out, LogArgs};
 
 pub fn run(config: &Path, log: &LogArgs) -> anyhow::Result<ExitCode> {
+    agent_gateway::app::signals::ignore_sighup_until_handled();
     let logs = log.init();
     let store = load_store(config)?;
     let snapshot = store.current().load_full();

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use agent_gateway::app::listeners::{ListenAddrs, Listeners};
 use agent_gateway::app::server::{self, BuildOptions};
+use agent_gateway::app::signals;
 
 use super::warnings::snapshot_warnings;
 use super::{load_store, LogArgs};
@@ -13,6 +14,7 @@ use super::{load_store, LogArgs};
 /// With `upgrade`, the listeners are taken over from the running process (after its SIGQUIT)
 /// rather than bound.
 pub fn run(config: &Path, upgrade: bool, log: &LogArgs) -> anyhow::Result<ExitCode> {
+    signals::ignore_sighup_until_handled();
     let logs = log.init();
     let store = load_store(config)?;
     for warning in snapshot_warnings(&store.current().load()) {

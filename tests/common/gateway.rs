@@ -437,6 +437,12 @@ impl Gateway {
     /// listeners: once the new one waits on the upgrade socket, this one gets SIGQUIT, sends
     /// them and exits after its drain. Returned once the new process holds the listeners.
     pub fn hand_over(&self) -> Gateway {
+        self.hand_over_with(|_| {})
+    }
+
+    /// [`Self::hand_over`], doing `meanwhile` to the new process while it waits on the
+    /// upgrade socket, before this one gets SIGQUIT.
+    pub fn hand_over_with(&self, meanwhile: impl FnOnce(&Gateway)) -> Gateway {
         let sock = PathBuf::from(&self.config.server.upgrade_sock);
         // The listeners are handed over under the ports they are bound to.
         let mut config = self.config.clone();
@@ -468,6 +474,7 @@ impl Gateway {
             || sock.exists(),
             || format!("new process log:\n{}", new.log()),
         );
+        meanwhile(&new);
         self.signal("QUIT");
         new.wait_listening();
         new
