@@ -305,3 +305,41 @@ fn rediss_with_a_password_and_a_private_ca_and_the_password_never_logged() {
         }
     }
 }
+
+/// Redis refuses the gateway's password for a while as the gateway reconnects (restarted with
+/// a config being fixed, an ACL changed): once it takes the password again, it decides again,
+/// with no reload. The connection used to stay failed for good after such a refusal, every
+/// decision `on_redis_error`'s until a reload changed the URL.
+#[test]
+fn a_password_refused_for_a_while_on_reconnect_does_not_stop_redis_deciding() {
+    let redis = RedisServer::with_password("first-password");
+    let backend = Backend::start();
+    let mut cfg = limited_config(backend.addr, 2);
+    let url = format!("redis://:first-password@127.0.0.1:{}/0", redis.port);
+    use_redis(&mut cfg, &url, OnRedisError::Local, "pw:");
+    let gw = Gateway::builder(cfg).start();
+    wait_for_redis(&gw);
+
+    // Another password, and the gateway's connection dropped: it reconnects, and is refused.
+    let mut admin = redis.connection();
+    let _: () = ::redis::cmd("CONFIG")
+        .arg(&["SET", "requirepass", "second-password"])
+        .query(&mut admin)
+        .unwrap();
+    let _: i64 = ::redis::cmd("CLIENT")
+        .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"])
+        .query(&mut admin)
+        .unwrap();
+    // Probes that reach Redis (one per cooldown) and fail, not calls the breaker turns away.
+    let failed = || gw.metric("agent_gateway_rate_limit_backend_errors_total{kind=\"error\"}");
+    let before = failed();
+    gw.wait_until("Redis to refuse the gateway's probes", || {
+        assert_eq!(call(&gw, PROBE), 200);
+        failed() >= before + 3.0
+    });
+    let _: () = ::redis::cmd("CONFIG")
+        .arg(&["SET", "requirepass", "first-password"])
+        .query(&mut admin)
+        .unwrap();
+    wait_for_redis(&gw);
+}

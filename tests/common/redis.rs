@@ -43,6 +43,11 @@ impl RedisServer {
         Self::spawned(Some(tls), Some(password.into()), None)
     }
 
+    /// A plain server with `requirepass password`.
+    pub fn with_password(password: &str) -> RedisServer {
+        Self::spawned(None, Some(password.into()), None)
+    }
+
     /// A server started by `launcher` (a program and its first arguments, which end by running
     /// `redis-server` with the arguments that follow them), which sets `password` itself.
     pub fn launched_by(launcher: Vec<String>, password: &str) -> RedisServer {

@@ -48,14 +48,18 @@ impl LocalLimiter {
         });
         let elapsed = now.saturating_duration_since(bucket.last).as_secs_f64();
         bucket.tokens = (bucket.tokens + elapsed * limit.per_second).min(burst);
-        bucket.last = now;
+        // A decision may come with an earlier time than the last one (a request that waited
+        // on Redis before falling back here): the time between them was refilled already.
+        bucket.last = bucket.last.max(now);
         if bucket.tokens >= 1.0 {
             bucket.tokens -= 1.0;
             Ok(())
         } else {
-            Err(Duration::from_secs_f64(
-                (1.0 - bucket.tokens) / limit.per_second,
-            ))
+            // A rate so small that the wait overflows a Duration waits forever.
+            Err(
+                Duration::try_from_secs_f64((1.0 - bucket.tokens) / limit.per_second)
+                    .unwrap_or(Duration::MAX),
+            )
         }
     }
 }
@@ -101,5 +105,37 @@ mod tests {
         assert!(rl.take("a", one, t0).is_ok());
         assert!(rl.take("a", one, t0).is_err());
         assert!(rl.take("b", one, t0).is_ok());
+    }
+
+    /// A request that waited on Redis and fell back here decides with its start time, earlier
+    /// than a decision made meanwhile: the time between them is not refilled twice.
+    #[test]
+    fn an_earlier_time_does_not_refill_the_same_time_twice() {
+        let one = RateLimit {
+            per_second: 1.0,
+            burst: 1,
+        };
+        let rl = LocalLimiter::default();
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        assert!(rl.take("a", one, t0).is_ok());
+        assert!(rl.take("a", one, at(1000)).is_ok());
+        assert!(rl.take("a", one, at(100)).is_err());
+        assert!(
+            rl.take("a", one, at(1100)).is_err(),
+            "3 allowed in 1.1 s at 1/s"
+        );
+    }
+
+    #[test]
+    fn a_rate_too_small_to_wait_for_refuses_without_a_panic() {
+        let tiny = RateLimit {
+            per_second: 1e-20,
+            burst: 1,
+        };
+        let rl = LocalLimiter::default();
+        let t0 = Instant::now();
+        assert!(rl.take("a", tiny, t0).is_ok());
+        assert_eq!(rl.take("a", tiny, t0), Err(Duration::MAX));
     }
 }

@@ -2,13 +2,16 @@
 //! GCRA script per decision (`gcra.lua`), so the replicas together hold each agent to its limit.
 //!
 //! One multiplexed connection per Redis (redis-rs' `ConnectionManager`, which reconnects on
-//! its own), made by the first request that needs it, never at start or reload. Every call is
+//! its own after an I/O error), made by the first request that needs it, never at start or
+//! reload, and made anew after any other failure: a reconnect refused by Redis itself (its
+//! password changed for a while, `maxclients`) leaves a manager failing for good, and a
+//! primary demoted behind the same address answers every script `READONLY`. Every call is
 //! bounded by `timeout_ms`; after a failure a [`Breaker`] leaves Redis alone for
 //! [`COOLDOWN`] and then lets one request probe it, so during an outage requests get
 //! `on_redis_error` at once rather than each waiting out the timeout.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, OnceLock};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -89,8 +92,9 @@ impl Breaker {
 struct Connection {
     client: Client,
     timeout: Duration,
-    /// Made on first use, inside the runtime of the request that needs it.
-    manager: OnceLock<Result<ConnectionManager, String>>,
+    /// Made on first use, inside the runtime of the request that needs it; `None` again
+    /// after a failure it would not recover from by itself ([`Connection::reset`]).
+    manager: Mutex<Option<ConnectionManager>>,
 }
 
 impl Connection {
@@ -117,30 +121,43 @@ impl Connection {
         Ok(Self {
             client,
             timeout: config.timeout,
-            manager: OnceLock::new(),
+            manager: Mutex::new(None),
         })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Option<ConnectionManager>> {
+        self.manager.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The manager, made lazily: making it spawns a task, so it needs a runtime, and never
     /// connects by itself.
     fn manager(&self) -> Result<ConnectionManager, BackendError> {
-        let made = self.manager.get_or_init(|| {
-            // Redis-rs' defaults (6 reconnect attempts from 100 ms doubling, 1 s connect
-            // timeout) held a caller for 9.5 s while Redis was down; these give up within
-            // about 150 ms and let the next call start a new round.
-            let settings = ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(self.timeout.max(Duration::from_millis(250))))
-                .set_response_timeout(Some(self.timeout))
-                .set_min_delay(Duration::from_millis(10))
-                .set_max_delay(Duration::from_millis(500))
-                .set_number_of_retries(4);
-            ConnectionManager::new_lazy_with_config(self.client.clone(), settings)
-                .map_err(|e| e.to_string())
-        });
-        made.clone().map_err(|e| {
-            tracing::error!(error = %e, "rate limits: cannot make the Redis connection");
-            BackendError::Failed
-        })
+        let mut manager = self.lock();
+        if let Some(made) = &*manager {
+            return Ok(made.clone());
+        }
+        // Redis-rs' defaults (6 reconnect attempts from 100 ms doubling, 1 s connect
+        // timeout) held a caller for 9.5 s while Redis was down; these give up within
+        // about 150 ms and let the next call start a new round.
+        let settings = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.timeout.max(Duration::from_millis(250))))
+            .set_response_timeout(Some(self.timeout))
+            .set_min_delay(Duration::from_millis(10))
+            .set_max_delay(Duration::from_millis(500))
+            .set_number_of_retries(4);
+        let made = ConnectionManager::new_lazy_with_config(self.client.clone(), settings).map_err(
+            |e| {
+                tracing::error!(error = %e, "rate limits: cannot make the Redis connection");
+                BackendError::Failed
+            },
+        )?;
+        Ok(manager.insert(made).clone())
+    }
+
+    /// Forgets the manager after a failure that is not its I/O: the next call (a breaker's
+    /// probe) makes a new one, connecting afresh.
+    fn reset(&self) {
+        *self.lock() = None;
     }
 }
 
@@ -192,6 +209,7 @@ impl RedisLimiter {
             Ok(Err(e)) if e.is_timeout() => Err(BackendError::Timeout),
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "rate limits: Redis call failed");
+                self.connection.reset();
                 Err(BackendError::Failed)
             }
             Ok(Ok((1, _, _))) => Ok(Verdict::Allowed),
