@@ -320,6 +320,30 @@ fn rapid_reset_streams_neither_reach_the_backend_in_bulk_nor_stop_the_gateway() 
     still_served(&gw);
 }
 
+/// A client that resets each stream as its body ends (gone before any answer) has its
+/// requests sent nowhere, and each is counted and logged as nginx logs it, 499 ("client
+/// closed request"), not as a status 0 no HTTP answer has.
+#[test]
+fn streams_reset_as_their_body_ends_are_counted_and_logged_as_499() {
+    let (backend, gw) = under_attack(|_| {});
+    h2client("cancelled-posts", gw.proxy, &["5", VERIFY_V1]);
+    let logged = gw.wait_for_access_log(5);
+    let cancelled = logged.iter().filter(|l| l["status"] == 499).count();
+    // The reset comes with the body's end: the gateway sees it before it would send, but a
+    // request it had sent already is answered as usual.
+    assert_eq!(cancelled + backend.count(), 5, "{logged:#?}");
+    assert!(cancelled > 0, "{logged:#?}");
+    assert!(logged
+        .iter()
+        .all(|l| l["status"] != 499 || l["client_aborted"] == true));
+    let metrics = gw.scrape();
+    assert!(!metrics.contains("code=\"0\""), "{metrics}");
+    assert_eq!(
+        gw.metric("agent_gateway_requests_total{api_version=\"v1\",code=\"499\",operation=\"verify_request\"}"),
+        cancelled as f64
+    );
+}
+
 #[test]
 fn a_continuation_flood_ends_its_connection() {
     let (backend, gw) = under_attack(|_| {});

@@ -172,6 +172,11 @@ fn tokens(a: &AgentFile, key: &str, p: &mut Problems) -> Vec<AgentToken> {
     all
 }
 
+/// The `agent_id` under which metrics count the requests of callers that are no configured
+/// agent: no agent may have it, or its counts would mix with strangers' and the fleet's
+/// reports would leave it out.
+pub const UNKNOWN_AGENT: &str = "unknown";
+
 /// One agent's fields, every problem reported under `key`.
 fn check_fields(a: &AgentFile, key: &str, p: &mut Problems) -> Option<Agent> {
     if a.id.is_empty() {
@@ -183,6 +188,11 @@ fn check_fields(a: &AgentFile, key: &str, p: &mut Problems) -> Option<Agent> {
         p.push(
             format!("{key}.id"),
             "must be 1 to 128 visible ASCII characters",
+        );
+    } else if a.id == UNKNOWN_AGENT {
+        p.push(
+            format!("{key}.id"),
+            "\"unknown\" is reserved: the metrics' agent_id of callers that are no agent",
         );
     }
     let tokens = tokens(a, key, p);
@@ -274,5 +284,13 @@ mod tests {
         agent.default_service = Some("OTHER".into());
         agent.services = Some(vec!["ORG_DEFAULT".into()]);
         assert_eq!(f.refused_keys(), ["auth.agents[0].default_service"]);
+    }
+
+    /// `unknown` is the metrics' agent of callers that are no agent: no agent may be called so.
+    #[test]
+    fn no_agent_may_be_called_unknown() {
+        let mut f = testing::config();
+        f.agent_mut(AGENT_ID).id = UNKNOWN_AGENT.into();
+        assert_eq!(f.refused_keys(), ["auth.agents[0].id"]);
     }
 }

@@ -38,7 +38,7 @@ use std::time::SystemTime;
 use sha2::{Digest, Sha256};
 
 pub use admin::AdminConfig;
-pub use auth::{Agent, AgentTable, AgentToken, AuthConfig, RateLimit};
+pub use auth::{Agent, AgentTable, AgentToken, AuthConfig, RateLimit, UNKNOWN_AGENT};
 pub use edge::EdgeConfig;
 pub use file::{FileConfig, DEFAULT_QUIET_DAYS};
 pub use files::{directory_of, Inputs, Mount};

@@ -113,6 +113,10 @@ pub struct Exchange<'s> {
     pub phase_ends: [Option<Instant>; Phase::COUNT],
 }
 
+/// The status of a request whose client gave up on it before it was sent on (an HTTP/2
+/// reset): nginx's 499, "client closed request". Counted and logged, never sent.
+pub const CLIENT_CLOSED_REQUEST: u16 = 499;
+
 /// A request's `api_version` in metrics and the access log: "none" when it named no operation.
 pub fn version_name(version: Option<ApiVersion>) -> &'static str {
     version.map_or("none", ApiVersion::as_str)

@@ -23,7 +23,7 @@ use std::time::{Duration, SystemTime};
 use serde::Deserialize;
 
 use crate::api::operation::{ApiVersion, Operation};
-use crate::config::DEFAULT_QUIET_DAYS;
+use crate::config::{DEFAULT_QUIET_DAYS, UNKNOWN_AGENT};
 use crate::observe::usage::{
     coverage_note, format_time, quiet_period, safe_to_block, AgentReport, UsageReport,
 };
@@ -520,7 +520,7 @@ fn assemble(a: Answers) -> UsageReport {
     ids.extend(a.counts.iter().map(|s| s.label("agent_id").to_owned()));
     ids.extend(last.keys().cloned());
     // Callers that were not a configured agent are counted together, and are no one to block.
-    ids.remove("unknown");
+    ids.remove(UNKNOWN_AGENT);
     ids.remove("");
 
     let quiet_days = g.quiet_days.unwrap_or(DEFAULT_QUIET_DAYS);
@@ -538,6 +538,13 @@ fn assemble(a: Answers) -> UsageReport {
             };
             let last_v1 = last.get(&id).copied();
             AgentReport {
+                safe_to_block: safe_to_block(
+                    &v1_policy,
+                    a.now,
+                    quiet_period(quiet_days),
+                    known_since,
+                    last_v1,
+                ),
                 v1_policy,
                 deprecated_at: deprecations.get(&id).map(|t| format_time(*t)),
                 sunset_at: sunsets.get(&id).map(|t| format_time(*t)),
@@ -545,7 +552,6 @@ fn assemble(a: Answers) -> UsageReport {
                 v2_requests: calls(&a.counts, &id, ApiVersion::V2),
                 first_v1_call: first.get(&id).map(|t| format_time(*t)),
                 last_v1_call: last_v1.map(format_time),
-                safe_to_block: safe_to_block(a.now, quiet_period(quiet_days), known_since, last_v1),
                 agent_id: id,
             }
         })

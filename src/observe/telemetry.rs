@@ -20,7 +20,7 @@ use prometheus::{
 use crate::api::failure::{Failure, UpstreamErrorKind};
 use crate::api::operation::{ApiVersion, Operation};
 use crate::api::reply::V1Refusal;
-use crate::config::Snapshot;
+use crate::config::{Snapshot, UNKNOWN_AGENT};
 use crate::observe::access_log::AccessLog;
 use crate::observe::backend::BackendMetrics;
 use crate::observe::exchange::{operation_name, version_name, Exchange, Protocol};
@@ -350,7 +350,7 @@ impl AgentMetrics {
             .duration_since(UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
         let Some(id) = ex.agent_id else {
-            let agent = "unknown";
+            let agent = UNKNOWN_AGENT;
             self.requests
                 .with_label_values(&[agent, v.as_str(), operation])
                 .inc();
@@ -464,7 +464,7 @@ impl RateLimitMetrics {
             }
         }
         if ex.rate_limited() {
-            let agent = ex.agent_id.unwrap_or("unknown");
+            let agent = ex.agent_id.unwrap_or(UNKNOWN_AGENT);
             self.limited.with_label_values(&[agent]).inc();
         }
     }

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::operation::{ApiVersion, Operation};
 use crate::config::unix_seconds;
-use crate::config::Snapshot;
+use crate::config::{Snapshot, V1Policy};
 
 /// One agent's usage since the gateway started.
 #[derive(Default)]
@@ -84,10 +84,13 @@ pub fn quiet_period(quiet_days: u32) -> Duration {
     Duration::from_secs(u64::from(quiet_days) * 86_400)
 }
 
-/// Whether an agent whose last v1 call was `last_v1` (None: none seen) is safe to block at
-/// `now`: no v1 call for `quiet`, in data that covers at least that long (from `known_since`).
-/// A wrong "yes" blocks a live client, so anything not known counts against it.
+/// Whether an agent on `v1_policy` whose last v1 call was `last_v1` (None: none seen) is safe
+/// to block at `now`: it is still allowed v1 (one blocked already, or exempt by choice, is not
+/// for blocking), and has made no v1 call for `quiet`, in data that covers at least that long
+/// (from `known_since`). A wrong "yes" blocks a live client, so anything not known counts
+/// against it.
 pub fn safe_to_block(
+    v1_policy: &str,
     now: SystemTime,
     quiet: Duration,
     known_since: SystemTime,
@@ -95,7 +98,9 @@ pub fn safe_to_block(
 ) -> bool {
     let covered = now.duration_since(known_since).unwrap_or_default() >= quiet;
     let quiet_since = now.checked_sub(quiet).unwrap_or(SystemTime::UNIX_EPOCH);
-    covered && last_v1.is_none_or(|last| last < quiet_since)
+    v1_policy == V1Policy::Allow.as_str()
+        && covered
+        && last_v1.is_none_or(|last| last < quiet_since)
 }
 
 /// Why nobody is safe to block when the data, from `known_since` (`what` says whose), covers
@@ -178,7 +183,13 @@ impl UsageTracker {
                     v2_requests: by_op(ApiVersion::V2 as usize),
                     first_v1_call: rfc3339(usage.first_v1.load(Ordering::Relaxed)),
                     last_v1_call: rfc3339(last),
-                    safe_to_block: safe_to_block(now, quiet, self.started, last_v1),
+                    safe_to_block: safe_to_block(
+                        agent.v1_policy.as_str(),
+                        now,
+                        quiet,
+                        self.started,
+                        last_v1,
+                    ),
                 }
             })
             .collect();
@@ -315,17 +326,18 @@ mod tests {
         let now = SystemTime::now();
         // Not watched for 14 days yet: nobody is known to be quiet.
         assert!(!u.report(&snapshot(14), now).agents[0].safe_to_block);
-        // "b" calls v1 on day 10; on day 15 "a" (never called) is quiet, "b" is not.
-        u.record(
-            "b",
-            ApiVersion::V1,
-            Operation::VerifyResponse,
-            now + 10 * day,
-        );
+        // On day 15 "a" (never called) is quiet; "b" is exempt, never for blocking.
         let r = u.report(&snapshot(14), now + 15 * day);
         assert!(r.agents[0].safe_to_block);
         assert!(!r.agents[1].safe_to_block);
-        // By day 25, "b" has been quiet for 15 days.
-        assert!(u.report(&snapshot(14), now + 25 * day).agents[1].safe_to_block);
+        // "a" calls v1 on day 20: not quiet on day 30, quiet again by day 35.
+        u.record(
+            "a",
+            ApiVersion::V1,
+            Operation::VerifyResponse,
+            now + 20 * day,
+        );
+        assert!(!u.report(&snapshot(14), now + 30 * day).agents[0].safe_to_block);
+        assert!(u.report(&snapshot(14), now + 35 * day).agents[0].safe_to_block);
     }
 }

@@ -21,7 +21,7 @@ use crate::api::failure::{Chain, UnreadableHead};
 use crate::api::reply::Reply;
 use crate::api::schema;
 use crate::config::{Snapshot, ValidationMode};
-use crate::observe::exchange::{Exchange, Phase};
+use crate::observe::exchange::{Exchange, Phase, CLIENT_CLOSED_REQUEST};
 use crate::observe::spans;
 use crate::observe::trace::RequestSpan;
 use crate::policy::admit::{
@@ -174,6 +174,7 @@ impl ProxyApp {
         // A client that has cancelled the request (an HTTP/2 reset) has it sent nowhere.
         if d.cancelled() {
             ex.client_aborted = true;
+            ex.status = CLIENT_CLOSED_REQUEST;
             return;
         }
         let retirement = &forward.retirement_headers;

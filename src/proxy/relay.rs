@@ -130,13 +130,15 @@ pub(super) async fn relay<D: Downstream>(
         if done {
             break;
         }
-        ex.bytes_out += d.out().len() - head_bytes;
+        // Counted once sent: a client gone mid-response got none of them.
+        let body_bytes = d.out().len() - head_bytes;
         head_bytes = 0;
         if let Err(e) = d.send(false).await {
             tracing::debug!(request_id = %ex.request_id, error = %e, "client went away mid-response");
             ex.client_aborted = true;
             return;
         }
+        ex.bytes_out += body_bytes;
         match read_more(&mut conn, read_timeout).await {
             Ok(true) => {}
             Ok(false) if framing == Framing::UntilClose => break,
@@ -161,10 +163,13 @@ pub(super) async fn relay<D: Downstream>(
     if conn.head.keep_alive {
         pool.put(conn, ended.into());
     }
-    ex.bytes_out += d.out().len() - head_bytes;
-    if let Err(e) = d.send(true).await {
-        tracing::debug!(request_id = %ex.request_id, error = %e, "client went away at the end of the response");
-        ex.client_aborted = true;
+    let body_bytes = d.out().len() - head_bytes;
+    match d.send(true).await {
+        Ok(()) => ex.bytes_out += body_bytes,
+        Err(e) => {
+            tracing::debug!(request_id = %ex.request_id, error = %e, "client went away at the end of the response");
+            ex.client_aborted = true;
+        }
     }
 }
 

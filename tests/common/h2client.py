@@ -10,6 +10,8 @@ raw frames from `hyperframe`/`hpack` for the attacks. Each command prints one JS
     ping-flood HOST PORT N        N PING frames
     idle-stream HOST PORT PATH    a POST stream whose body never comes
     idle-connection HOST PORT     a connection that opens no stream
+    cancelled-posts HOST PORT N PATH  N POSTs one after the other, each reset (CANCEL) in
+                                  the same write as its body's last DATA frame
     slow-stream HOST PORT PATH    one GET; prints "sent" on stderr once it is out and
                                   "goaway" when a GOAWAY comes, then reports its answer and
                                   whether the GOAWAY came first
@@ -253,6 +255,25 @@ def cmd_idle_stream(host, port, path):
                       "seconds": round(time.time() - started, 2)}))
 
 
+def cmd_cancelled_posts(host, port, n, path):
+    s = connect(host, port)
+    c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+    c.initiate_connection()
+    s.sendall(c.data_to_send())
+    headers = request_headers("POST", path, f"{host}:{port}", AUTH + [("content-type", "application/json")])
+    for _ in range(int(n)):
+        sid = c.get_next_available_stream_id()
+        c.send_headers(sid, headers, end_stream=False)
+        s.sendall(c.data_to_send())
+        time.sleep(0.05)
+        c.send_data(sid, b'{"business_code":"KYC"}', end_stream=True)
+        c.reset_stream(sid)
+        s.sendall(c.data_to_send())
+        time.sleep(0.05)
+    s.close()
+    print(json.dumps({"sent": int(n)}))
+
+
 def cmd_idle_connection(host, port):
     s = open_raw(host, port)
     started = time.time()
@@ -314,6 +335,8 @@ if __name__ == "__main__":
         cmd_idle_stream(*args)
     elif command == "idle-connection":
         cmd_idle_connection(*args)
+    elif command == "cancelled-posts":
+        cmd_cancelled_posts(*args)
     elif command == "slow-stream":
         cmd_slow_stream(*args)
     else:
