@@ -61,12 +61,7 @@ fn fetch_metadata(fetch: Fetch) -> Vec<(&'static str, &'static str)> {
 
 /// Every `WWW-Authenticate` of `answer`, in order.
 fn challenges(answer: &Response) -> Vec<&str> {
-    answer
-        .headers
-        .iter()
-        .filter(|(name, _)| name.eq_ignore_ascii_case("www-authenticate"))
-        .map(|(_, value)| value.as_str())
-        .collect()
+    headers_named(&answer.headers, "www-authenticate")
 }
 
 /// An authenticated GET of a v1 status by [`AGENT_ID`] with `token`, as raw bytes.

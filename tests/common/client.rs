@@ -60,6 +60,15 @@ impl Response {
     }
 }
 
+/// Every header `name` (any case) of `headers`, in order.
+pub fn headers_named<'h>(headers: &'h [(String, String)], name: &str) -> Vec<&'h str> {
+    headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+        .collect()
+}
+
 /// The first header `name` (any case) of `headers`.
 pub fn header<'h>(headers: &'h [(String, String)], name: &str) -> Option<&'h str> {
     headers
