@@ -111,7 +111,9 @@ pub struct LoadArgs {
     /// A header sent with every request, `Name: value`; repeatable.
     #[arg(short = 'H', long = "header", value_name = "NAME: VALUE")]
     pub headers: Vec<HeaderArg>,
-    /// Per-request time limit; also how long to wait for stragglers after the run.
+    /// Per-request time limit. Requests still due are sent for up to this long after the
+    /// schedule's end (later ones count as unsent), each with its full limit: a run can end up
+    /// to twice this after its --duration.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub timeout: Duration,
     /// Runtime threads (default: the CPUs this process may run on).

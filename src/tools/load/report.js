@@ -521,7 +521,7 @@
   root.appendChild(el("h2", {}, "Parameters"));
   var params = [["target", data.target], ["api", data.api], ["model", model]];
   if (!knee) {
-    params.push(["duration", data.duration_s + " s planned, " + sig(data.elapsed_s, 4) + " s elapsed" + (data.interrupted ? " (interrupted by Ctrl-C; " + data.cancelled + " in flight abandoned)" : "")]);
+    params.push(["duration", data.duration_s + " s planned, " + sig(data.elapsed_s, 4) + " s elapsed, the last answer at " + sig(data.last_answer_s, 4) + " s" + (data.interrupted ? " (interrupted by Ctrl-C; " + data.cancelled + " in flight abandoned)" : "")]);
     params.push(["latency measured from", data.latency_from]);
     params.push(["timeout", data.timeout_s + " s"]);
   } else {

@@ -126,10 +126,16 @@ pub struct Report {
     pub rate: Option<f64>,
     pub connections: usize,
     pub mix: String,
-    /// From the first scheduled request to the last answer.
+    /// From the start to the end of the run: until every request taken has ended, which a
+    /// request sent just before the deadline can hold up to twice `--timeout` past
+    /// `duration_s`, or until Ctrl-C.
     pub elapsed_s: f64,
+    /// From the start to the last answer: what `throughput_rps` is over.
+    pub last_answer_s: f64,
     /// Exchanges that got an HTTP response (any status).
     pub responses: u64,
+    /// Answers per second, from the start to the last answer (requests still waiting out
+    /// their timeout after it do not lower it).
     pub throughput_rps: f64,
     /// Open model: from each request's intended start; closed model: from its send.
     pub latency_from: &'static str,
@@ -227,6 +233,7 @@ pub fn make_report(setup: &Setup, m: &Measured) -> Report {
     let total =
         by_status.values().sum::<u64>() + connection.values().sum::<u64>() + stats.ended.unsent;
     let secs = m.elapsed.as_secs_f64();
+    let last_answer = Duration::from_micros(stats.last_answer_us).as_secs_f64();
     let schedule = match &setup.load {
         Load::Open(s) => Some(s),
         Load::Closed(_) => None,
@@ -245,12 +252,9 @@ pub fn make_report(setup: &Setup, m: &Measured) -> Report {
         connections: setup.connections,
         mix: setup.mix.clone(),
         elapsed_s: secs,
+        last_answer_s: last_answer,
         responses,
-        throughput_rps: if secs > 0.0 {
-            responses as f64 / secs
-        } else {
-            0.0
-        },
+        throughput_rps: throughput(responses, last_answer),
         latency_from,
         latency_ms: Latency::of(&all),
         statuses: stats.ended.statuses.clone(),
@@ -310,6 +314,15 @@ pub fn make_report(setup: &Setup, m: &Measured) -> Report {
                 agent_report(&a.id, a.weight, counts)
             })
             .collect(),
+    }
+}
+
+/// Answers per second over the `secs` from the start to the last answer; 0 without answers.
+fn throughput(responses: u64, secs: f64) -> f64 {
+    if responses > 0 && secs > 0.0 {
+        responses as f64 / secs
+    } else {
+        0.0
     }
 }
 
@@ -446,10 +459,16 @@ pub fn format_report(r: &Report) -> String {
             r.elapsed_s, r.duration_s, r.cancelled
         );
     }
+    // The run's end, when requests that got no answer held it well past the last one.
+    let ended = if r.elapsed_s - r.last_answer_s >= 0.1 {
+        format!("; the run ended at {:.2} s", r.elapsed_s)
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         out,
-        "  throughput  {:.1} req/s ({} responses in {:.2} s)",
-        r.throughput_rps, r.responses, r.elapsed_s
+        "  throughput  {:.1} req/s ({} responses in {:.2} s, to the last answer{ended})",
+        r.throughput_rps, r.responses, r.last_answer_s
     );
     let l = &r.latency_ms;
     let _ = writeln!(

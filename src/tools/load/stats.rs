@@ -210,6 +210,10 @@ pub struct Stats {
     pub late_starts: u64,
     /// In flight when the run was interrupted: abandoned, counted nowhere else.
     pub cancelled: u64,
+    /// When the last answer came, µs since the run's start (0 without one): what throughput
+    /// is over, rather than the run's end, which one request waiting out its `--timeout` can
+    /// hold back by up to twice that.
+    pub last_answer_us: u64,
 }
 
 impl Default for Stats {
@@ -220,6 +224,7 @@ impl Default for Stats {
             agents: Vec::new(),
             late_starts: 0,
             cancelled: 0,
+            last_answer_us: 0,
         }
     }
 }
@@ -238,7 +243,12 @@ impl Stats {
         }
         self.late_starts += u64::from(r.late);
         match r.end {
-            End::Answered(status) => *agent.statuses.entry(status).or_default() += 1,
+            End::Answered(status) => {
+                *agent.statuses.entry(status).or_default() += 1;
+                self.last_answer_us = self
+                    .last_answer_us
+                    .max(r.start_us.saturating_add(r.latency_us));
+            }
             End::Failed(_) | End::Unsent => agent.unanswered += 1,
             End::Cancelled => self.cancelled += 1,
         }
@@ -252,6 +262,7 @@ impl Stats {
             agents,
             late_starts,
             cancelled,
+            last_answer_us,
         } = other;
         self.ended.merge(ended);
         for (a, b) in self.operations.iter_mut().zip(operations) {
@@ -265,5 +276,6 @@ impl Stats {
         }
         self.late_starts += late_starts;
         self.cancelled += cancelled;
+        self.last_answer_us = self.last_answer_us.max(*last_answer_us);
     }
 }

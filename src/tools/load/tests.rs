@@ -359,6 +359,7 @@ fn thresholds_are_judged_against_the_report() {
     }
     let mut m = Measured::new(std::time::SystemTime::now());
     m.stats = stats;
+    m.stats.last_answer_us = 2_000_000;
     m.elapsed = Duration::from_secs(2);
     let r = make_report(&setup(Load::Closed(Duration::from_secs(2))), &m);
     assert!((r.error_ratio().unwrap() - 15.0 / 1005.0).abs() < 1e-12);
@@ -828,6 +829,7 @@ fn the_report_counts_errors_and_percentiles_in_text_and_json() {
     stats.operations = [500, 200, 100, 100, 101];
     let mut m = Measured::new(std::time::SystemTime::UNIX_EPOCH);
     m.stats = stats;
+    m.stats.last_answer_us = 1_000_000;
     m.elapsed = Duration::from_secs(1);
     let mut r = make_report(&setup(flat(1000.0, 1000)), &m);
     r.thresholds = judge_all(&[threshold("p99<1ms"), threshold("errors<1%")], &r);
@@ -1673,4 +1675,133 @@ async fn a_saved_run_read_back_makes_the_same_report() {
         assert!(e.to_string().starts_with(want), "{e}");
     }
     server.abort();
+}
+
+/// Like `fixed_server`, but the request numbered `swallow` (from 0, over all connections) is
+/// read and never answered, and its connection stays silent.
+async fn server_swallowing(swallow: u64) -> SocketAddr {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = std::sync::Arc::new(AtomicU64::new(0));
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut silent = false;
+                loop {
+                    let mut headers = [httparse::EMPTY_HEADER; 16];
+                    let mut req = httparse::Request::new(&mut headers);
+                    if !silent {
+                        if let Ok(httparse::Status::Complete(head)) = req.parse(&buf) {
+                            let len = req
+                                .headers
+                                .iter()
+                                .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                                .map_or(0, |h| {
+                                    std::str::from_utf8(h.value).unwrap().parse().unwrap()
+                                });
+                            if buf.len() >= head + len {
+                                buf.drain(..head + len);
+                                if seen.fetch_add(1, Ordering::SeqCst) == swallow {
+                                    silent = true;
+                                    continue;
+                                }
+                                let mut resp = format!(
+                                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                                    INVITATION.len()
+                                )
+                                .into_bytes();
+                                resp.extend_from_slice(INVITATION);
+                                if s.write_all(&resp).await.is_err() {
+                                    return;
+                                }
+                                continue;
+                            }
+                        }
+                    }
+                    match s.read_buf(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) => {}
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_request_waiting_out_its_timeout_does_not_lower_the_throughput() {
+    // 100 requests over 1 s, one of them never answered: the run waits 3 s for it, but the
+    // 99 answers are in by about 1 s and the throughput is over that.
+    let addr = server_swallowing(10).await;
+    let mut plan = sample_plan(flat(100.0, 1000), addr);
+    plan.setup.timeout = Duration::from_secs(3);
+    let mut r = execute(plan, no_stop(), None).await.unwrap();
+    r.thresholds = judge_all(&[threshold("rps>90")], &r);
+    assert_eq!(r.responses, 99, "{r:?}");
+    assert_eq!(r.errors.connection["timeout"], 1, "{r:?}");
+    assert!(
+        r.elapsed_s >= 3.0,
+        "the run waits for it: {} s",
+        r.elapsed_s
+    );
+    assert!(
+        r.last_answer_s > 0.9 && r.last_answer_s < 1.5,
+        "{} s",
+        r.last_answer_s
+    );
+    assert!(r.throughput_rps > 90.0, "{} req/s", r.throughput_rps);
+    assert!(r.thresholds_passed(), "{:?}", r.thresholds);
+    assert!(
+        format_report(&r).contains("to the last answer; the run ended at 3."),
+        "{}",
+        format_report(&r)
+    );
+}
+
+#[test]
+fn throughput_is_over_the_time_to_the_last_answer_merged_across_connections() {
+    let at = |start_us, latency_us, end| Record {
+        start_us,
+        latency_us,
+        end,
+        ..answer(200, 0)
+    };
+    let mut one = Stats::default();
+    one.record(&at(0, 1_000, End::Answered(200)));
+    one.record(&at(1_500_000, 500_000, End::Answered(200)));
+    let mut other = Stats::default();
+    other.record(&at(1_000_000, 800_000, End::Answered(503)));
+    // Later than any answer, but no answer.
+    other.record(&at(
+        1_900_000,
+        10_000_000,
+        End::Failed(ConnErrorKind::Timeout),
+    ));
+    let mut m = Measured::new(std::time::SystemTime::UNIX_EPOCH);
+    m.stats.merge(&one);
+    m.stats.merge(&other);
+    assert_eq!(m.stats.last_answer_us, 2_000_000);
+    m.elapsed = Duration::from_secs(12);
+    let r = make_report(&setup(flat(2.0, 2000)), &m);
+    assert_eq!((r.last_answer_s, r.elapsed_s), (2.0, 12.0));
+    assert_eq!(r.throughput_rps, 1.5);
+    assert!(
+        format_report(&r)
+            .contains("3 responses in 2.00 s, to the last answer; the run ended at 12.00 s"),
+        "{}",
+        format_report(&r)
+    );
+    // No answer: no throughput.
+    let r = make_report(
+        &setup(flat(2.0, 2000)),
+        &Measured::new(std::time::SystemTime::UNIX_EPOCH),
+    );
+    assert_eq!(r.throughput_rps, 0.0);
 }
