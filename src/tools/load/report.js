@@ -286,6 +286,10 @@
           : "broke: " + rr.thresholds.filter(function (v) { return !v.passed; }).map(function (v) { return v.threshold + " (" + showVerdictValue(v) + ")"; }).join(", "));
       return [i + 1, run.rate, rate(rr.throughput_rps), ms(rr.latency_ms.p50), ms(rr.latency_ms.p99), rr.errors.total, verdict];
     })));
+    if (data.failed_step) {
+      root.appendChild(el("p", { class: "bad" }, "Step " + (runs.length + 1) + " at " + rate(data.failed_step.rate) +
+        " broke: " + data.failed_step.error + " (the search ended there)."));
+    }
     var judged = runs.filter(function (r) { return r.held !== null; }).slice().sort(function (a, b) { return a.rate - b.rate; });
     var latVals = [];
     judged.forEach(function (r) { if (r.report.responses) latVals.push(r.report.latency_ms.p50, r.report.latency_ms.p99); });

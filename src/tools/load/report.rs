@@ -600,6 +600,14 @@ pub struct KneeStep {
     pub report: Report,
 }
 
+/// A `--find-max` step that could not run: it counts as broken and ends the search.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FailedStep {
+    pub rate: f64,
+    /// Why (`cannot connect to ...`).
+    pub error: String,
+}
+
 /// The result of `--find-max`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct KneeReport {
@@ -617,6 +625,8 @@ pub struct KneeReport {
     pub max_rate_held: Option<f64>,
     /// The lowest rate that broke it; null when none did.
     pub lowest_rate_broken: Option<f64>,
+    /// The step after `steps` that could not connect, which ended the search; null when none.
+    pub failed_step: Option<FailedStep>,
     pub interrupted: bool,
 }
 
@@ -662,6 +672,15 @@ pub fn format_knee(k: &KneeReport) -> String {
             r.latency_ms.p50,
             r.latency_ms.p99,
             r.errors.total
+        );
+    }
+    if let Some(failed) = &k.failed_step {
+        let _ = writeln!(
+            out,
+            "  {:>4}  {:>10}  broke: {} (the search ends here)",
+            k.steps.len() + 1,
+            failed.rate,
+            failed.error
         );
     }
     if k.interrupted {

@@ -13,7 +13,7 @@ use super::knee::KneeSearch;
 use super::output::{print_knee, print_run, Outcome};
 use super::plan::{Load, Mode, Plan};
 use super::replay::report_saved;
-use super::report::{KneeReport, KneeStep};
+use super::report::{FailedStep, KneeReport, KneeStep};
 use super::save::Saver;
 use super::schedule::Schedule;
 use super::threshold::Threshold;
@@ -86,7 +86,9 @@ async fn interrupt_on_ctrl_c(stop: watch::Sender<bool>) {
 }
 
 /// `--find-max`: runs flat steps of `plan`'s duration as [`KneeSearch`] directs, each judged
-/// against `slo`, until the search is done or the run is interrupted.
+/// against `slo`, until the search is done or the run is interrupted. A step after the first
+/// that cannot connect broke (the target fell over, or stopped taking connections) and ends
+/// the search: the steps before it are still the answer.
 pub async fn find_max(
     plan: Plan,
     slo: &[Threshold],
@@ -99,6 +101,7 @@ pub async fn find_max(
     let mut search = KneeSearch::new(start, max_steps);
     let mut steps = Vec::new();
     let mut interrupted = false;
+    let mut failed_step = None;
     while let Some(rate) = search.next_rate() {
         if *stop.borrow() {
             interrupted = true;
@@ -109,7 +112,18 @@ pub async fn find_max(
         if plan.progress {
             eprintln!("find-max step {}: {rate} req/s", steps.len() + 1);
         }
-        let mut report = execute(step, stop.clone(), None).await?;
+        let mut report = match execute(step, stop.clone(), None).await {
+            Ok(report) => report,
+            Err(e @ LoadError::Connect(..)) if !steps.is_empty() => {
+                search.record(rate, false);
+                failed_step = Some(FailedStep {
+                    rate,
+                    error: e.to_string(),
+                });
+                break;
+            }
+            Err(e) => return Err(e),
+        };
         report.thresholds = judge_all(slo, &report);
         let held = (!report.interrupted).then(|| report.thresholds_passed());
         if let Some(held) = held {
@@ -133,6 +147,7 @@ pub async fn find_max(
         steps,
         max_rate_held: search.best(),
         lowest_rate_broken: search.lowest_broken(),
+        failed_step,
         interrupted,
     })
 }

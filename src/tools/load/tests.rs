@@ -1805,3 +1805,62 @@ fn throughput_is_over_the_time_to_the_last_answer_merged_across_connections() {
     );
     assert_eq!(r.throughput_rps, 0.0);
 }
+
+/// A server that takes `n` connections, answers on them like `fixed_server`, and then stops
+/// listening: later connections are refused.
+async fn server_accepting(n: usize) -> SocketAddr {
+    let (inner, _) = fixed_server().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        for _ in 0..n {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut up = tokio::net::TcpStream::connect(inner).await.unwrap();
+                let _ = tokio::io::copy_bidirectional(&mut s, &mut up).await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn find_max_keeps_its_steps_when_a_later_step_cannot_connect() {
+    // The first step's two connections are all the target takes: the second step cannot
+    // connect, breaks, and ends the search with the first step's answer.
+    let addr = server_accepting(2).await;
+    let mut plan = sample_plan(flat(50.0, 300), addr);
+    plan.setup.connections = 2;
+    let knee = super::run::find_max(plan, &[threshold("p99<1s")], 50.0, 4, no_stop())
+        .await
+        .expect("the steps so far are the answer");
+    assert_eq!(knee.steps.len(), 1, "{knee:?}");
+    assert_eq!(knee.steps[0].held, Some(true));
+    assert_eq!(
+        (knee.max_rate_held, knee.lowest_rate_broken),
+        (Some(50.0), Some(100.0))
+    );
+    let failed = knee.failed_step.as_ref().unwrap();
+    assert_eq!(failed.rate, 100.0);
+    assert!(
+        failed.error.starts_with("cannot connect to 127.0.0.1:"),
+        "{failed:?}"
+    );
+    let text = format_knee(&knee);
+    assert!(text.contains("broke: cannot connect to"), "{text}");
+    assert!(
+        text.contains("highest rate that held the SLO: 50 req/s (broken at 100 req/s)"),
+        "{text}"
+    );
+
+    // The first step cannot connect: nothing was measured, and that is an error.
+    let refused = {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        closed.local_addr().unwrap()
+    };
+    let plan = sample_plan(flat(50.0, 300), refused);
+    let e = super::run::find_max(plan, &[threshold("p99<1s")], 50.0, 4, no_stop()).await;
+    assert!(matches!(e, Err(LoadError::Connect(..))), "{e:?}");
+}
