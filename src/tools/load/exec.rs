@@ -490,6 +490,22 @@ struct InFlight {
     taken: Taken,
     op: Operation,
     agent: usize,
+    /// Which of the worker's connections it went on (they are numbered as they are made).
+    connection: u64,
+}
+
+/// Whether an HTTP/2 request that failed this way leaves its connection unfit for the next:
+/// gone (io, closed, protocol), or silent past `--timeout`, which is all a connection that
+/// died without a word (a peer gone, a NAT entry dropped) ever shows. As HTTP/1.1 does, the
+/// next request makes a new one. A stream reset leaves the connection fine.
+pub(super) fn h2_connection_broken(kind: ConnErrorKind) -> bool {
+    match kind {
+        ConnErrorKind::Io
+        | ConnErrorKind::Closed
+        | ConnErrorKind::Protocol
+        | ConnErrorKind::Timeout => true,
+        ConnErrorKind::Connect | ConnErrorKind::Reset => false,
+    }
 }
 
 /// How a stream ended, and when: its status and the transaction id it returned.
@@ -498,7 +514,8 @@ type StreamEnd = (Result<(u16, Option<String>), ConnErrorKind>, Instant);
 /// One HTTP/2 connection's loop: up to `streams` requests in flight, each on a stream of its
 /// own; a free stream takes the next request as soon as it is due (open) or at once
 /// (closed), so latency is still measured from each request's intended start. The
-/// connection is made again, before the next request, once it has failed.
+/// connection is made again, before the next request, once a request on it has failed in a
+/// way that breaks it ([`h2_connection_broken`]).
 async fn h2_worker(
     shared: Arc<Shared>,
     send: h2::client::SendRequest<Bytes>,
@@ -510,6 +527,9 @@ async fn h2_worker(
     let streams = plan.setup.streams;
     let timeout = plan.setup.timeout;
     let mut connection = Some(send);
+    // The number of the connection in `connection`: a request that fails on an older one
+    // does not drop a newer.
+    let mut generation = 0;
     let mut tx_ids = TxIds::default();
     let mut in_flight: JoinSet<StreamEnd> = JoinSet::new();
     let mut meta: HashMap<tokio::task::Id, InFlight> = HashMap::with_capacity(streams);
@@ -540,8 +560,8 @@ async fn h2_worker(
                 counter.finish(&shared, f.taken.ended(end, f.op, f.agent, at));
                 match outcome {
                     Ok((_, Some(id))) => tx_ids.remember(f.agent, id),
-                    // The connection is gone: the next request makes another.
-                    Err(ConnErrorKind::Io | ConnErrorKind::Closed | ConnErrorKind::Protocol) => {
+                    // The connection is gone or dead: the next request makes another.
+                    Err(kind) if h2_connection_broken(kind) && f.connection == generation => {
                         connection = None;
                     }
                     _ => {}
@@ -559,7 +579,10 @@ async fn h2_worker(
                 let send = match &connection {
                     Some(send) => send.clone(),
                     None => match tokio::time::timeout(timeout, plan.connector.h2()).await {
-                        Ok(Ok(send)) => connection.insert(send).clone(),
+                        Ok(Ok(send)) => {
+                            generation += 1;
+                            connection.insert(send).clone()
+                        }
                         _ => {
                             counter.finish(
                                 &shared,
@@ -580,7 +603,15 @@ async fn h2_worker(
                         .unwrap_or(Err(ConnErrorKind::Timeout));
                     (outcome, Instant::now())
                 });
-                meta.insert(task.id(), InFlight { taken, op, agent });
+                meta.insert(
+                    task.id(),
+                    InFlight {
+                        taken,
+                        op,
+                        agent,
+                        connection: generation,
+                    },
+                );
             }
         }
     }

@@ -1864,3 +1864,71 @@ async fn find_max_keeps_its_steps_when_a_later_step_cannot_connect() {
     let e = super::run::find_max(plan, &[threshold("p99<1s")], 50.0, 4, no_stop()).await;
     assert!(matches!(e, Err(LoadError::Connect(..))), "{e:?}");
 }
+
+/// An h2c server whose first connection takes streams and never answers them; later
+/// connections answer at once.
+async fn h2_server_first_connection_dead() -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut n = 0;
+        loop {
+            let Ok((s, _)) = listener.accept().await else {
+                return;
+            };
+            let dead = n == 0;
+            n += 1;
+            tokio::spawn(async move {
+                let Ok(mut conn) = h2::server::handshake(s).await else {
+                    return;
+                };
+                let mut held = Vec::new();
+                while let Some(Ok((req, mut respond))) = conn.accept().await {
+                    if dead {
+                        held.push((req, respond));
+                        continue;
+                    }
+                    tokio::spawn(async move {
+                        let (_, mut body) = req.into_parts();
+                        while let Some(Ok(chunk)) = body.data().await {
+                            let _ = body.flow_control().release_capacity(chunk.len());
+                        }
+                        let answer = http::Response::builder().status(200).body(()).unwrap();
+                        if let Ok(mut send) = respond.send_response(answer, false) {
+                            let _ = send.send_data(bytes::Bytes::from_static(INVITATION), true);
+                        }
+                    });
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_a_connection_whose_requests_time_out_is_made_again() {
+    // 40 requests over 2 s on one connection of two streams, 200 ms timeout: the first
+    // connection never answers; after its first timeout the next request makes a new one.
+    let addr = h2_server_first_connection_dead().await;
+    let mut plan = http2_plan(flat(20.0, 2000), addr, 1, 2);
+    plan.setup.timeout = Duration::from_millis(200);
+    let r = execute(plan, no_stop(), None).await.unwrap();
+    let timeouts = r.errors.connection.get("timeout").copied().unwrap_or(0);
+    assert!(r.responses >= 30, "{:?}", r.errors);
+    assert!(timeouts <= 6, "{:?}", r.errors);
+    assert_eq!(r.responses + timeouts, 40, "{:?}", r.errors);
+}
+
+#[test]
+fn an_h2_timeout_breaks_the_connection_and_a_reset_does_not() {
+    use super::exec::h2_connection_broken;
+    for kind in [
+        ConnErrorKind::Timeout,
+        ConnErrorKind::Io,
+        ConnErrorKind::Closed,
+        ConnErrorKind::Protocol,
+    ] {
+        assert!(h2_connection_broken(kind), "{kind:?}");
+    }
+    assert!(!h2_connection_broken(ConnErrorKind::Reset));
+}
