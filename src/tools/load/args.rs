@@ -14,6 +14,11 @@ use super::schedule::Stage;
 use super::threshold::Threshold;
 use super::LoadError;
 
+/// The longest `--duration`, `--timeout` and `--stages` total: a year, far past any load test.
+/// It keeps every deadline of a run (its start + the duration + twice the timeout) within what
+/// an `Instant` can hold, where a longer one panicked every connection.
+pub const LONGEST: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// The default operation mix, in percent.
 pub const DEFAULT_MIX: &str = "verify_request=50,verify_response=20,connection_invitation=10,credential_offer=10,transaction_status=10";
 
@@ -244,9 +249,10 @@ impl FromStr for Rate {
     }
 }
 
-/// Parses `10s`, `500ms`, `2m`, `1h`, `1.5s` or plain seconds.
+/// Parses `10s`, `500ms`, `2m`, `1h`, `1.5s` or plain seconds, at most [`LONGEST`].
 pub fn parse_duration(s: &str) -> Result<Duration, LoadError> {
     match parse_seconds(s) {
+        Some(secs) if secs > LONGEST.as_secs_f64() => Err(LoadError::TooLong(s.to_owned())),
         Some(secs) if secs > 0.0 => {
             Duration::try_from_secs_f64(secs).map_err(|_| LoadError::Duration(s.to_owned()))
         }
@@ -292,7 +298,9 @@ impl FromStr for Stages {
             let secs = parse_seconds(duration)
                 .ok_or_else(|| bad(item, "the duration is not e.g. 30s, 2m, 500ms or 0s"))?;
             let duration = Duration::try_from_secs_f64(secs)
-                .map_err(|_| bad(item, "the duration is too long"))?;
+                .ok()
+                .filter(|d| *d <= LONGEST)
+                .ok_or_else(|| bad(item, "the duration is longer than a year (8760h)"))?;
             let target = match target.trim().parse::<f64>() {
                 Ok(r) if r.is_finite() && r >= 0.0 => r,
                 _ => {
@@ -306,6 +314,11 @@ impl FromStr for Stages {
         }
         if stages.iter().all(|s| s.duration.is_zero()) {
             return Err(LoadError::Stages("the stages last no time".into()));
+        }
+        if stages.iter().map(|s| s.duration).sum::<Duration>() > LONGEST {
+            return Err(LoadError::Stages(
+                "the stages last longer than a year (8760h)".into(),
+            ));
         }
         Ok(Stages(stages))
     }

@@ -153,7 +153,17 @@ pub async fn execute(
         tokio::select! {
             joined = tasks.join_next() => match joined {
                 Some(Ok(s)) => measured.stats.merge(&s),
-                Some(Err(_)) => {}
+                // A worker that panicked lost what it counted, and what it was given stays
+                // unsent: a report without them would be wrong. The run ends with its panic.
+                Some(Err(e)) => {
+                    if let Ok(panic) = e.try_into_panic() {
+                        shared.end_run();
+                        if let Some(d) = &dispatcher {
+                            d.thread().unpark();
+                        }
+                        std::panic::resume_unwind(panic);
+                    }
+                }
                 None => break,
             },
             () = &mut stop_signal, if !measured.interrupted => {
@@ -551,7 +561,14 @@ async fn h2_worker(
                 break;
             }
             Some(joined) = in_flight.join_next_with_id(), if !in_flight.is_empty() => {
-                let Ok((id, (outcome, at))) = joined else { continue };
+                let (id, (outcome, at)) = match joined {
+                    Ok(ended) => ended,
+                    // Its worker panics too, and so does the run.
+                    Err(e) => match e.try_into_panic() {
+                        Ok(panic) => std::panic::resume_unwind(panic),
+                        Err(_) => continue,
+                    },
+                };
                 let Some(f) = meta.remove(&id) else { continue };
                 let end = match &outcome {
                     Ok((status, _)) => End::Answered(*status),

@@ -68,6 +68,8 @@ pub enum LoadError {
     Rate(String),
     #[error("bad duration {0:?}: use e.g. 10s, 500ms, 2m or plain seconds")]
     Duration(String),
+    #[error("bad duration {0:?}: at most a year (8760h)")]
+    TooLong(String),
     #[error("bad --stages: {0}")]
     Stages(String),
     #[error("bad threshold {0:?}: {1}")]

@@ -83,6 +83,13 @@ fn durations_and_rates_parse_and_bad_ones_are_refused() {
     for bad in ["", "s", "0s", "10x", "-1s", "1e3"] {
         assert!(parse_duration(bad).is_err(), "{bad}");
     }
+    // Up to a year: anything longer would overflow the run's deadlines.
+    assert_eq!(parse_duration("8760h").unwrap(), LONGEST);
+    for too_long in ["8761h", "99999999999999999999s"] {
+        let e = parse_duration(too_long).unwrap_err();
+        assert!(matches!(e, LoadError::TooLong(_)), "{too_long}: {e}");
+        assert!(e.to_string().ends_with("at most a year (8760h)"), "{e}");
+    }
     assert_eq!("max".parse::<Rate>().unwrap(), Rate::Max);
     assert_eq!("5000".parse::<Rate>().unwrap(), Rate::PerSecond(5000.0));
     for bad in ["0", "-5", "fast", "inf", "NaN"] {
@@ -168,6 +175,7 @@ fn stages_parse_durations_and_targets() {
             },
         ]
     );
+    assert_eq!(stages("4380h:10,4380h:0")[1].duration, LONGEST / 2);
     // A zero-length stage is a jump.
     assert_eq!(stages("0s:100,1s:100")[0].duration, Duration::ZERO);
     for bad in [
@@ -181,6 +189,9 @@ fn stages_parse_durations_and_targets() {
         "30s:inf",
         "0s:100",
         "1s:10,,1s:0",
+        "8761h:10",
+        "99999999999999999999s:10",
+        "8000h:10,8000h:10",
     ] {
         assert!(
             matches!(bad.parse::<Stages>(), Err(LoadError::Stages(_))),
@@ -1931,4 +1942,16 @@ fn an_h2_timeout_breaks_the_connection_and_a_reset_does_not() {
         assert!(h2_connection_broken(kind), "{kind:?}");
     }
     assert!(!h2_connection_broken(ConnErrorKind::Reset));
+}
+
+#[tokio::test]
+async fn a_worker_that_panics_ends_the_run_with_its_panic() {
+    // A timeout no `Instant` can hold (the arguments refuse it): every worker panics making
+    // its deadlines. The run used to report nothing counted and exit 0.
+    let (addr, server) = fixed_server().await;
+    let mut plan = sample_plan(flat(100.0, 200), addr);
+    plan.setup.timeout = Duration::MAX;
+    let run = tokio::spawn(execute(plan, no_stop(), None)).await;
+    assert!(run.expect_err("a run whose workers panicked").is_panic());
+    server.abort();
 }
