@@ -10,8 +10,13 @@ use hdrhistogram::{Counter, Histogram};
 
 use crate::api::operation::Operation;
 
-/// Largest latency the histograms hold (larger values are clamped): one minute, in µs.
-pub const MAX_LATENCY_US: u64 = 60_000_000;
+use super::args::LONGEST;
+
+/// Largest latency the histograms hold (larger values are clamped), in µs: the longest a run
+/// can make, `--duration` + 2 × `--timeout` at their longest (a request due at the start,
+/// taken just before the hard deadline, waiting out its timeout). A histogram grows only as
+/// far as the latencies recorded in it.
+pub const MAX_LATENCY_US: u64 = 3 * LONGEST.as_secs() * 1_000_000;
 
 listed_enum! {
     /// How an exchange failed without an HTTP status.

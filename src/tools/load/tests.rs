@@ -1955,3 +1955,30 @@ async fn a_worker_that_panics_ends_the_run_with_its_panic() {
     assert!(run.expect_err("a run whose workers panicked").is_panic());
     server.abort();
 }
+
+#[test]
+fn latencies_as_long_as_a_run_can_make_are_kept_whole() {
+    // 90 s (the cap was a minute), and the longest a run can make: a request due at the start
+    // of a year-long run, taken just before its hard deadline, waiting out a year's timeout.
+    let longest = 3 * LONGEST.as_secs() * 1_000_000;
+    for latency_us in [90_000_000, longest] {
+        let mut m = Measured::new(std::time::SystemTime::UNIX_EPOCH);
+        m.stats = stats_with([1_000, latency_us], 200);
+        m.elapsed = Duration::from_micros(latency_us);
+        let r = make_report(&setup(flat(1.0, 2000)), &m);
+        let want_ms = latency_us as f64 / 1000.0;
+        // Within the histograms' significant digits: 3 for the run, 2 for a second.
+        assert!(
+            (r.latency_ms.max - want_ms).abs() <= want_ms * 1e-3,
+            "{} ms for {want_ms} ms",
+            r.latency_ms.max
+        );
+        let mut second = Second::new(2);
+        second.record(&answer(200, latency_us));
+        let max_us = second.latency_of_all().max() as f64;
+        assert!(
+            (max_us / 1000.0 - want_ms).abs() <= want_ms * 1e-2,
+            "{max_us} µs for {want_ms} ms"
+        );
+    }
+}
