@@ -464,6 +464,25 @@ impl Weights {
     pub fn pick(&self, r: u64) -> usize {
         draw(&self.weights, self.total, r).expect("weights with a total above zero")
     }
+
+    /// `n` shared out by weight in whole numbers that add up to `n` (the largest remainders
+    /// get the leftovers, the first on a tie): what many draws come to, without drawing each.
+    pub fn share(&self, n: u64) -> Vec<u64> {
+        let total = u128::from(self.total);
+        let exact = |w: u32| u128::from(n) * u128::from(w);
+        let mut shares: Vec<u64> = self
+            .weights
+            .iter()
+            .map(|&w| (exact(w) / total) as u64)
+            .collect();
+        let left = n - shares.iter().sum::<u64>();
+        let mut by_remainder: Vec<usize> = (0..shares.len()).collect();
+        by_remainder.sort_by_key(|&k| std::cmp::Reverse(exact(self.weights[k]) % total));
+        for &k in by_remainder.iter().take(left as usize) {
+            shares[k] += 1;
+        }
+        shares
+    }
 }
 
 /// `-H 'Name: value'`: a header sent with every request.

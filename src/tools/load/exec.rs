@@ -23,7 +23,7 @@ use super::request::{transaction_id, H2Heads, Prepared, TxIds};
 use super::save::{LineWriter, Saver};
 use super::schedule::Schedule;
 use super::stats::{micros, ConnErrorKind, End, Record, Stats};
-use super::timeline::{SecondRecorder, Timeline};
+use super::timeline::{Second, SecondRecorder, Timeline};
 use super::transport::{ConnectError, Connector, Stream};
 use super::LoadError;
 
@@ -317,19 +317,23 @@ impl Counter {
         }
     }
 
+    /// The second `at` of the timeline, to count in.
+    fn second(&mut self, shared: &Shared, at: usize) -> &mut Second {
+        if at != self.second.index() {
+            // Lines reach the file at least as often as the timeline's seconds change.
+            if let Some(lines) = &mut self.lines {
+                lines.flush();
+            }
+        }
+        self.second.at(at, &shared.timeline)
+    }
+
     /// Counts how a request ended: in the connection's stats, its second of the timeline,
     /// the saved file, the run's progress, and what `--requests` still wants.
     fn finish(&mut self, shared: &Shared, r: Record) {
         self.stats.record(&r);
         if r.end != End::Cancelled {
-            let at = r.second();
-            if at != self.second.index() {
-                // Lines reach the file at least as often as the timeline's seconds change.
-                if let Some(lines) = &mut self.lines {
-                    lines.flush();
-                }
-            }
-            self.second.at(at, &shared.timeline).record(&r);
+            self.second(shared, r.second()).record(&r);
         }
         if let Some(lines) = &mut self.lines {
             lines.push(&r);
@@ -352,6 +356,17 @@ impl Counter {
             }
             End::Cancelled => {}
         }
+    }
+
+    /// Counts `n` requests never sent, as `r` (unsent) is, at once: one step and one saved
+    /// line, where one at a time they would hold the run past its end.
+    fn finish_unsent(&mut self, shared: &Shared, r: Record, n: u64) {
+        self.stats.record_unsent(r.agent, n);
+        self.second(shared, r.second()).unsent += n;
+        if let Some(lines) = &mut self.lines {
+            lines.push_count(&r, n);
+        }
+        shared.failed.fetch_add(n, Ordering::Relaxed);
     }
 
     /// The worker is done: what it counted goes to the timeline and the file.
@@ -387,7 +402,7 @@ impl Window {
 
 impl Shared {
     /// Request `i`, taken now: made, or counted as unsent when the run's hard deadline has
-    /// passed.
+    /// passed, and with it the rest of the schedule.
     fn take(
         &self,
         counter: &mut Counter,
@@ -399,10 +414,39 @@ impl Shared {
         let taken = Taken::new(window.start, due, now);
         if now >= window.hard_deadline {
             let (agent, op) = self.plan.script.draw(i, tx_ids);
-            counter.finish(self, taken.ended(End::Unsent, op, agent, now));
+            let unsent = taken.ended(End::Unsent, op, agent, now);
+            counter.finish(self, unsent);
+            self.count_rest_unsent(counter, unsent);
             return None;
         }
         Some((taken, self.plan.script.prepare(i, tx_ids)))
+    }
+
+    /// Open model, past the hard deadline: every request not yet taken is unsent, counted at
+    /// once and shared among the agents by weight, like `unsent`. Taking them one at a time
+    /// through the gate kept a rate far above what the connections could send running long
+    /// past its end. The workers then find the schedule over.
+    fn count_rest_unsent(&self, counter: &mut Counter, unsent: Record) {
+        let Load::Open(schedule) = &self.plan.setup.load else {
+            return;
+        };
+        let total = schedule.total();
+        let rest = total.saturating_sub(self.next.swap(total, Ordering::Relaxed));
+        if rest == 0 {
+            return;
+        }
+        for (agent, n) in self
+            .plan
+            .script
+            .agent_weights
+            .share(rest)
+            .into_iter()
+            .enumerate()
+        {
+            if n > 0 {
+                counter.finish_unsent(self, Record { agent, ..unsent }, n);
+            }
+        }
     }
 }
 
@@ -433,7 +477,8 @@ impl Taken {
             end,
             op,
             agent,
-            late: self.late,
+            // Late is sent late: an unsent request is not.
+            late: self.late && end != End::Unsent,
         }
     }
 }

@@ -493,12 +493,13 @@
       { name: "answered 2xx", color: "#2ca02c" },
       { name: "refused (4xx)", color: "#ff7f0e" },
       { name: "other answers (1xx, 3xx, 5xx)", color: "#d62728" },
-      { name: "no answer", color: "#6a3d9a" },
+      { name: "no answer (failed or unsent)", color: "#6a3d9a" },
     ];
     var counts = agents.map(function (a) {
       var c = [0, 0, 0, 0];
       Object.keys(a.statuses).forEach(function (k) { c[classOf(+k)] += a.statuses[k]; });
-      c[3] = a.requests - a.responses;
+      // Its errors less its non-2xx answers: failed and unsent (which `requests` leaves out).
+      c[3] = a.errors - (a.responses - c[0]);
       return c;
     });
     var agentStack = agents.map(function () { return 0; });

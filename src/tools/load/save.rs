@@ -14,6 +14,9 @@
 //! `start_us` is when it was due (open model) or sent (closed), µs since the run's start;
 //! `error` (connect, timeout, closed, io, protocol, reset, unsent, cancelled) replaces `status`
 //! for a request that got no answer; `late` marks one sent more than 1 ms after it was due.
+//! Once the run's hard deadline has passed, the rest of the schedule is unsent and saved as
+//! one line per agent with a `count` (`"error":"unsent",...,"count":120000`): that many
+//! requests, which would have been due from `start_us` on.
 //! The last line says how the run ended: `{"end":{"elapsed_ns":10004312876,"interrupted":false}}`;
 //! a file without it (the generator was killed) is read as a run interrupted at its last
 //! request. Lines come in the order connections hand them over (a batch at a time), not
@@ -77,6 +80,8 @@ struct Line {
     agent: String,
     #[serde(default)]
     late: bool,
+    /// Unsent lines only: the requests it stands for (1 when absent).
+    count: Option<u64>,
 }
 
 /// The `error` of a line that got no answer.
@@ -208,6 +213,11 @@ pub struct LineWriter {
 impl LineWriter {
     /// Adds the line of `r`.
     pub fn push(&mut self, r: &Record) {
+        self.push_count(r, 1);
+    }
+
+    /// Adds the line of `n` requests that ended as `r` did (`count` when more than one).
+    pub fn push_count(&mut self, r: &Record, n: u64) {
         let out = &mut self.buf;
         out.extend_from_slice(b"{\"start_us\":");
         out.extend_from_slice(itoa::Buffer::new().format(r.start_us).as_bytes());
@@ -231,6 +241,10 @@ impl LineWriter {
         out.extend_from_slice(self.agents[r.agent].as_bytes());
         if r.late {
             out.extend_from_slice(b",\"late\":true");
+        }
+        if n != 1 {
+            out.extend_from_slice(b",\"count\":");
+            out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
         }
         out.extend_from_slice(b"}\n");
         if out.len() >= BATCH_BYTES {
@@ -352,9 +366,18 @@ pub fn read_lines(input: impl BufRead, path: &str) -> Result<Saved, LoadError> {
             agent,
             late: l.late,
         };
-        measured.stats.record(&r);
-        if end != End::Cancelled {
-            measured.timeline.record(&r);
+        match l.count {
+            None => {
+                measured.stats.record(&r);
+                if end != End::Cancelled {
+                    measured.timeline.record(&r);
+                }
+            }
+            Some(count) if count > 0 && end == End::Unsent => {
+                measured.stats.record_unsent(agent, count);
+                measured.timeline.record_unsent(&r, count);
+            }
+            Some(_) => return Err(bad(n, "a count is for unsent lines, at least 1".into())),
         }
         last_us = last_us.max(r.start_us.saturating_add(r.latency_us));
     }

@@ -245,8 +245,10 @@ impl Stats {
         if r.end != End::Unsent {
             self.operations[r.op as usize] += 1;
             agent.sent += 1;
+            // Late is "sent more than 1 ms after it was due": never an unsent one, whatever
+            // an older saved line says.
+            self.late_starts += u64::from(r.late);
         }
-        self.late_starts += u64::from(r.late);
         match r.end {
             End::Answered(status) => {
                 *agent.statuses.entry(status).or_default() += 1;
@@ -257,6 +259,16 @@ impl Stats {
             End::Failed(_) | End::Unsent => agent.unanswered += 1,
             End::Cancelled => self.cancelled += 1,
         }
+    }
+
+    /// Counts `n` of `agent`'s requests never sent, at once: the rest of a schedule once the
+    /// run's hard deadline has passed.
+    pub fn record_unsent(&mut self, agent: usize, n: u64) {
+        self.ended.unsent += n;
+        if self.agents.len() <= agent {
+            self.agents.resize_with(agent + 1, AgentCounts::default);
+        }
+        self.agents[agent].unanswered += n;
     }
 
     pub fn merge(&mut self, other: &Stats) {

@@ -1982,3 +1982,124 @@ fn latencies_as_long_as_a_run_can_make_are_kept_whole() {
         );
     }
 }
+
+/// A server that takes connections and reads what they send, and never answers.
+async fn silent_server() -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buf = vec![0; 64 * 1024];
+                while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {}
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_hard_deadline_the_rest_of_the_schedule_is_unsent_at_once() {
+    // 30 000 requests due over 0.3 s on one connection to a server that never answers, 100 ms
+    // timeout: a few time out, and at the hard deadline (0.4 s) the rest is unsent, counted in
+    // one step and saved as one line per agent, not one by one through the gate.
+    let addr = silent_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.jsonl");
+    let mut plan = sample_plan(flat(100_000.0, 300), addr);
+    plan.setup.connections = 1;
+    plan.setup.timeout = Duration::from_millis(100);
+    plan.script = two_agents(DEFAULT_MIX);
+    plan.setup.agents.push(AgentWeight {
+        id: "agent-2".into(),
+        weight: 1,
+    });
+    let saver = Saver::create(&path, Vec::new()).unwrap();
+    let live = execute(plan, no_stop(), Some(&saver)).await.unwrap();
+    saver.finish().unwrap();
+    let timeouts = live.errors.connection["timeout"];
+    assert_eq!(live.responses, 0);
+    assert_eq!(timeouts + live.errors.unsent, 30_000, "{:?}", live.errors);
+    assert!(live.errors.unsent > 29_000, "{:?}", live.errors);
+    // Late is sent late: the unsent are not.
+    assert!(live.late_starts <= timeouts, "{} late", live.late_starts);
+    assert_eq!(
+        live.agents.iter().map(|a| a.errors).sum::<u64>(),
+        30_000,
+        "{:?}",
+        live.agents
+    );
+    assert!(live.elapsed_s < 1.0, "{} s", live.elapsed_s);
+
+    let text = std::fs::read_to_string(&path).unwrap();
+    let unsent_lines = text.lines().filter(|l| l.contains("\"unsent\"")).count();
+    // The one taken past the deadline, and the rest: a line per agent.
+    assert!(unsent_lines <= 3, "{unsent_lines} unsent lines");
+    assert!(text.contains(",\"count\":"), "no line with a count");
+    let saved = read_saved(&path).unwrap();
+    assert_eq!(make_report(&saved.header.setup, &saved.measured), live);
+
+    // A hundred times as many: still over at the hard deadline, where one at a time took
+    // seconds more.
+    let mut plan = sample_plan(flat(10_000_000.0, 300), addr);
+    plan.setup.connections = 1;
+    plan.setup.timeout = Duration::from_millis(100);
+    let r = execute(plan, no_stop(), None).await.unwrap();
+    assert!(r.errors.unsent > 2_900_000, "{:?}", r.errors);
+    assert!(r.elapsed_s < 1.0, "{} s", r.elapsed_s);
+}
+
+#[test]
+fn weights_share_a_count_out_whole() {
+    let w = Weights::new(vec![3, 1, 0, 2]).unwrap();
+    assert_eq!(w.share(600), [300, 100, 0, 200]);
+    // 7 × 3/6 = 3.5, 7 × 1/6 = 1.17, 7 × 2/6 = 2.33: the leftover goes to the largest remainder.
+    assert_eq!(w.share(7), [4, 1, 0, 2]);
+    assert_eq!(w.share(0), [0, 0, 0, 0]);
+    let huge = w.share(u64::MAX);
+    assert_eq!(
+        huge.iter().map(|&n| u128::from(n)).sum::<u128>(),
+        u128::from(u64::MAX)
+    );
+}
+
+#[test]
+fn a_saved_count_of_unsent_is_read_as_that_many() {
+    let header = r#"{"agent_gateway_load":1,"setup":SETUP,"thresholds":[],"started_at":"2025-01-01T00:00:00Z"}"#
+        .replace("SETUP", &serde_json::to_string(&setup(flat(10.0, 1000))).unwrap());
+    let line = |count: &str, error: &str| {
+        format!(
+            "{header}\n{{\"start_us\":900000,\"latency_us\":1200000,\"error\":\"{error}\",\"operation\":\"verify_request\",\"agent\":\"agent-1\"{count}}}\n"
+        )
+    };
+    let saved = read_lines(line(",\"count\":7", "unsent").as_bytes(), "s.jsonl").unwrap();
+    assert_eq!(saved.measured.stats.ended.unsent, 7);
+    assert_eq!(saved.measured.stats.agents[0].unanswered, 7);
+    assert_eq!(saved.measured.stats.agents[0].sent, 0);
+    assert_eq!(saved.measured.timeline.seconds()[2].unsent, 7);
+    for bad in [
+        line(",\"count\":7", "timeout"),
+        line(",\"count\":0", "unsent"),
+    ] {
+        let e = read_lines(bad.as_bytes(), "s.jsonl").unwrap_err();
+        assert!(e.to_string().contains("a count is for unsent lines"), "{e}");
+    }
+}
+
+#[test]
+fn an_unsent_request_is_not_a_late_start() {
+    let mut stats = Stats::default();
+    stats.record(&Record {
+        late: true,
+        ..failure(ConnErrorKind::Timeout)
+    });
+    stats.record(&Record {
+        late: true,
+        end: End::Unsent,
+        ..answer(0, 1_000)
+    });
+    assert_eq!(stats.late_starts, 1);
+}

@@ -44,6 +44,13 @@ impl Timeline {
         self.seconds[index].record(r);
     }
 
+    /// Counts `n` requests never sent, in the second `r` (one of them) ended in.
+    pub fn record_unsent(&mut self, r: &Record, n: u64) {
+        let index = r.second();
+        self.extend_to(index + 1);
+        self.seconds[index].unsent += n;
+    }
+
     pub fn seconds(&self) -> &[Second] {
         &self.seconds
     }
