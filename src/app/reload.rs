@@ -383,19 +383,31 @@ impl ConfigWatcher {
             .iter()
             .filter_map(|f| f.file_name().map(OsString::from))
             .collect();
-        let mut followed = followed.write().unwrap_or_else(|e| e.into_inner());
-        let renamed = followed.names != now;
-        followed.names = now;
-        let mut began = Vec::new();
-        for dir in files.iter().map(|f| directory_of(f)) {
-            if followed.dirs.contains(&dir) {
-                continue;
+        // Never held while notify is called: its thread, which `watch` waits on, may be
+        // waiting for this lock in the event handler.
+        let (renamed, unwatched) = {
+            let mut followed = followed.write().unwrap_or_else(|e| e.into_inner());
+            let renamed = followed.names != now;
+            followed.names = now;
+            let mut unwatched: Vec<PathBuf> = Vec::new();
+            for dir in files.iter().map(|f| directory_of(f)) {
+                if !followed.dirs.contains(&dir) && !unwatched.contains(&dir) {
+                    unwatched.push(dir);
+                }
             }
+            (renamed, unwatched)
+        };
+        let mut began = Vec::new();
+        for dir in unwatched {
             match watcher.watch(&dir, RecursiveMode::NonRecursive) {
                 Ok(()) => {
                     missing.retain(|m| *m != dir);
                     began.push(dir.clone());
-                    followed.dirs.push(dir);
+                    followed
+                        .write()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .dirs
+                        .push(dir);
                 }
                 Err(e) if !missing.contains(&dir) => {
                     tracing::error!(dir = %dir.display(), error = %e, "cannot watch a config directory; trying again each second");
@@ -423,8 +435,12 @@ fn lost(
     missing: &mut Vec<PathBuf>,
 ) {
     tracing::warn!(dir = %dir.display(), "a config directory was removed or moved; watching it again once it is back");
-    let mut followed = followed.write().unwrap_or_else(|e| e.into_inner());
-    followed.dirs.retain(|d| d != dir);
+    followed
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .dirs
+        .retain(|d| d != dir);
+    // Not under the lock: notify's thread, which this waits on, may be waiting for it.
     let _ = watcher.unwatch(dir);
     if !missing.iter().any(|m| m == dir) {
         missing.push(dir.to_path_buf());
