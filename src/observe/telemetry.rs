@@ -76,7 +76,7 @@ impl RouteMetrics {
         let requests = IntCounterVec::new(
             Opts::new(
                 "agent_gateway_requests_total",
-                "Requests answered by the proxy listener, including the gateway's own refusals.",
+                "Requests answered by the proxy listener, including the gateway's own refusals, and those their client gave up on before they were sent on (code 499).",
             ),
             &["api_version", "operation", "code"],
         )?;
