@@ -185,6 +185,28 @@ fn a_certificate_renewed_over_its_files_is_served_without_a_restart() {
     });
 }
 
+/// TLS turned off by a reload takes a restart: until then the listener serves the certificate
+/// it has, and `/config` still names its files, so that something says what is served.
+#[test]
+fn tls_turned_off_by_a_reload_keeps_serving_and_naming_its_certificate() {
+    let pki = TestPki::localhost("kept");
+    let backend = Backend::start();
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.server.watch_config = false;
+    pki.serve_on(&mut cfg);
+    let gw = Gateway::builder(cfg.clone()).start();
+    cfg.listen.tls_cert = None;
+    cfg.listen.tls_key = None;
+    let report = gw.reload(&cfg);
+    assert_eq!(
+        report["restart_required"],
+        serde_json::json!(["listen.tls_cert"])
+    );
+    assert!(serves_a_certificate_of(gw.proxy, &pki.ca));
+    let shown = admin_get(gw.admin, "/config").json();
+    assert_eq!(shown["config"]["listen"]["tls_cert"], pki.cert.as_str());
+}
+
 /// A key that is not the certificate's is a problem of the config, named by `check-config`
 /// and refused at start; it used to pass both and make `run` panic as it built the listener.
 #[test]

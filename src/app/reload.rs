@@ -265,6 +265,11 @@ impl ConfigStore {
         let running = self.current.load();
         let restart_required = restart_only_changes(&running.startup, &new.startup);
         new.startup = running.startup.clone();
+        if new.startup.proxy_tls && new.server_cert.is_none() {
+            // TLS turned off takes a restart: until then the snapshot names the certificate
+            // the listener still serves.
+            new.server_cert = running.server_cert.clone();
+        }
         for follow in &self.on_apply {
             follow(&new);
         }
@@ -385,13 +390,19 @@ impl ConfigWatcher {
             .collect();
         // Never held while notify is called: its thread, which `watch` waits on, may be
         // waiting for this lock in the event handler.
+        let dirs: Vec<PathBuf> = files.iter().map(|f| directory_of(f)).collect();
+        // A directory no file is in any longer is not looked for.
+        missing.retain(|m| dirs.contains(m));
+        // Each new directory is followed before its watch begins: its removal at that moment
+        // is then heard, and it is looked for again.
         let (renamed, unwatched) = {
             let mut followed = followed.write().unwrap_or_else(|e| e.into_inner());
             let renamed = followed.names != now;
             followed.names = now;
             let mut unwatched: Vec<PathBuf> = Vec::new();
-            for dir in files.iter().map(|f| directory_of(f)) {
-                if !followed.dirs.contains(&dir) && !unwatched.contains(&dir) {
+            for dir in dirs {
+                if !followed.dirs.contains(&dir) {
+                    followed.dirs.push(dir.clone());
                     unwatched.push(dir);
                 }
             }
@@ -402,18 +413,19 @@ impl ConfigWatcher {
             match watcher.watch(&dir, RecursiveMode::NonRecursive) {
                 Ok(()) => {
                     missing.retain(|m| *m != dir);
-                    began.push(dir.clone());
+                    began.push(dir);
+                }
+                Err(e) => {
                     followed
                         .write()
                         .unwrap_or_else(|e| e.into_inner())
                         .dirs
-                        .push(dir);
+                        .retain(|d| *d != dir);
+                    if !missing.contains(&dir) {
+                        tracing::error!(dir = %dir.display(), error = %e, "cannot watch a config directory; trying again each second");
+                        missing.push(dir);
+                    }
                 }
-                Err(e) if !missing.contains(&dir) => {
-                    tracing::error!(dir = %dir.display(), error = %e, "cannot watch a config directory; trying again each second");
-                    missing.push(dir);
-                }
-                Err(_) => {}
             }
         }
         (began, renamed)

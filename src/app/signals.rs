@@ -19,8 +19,8 @@ use crate::proxy::Drain;
 
 /// Ignores SIGHUP until [`Signals`] handles it: its default action ends the process, and a
 /// reload asked for while the gateway starts (binding, looking its backend's names up,
-/// waiting for a handover's listeners) must not. What such a reload was for is read anyway:
-/// the config watcher's first look reads the files again.
+/// waiting for a handover's listeners) must not. What such a reload was for is read anyway
+/// by the config watcher's first look, unless `server.watch_config = false`.
 pub fn ignore_sighup_until_handled() {
     // SAFETY: SIG_IGN runs no code when the signal comes; tokio's handler, installed in
     // `Signals::recv`, replaces it.

@@ -31,13 +31,13 @@ pub const TRACESTATE: &str = "tracestate";
 
 /// Answer headers of the backend's that describe its hop or its framing, or that the
 /// gateway sets itself: a client gets the gateway's own framing headers, never the backend's.
-pub const NOT_RELAYED: [&str; 8] = [
+pub const NOT_RELAYED: [&str; 7] = [
     "connection",
     "keep-alive",
     "proxy-connection",
     // Hop-by-hop, and fatal to an HTTP/2 answer (RFC 9113 §8.2.2): `h2` refuses to send it.
+    // (`Upgrade`, which a 426 carries to an HTTP/1.1 client, pingora drops on HTTP/2.)
     "te",
-    "upgrade",
     "content-length",
     "transfer-encoding",
     request_id::HEADER,
