@@ -1353,19 +1353,30 @@ fn latency_by_operation_and_counts_by_agent_are_in_the_report_and_judged() {
 
 /// A tiny keep-alive server answering every request with an InvitationResponse.
 async fn fixed_server() -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    invitation_server(None).await
+}
+
+/// [`fixed_server`], but for the request numbered `swallow` (from 0, over all connections),
+/// when given: it is read and never answered, and its connection stays silent.
+async fn invitation_server(swallow: Option<u64>) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    use std::sync::atomic::{AtomicU64, Ordering};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let seen = std::sync::Arc::new(AtomicU64::new(0));
     let handle = tokio::spawn(async move {
         loop {
             let Ok((mut s, _)) = listener.accept().await else {
                 return;
             };
+            let seen = seen.clone();
             tokio::spawn(async move {
                 let mut buf = Vec::new();
+                let mut silent = false;
                 loop {
                     let mut headers = [httparse::EMPTY_HEADER; 16];
                     let mut req = httparse::Request::new(&mut headers);
-                    if let Ok(httparse::Status::Complete(head)) = req.parse(&buf) {
+                    if let (false, Ok(httparse::Status::Complete(head))) = (silent, req.parse(&buf))
+                    {
                         let len = req
                             .headers
                             .iter()
@@ -1375,15 +1386,18 @@ async fn fixed_server() -> (SocketAddr, tokio::task::JoinHandle<()>) {
                             });
                         if buf.len() >= head + len {
                             buf.drain(..head + len);
-                            let body = INVITATION;
+                            if Some(seen.fetch_add(1, Ordering::SeqCst)) == swallow {
+                                silent = true;
+                                continue;
+                            }
                             // Head and body in one write: two would meet Nagle and
                             // delayed ACKs (40 ms an answer).
                             let mut resp = format!(
                                 "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-                                body.len()
+                                INVITATION.len()
                             )
                             .into_bytes();
-                            resp.extend_from_slice(body);
+                            resp.extend_from_slice(INVITATION);
                             if s.write_all(&resp).await.is_err() {
                                 return;
                             }
@@ -1688,62 +1702,9 @@ async fn a_saved_run_read_back_makes_the_same_report() {
     server.abort();
 }
 
-/// Like `fixed_server`, but the request numbered `swallow` (from 0, over all connections) is
-/// read and never answered, and its connection stays silent.
+/// [`invitation_server`] swallowing request `swallow`.
 async fn server_swallowing(swallow: u64) -> SocketAddr {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let seen = std::sync::Arc::new(AtomicU64::new(0));
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut s, _)) = listener.accept().await else {
-                return;
-            };
-            let seen = seen.clone();
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut silent = false;
-                loop {
-                    let mut headers = [httparse::EMPTY_HEADER; 16];
-                    let mut req = httparse::Request::new(&mut headers);
-                    if !silent {
-                        if let Ok(httparse::Status::Complete(head)) = req.parse(&buf) {
-                            let len = req
-                                .headers
-                                .iter()
-                                .find(|h| h.name.eq_ignore_ascii_case("content-length"))
-                                .map_or(0, |h| {
-                                    std::str::from_utf8(h.value).unwrap().parse().unwrap()
-                                });
-                            if buf.len() >= head + len {
-                                buf.drain(..head + len);
-                                if seen.fetch_add(1, Ordering::SeqCst) == swallow {
-                                    silent = true;
-                                    continue;
-                                }
-                                let mut resp = format!(
-                                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-                                    INVITATION.len()
-                                )
-                                .into_bytes();
-                                resp.extend_from_slice(INVITATION);
-                                if s.write_all(&resp).await.is_err() {
-                                    return;
-                                }
-                                continue;
-                            }
-                        }
-                    }
-                    match s.read_buf(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(_) => {}
-                    }
-                }
-            });
-        }
-    });
-    addr
+    invitation_server(Some(swallow)).await.0
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
