@@ -205,6 +205,16 @@ mod tests {
         );
     }
 
+    #[test]
+    fn cookies_named_in_connection_are_dropped_crumbs_and_all() {
+        let got = upstream_head(
+            "GET /a HTTP/1.1\r\nHost: gw\r\nConnection: cookie\r\nCookie: a=1\r\nCookie: b=2\r\n\r\n",
+            b"",
+            None,
+        );
+        assert!(!got.to_ascii_lowercase().contains("cookie"), "{got}");
+    }
+
     const TRACED: &str = "GET /a HTTP/1.1\r\nHost: gw\r\nTraceParent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\n\
         tracestate: a=1\r\ntracestate: b=2\r\n\r\n";
     const OURS: &[u8; 55] = b"00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01";
