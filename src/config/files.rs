@@ -147,6 +147,21 @@ pub(super) fn secret_text(path: &Path, bytes: Vec<u8>) -> Result<String, String>
     Ok(text)
 }
 
+/// The certificates of a PEM file's text, in order, at least one; `shown` names the file in
+/// a problem.
+pub(super) fn pem_certificates(
+    shown: &str,
+    pem: &[u8],
+) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, String> {
+    let certs = rustls_pemfile::certs(&mut &pem[..])
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{shown}: {e}"))?;
+    if certs.is_empty() {
+        return Err(format!("{shown} holds no PEM certificate"));
+    }
+    Ok(certs)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use redis::IntoConnectionInfo;
 
 use super::file::RateLimitFile;
-use super::files::{secret_text, Files};
+use super::files::{pem_certificates, secret_text, Files};
 use super::problems::Problems;
 use super::types::{OnRedisError, RateLimitBackend};
 
@@ -145,14 +145,7 @@ pub enum RateLimitConfig {
 /// Reads a PEM file that must hold at least one certificate.
 fn read_ca(path: &str) -> Result<Arc<[u8]>, String> {
     let pem = std::fs::read(path).map_err(|e| format!("cannot read {path}: {e}"))?;
-    let mut found = 0;
-    for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
-        cert.map_err(|e| format!("{path}: {e}"))?;
-        found += 1;
-    }
-    if found == 0 {
-        return Err(format!("{path} holds no PEM certificate"));
-    }
+    pem_certificates(path, &pem)?;
     Ok(pem.into())
 }
 

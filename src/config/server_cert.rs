@@ -8,11 +8,11 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::PrivateKeyDer;
 use rustls::sign::CertifiedKey;
 
 use super::file::ListenFile;
-use super::files::Files;
+use super::files::{pem_certificates, Files};
 use super::problems::Problems;
 
 /// A certificate chain and the private key that goes with it, as the listener serves them.
@@ -50,7 +50,7 @@ pub(super) fn server_cert(
     };
     let chain = files
         .read(cert_file)
-        .and_then(|(path, pem)| certificates(&path, &pem));
+        .and_then(|(path, pem)| pem_certificates(&path.display().to_string(), &pem));
     let key = files
         .read(key_file)
         .and_then(|(path, pem)| private_key(&path, &pem));
@@ -70,17 +70,6 @@ pub(super) fn server_cert(
         key_file: key_file.clone(),
         certified: Arc::new(p.check("listen.tls_key", certified)?),
     })
-}
-
-/// The certificates of a PEM file, the end entity's first.
-fn certificates(path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
-    let chain = rustls_pemfile::certs(&mut &pem[..])
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("{} is not PEM: {e}", path.display()))?;
-    if chain.is_empty() {
-        return Err(format!("no certificate in {}", path.display()));
-    }
-    Ok(chain)
 }
 
 /// The first private key of a PEM file (PKCS#8, PKCS#1 or SEC1).

@@ -12,6 +12,7 @@ use pingora::protocols::tls::CaType;
 use pingora::upstreams::peer::HttpPeer;
 
 use super::file::UpstreamFile;
+use super::files::pem_certificates;
 use super::problems::Problems;
 
 /// The port asked when a resolver is written without one.
@@ -192,8 +193,7 @@ fn load_ca(path: &str) -> Result<Arc<CaType>, String> {
     let pem = std::fs::read(path).map_err(|e| format!("cannot read {path}: {e}"))?;
     let mut store = pingora::tls::RootCertStore::empty();
     let mut certs = Vec::new();
-    for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
-        let cert = cert.map_err(|e| format!("{path}: {e}"))?;
+    for cert in pem_certificates(path, &pem)? {
         store
             .add(cert.clone())
             .map_err(|e| format!("{path}: not a usable CA certificate: {e}"))?;
@@ -201,9 +201,6 @@ fn load_ca(path: &str) -> Result<Arc<CaType>, String> {
             cert.to_vec(),
             pingora::utils::tls::parse_x509,
         ));
-    }
-    if certs.is_empty() {
-        return Err(format!("{path} holds no PEM certificate"));
     }
     Ok(Arc::from(certs.into_boxed_slice()))
 }
