@@ -48,7 +48,10 @@
 #   TARGETS="agent-gateway agent-gateway-b nginx nginx-log" GATEWAY_B_LOG_LEVEL=info LAT_RATE=0
 #   IDLE_CONNS=0 ROUNDS=12 DURATION=3;
 #   GATEWAY_B_OUT: where agent-gateway-b's log goes instead of a file in the run's directory;
-#   /dev/null measures the access log's formatting without the file it is written to.
+#   /dev/null measures the access log's formatting without the file it is written to, and
+#   "pipe" sends it through a pipe to a `cat` on LOAD_CPU that writes the file, as a container
+#   runtime reads a container's stdout. The gateways' configs are in a directory of their own
+#   ($WORK/config), so that their logs' writes are no events for their config watchers.
 #   GATEWAY_B_CPUS (PROXY_CPU) is the CPU list it is pinned to: "0,1" with
 #   GATEWAY_B_SERVER="threads = 2" measures two threads sharing both cores with the load.
 #   Tracing: agent-gateway-trace-0.01 (:8088) and agent-gateway-trace-1 (:8089) are the same
@@ -142,6 +145,9 @@ LOAD_BIN=$GATEWAY_BIN
 
 # --- start everything, stop it on exit --------------------------------------------------------
 WORK=$(mktemp -d /tmp/agent-gateway-compare.XXXXXX)
+# The gateways' configs, away from the logs written in $WORK.
+CONF=$WORK/config
+mkdir "$CONF"
 PIDS=()
 cleanup() {
   set +e
@@ -233,22 +239,22 @@ token_sha256 = "$TOKEN_SHA256"
 EOF
   printf '%s\n' "${4:-}"
 }
-gateway_config 8083 "$GATEWAY_SERVER" "" "" "$GATEWAY_UPSTREAM" >"$WORK/gateway.toml"
-gateway_config 8084 "$GATEWAY_B_SERVER" "" "" "$GATEWAY_B_UPSTREAM" >"$WORK/gateway-b.toml"
+gateway_config 8083 "$GATEWAY_SERVER" "" "" "$GATEWAY_UPSTREAM" >"$CONF/gateway.toml"
+gateway_config 8084 "$GATEWAY_B_SERVER" "" "" "$GATEWAY_B_UPSTREAM" >"$CONF/gateway-b.toml"
 # A limit no run reaches: every request is decided, none refused.
 RL_AGENT='rate_limit_per_second = 1000000000
 burst = 1000000000'
-gateway_config 8085 "$GATEWAY_SERVER" "" "$RL_AGENT" >"$WORK/rl-local.toml"
+gateway_config 8085 "$GATEWAY_SERVER" "" "$RL_AGENT" >"$CONF/rl-local.toml"
 gateway_config 8086 "$GATEWAY_SERVER" "" "$RL_AGENT
 [rate_limit]
 backend = \"redis\"
 redis_url = \"redis://127.0.0.1:$REDIS_PORT/0\"
-on_redis_error = \"deny\"" >"$WORK/rl-redis.toml"
+on_redis_error = \"deny\"" >"$CONF/rl-redis.toml"
 for ratio in 0.01 1; do
   t=agent-gateway-trace-$ratio
   gateway_config "${PORT[$t]}" "$GATEWAY_SERVER" "${ADMIN_PORT[$t]}" "[tracing]
 otlp_endpoint = \"http://127.0.0.1:$OTLP_SINK_PORT\"
-sample_ratio = $ratio" >"$WORK/$t.toml"
+sample_ratio = $ratio" >"$CONF/$t.toml"
 done
 # The OTLP collector stand-in: takes each export request and answers 200.
 cat >"$WORK/otlp-sink.conf" <<EOF
@@ -271,7 +277,11 @@ EOF
 start() { # name, cpu, command...
   local name=$1 cpu=$2
   shift 2
-  taskset -c "$cpu" "$@" >"${OUT[$name]:-$WORK/$name.out}" 2>&1 &
+  if [ "${OUT[$name]:-}" = pipe ]; then
+    taskset -c "$cpu" "$@" > >(exec taskset -c "$LOAD_CPU" cat >"$WORK/$name.out") 2>&1 &
+  else
+    taskset -c "$cpu" "$@" >"${OUT[$name]:-$WORK/$name.out}" 2>&1 &
+  fi
   PIDS+=($!)
   MAINPID[$name]=$!
   disown "$!" # no job notices from bash when cleanup stops it
@@ -325,13 +335,13 @@ for t in $TARGETS $H2_TARGETS; do
   case $t in
     direct) ;;
     agent-gateway)
-      start "$t" "$PROXY_CPU" env -u RUST_LOG "$GATEWAY_BIN" run --config "$WORK/gateway.toml" \
+      start "$t" "$PROXY_CPU" env -u RUST_LOG "$GATEWAY_BIN" run --config "$CONF/gateway.toml" \
         --log-format json --log-level "$GATEWAY_LOG_LEVEL" ;;
     agent-gateway-b)
-      start "$t" "$GATEWAY_B_CPUS" env -u RUST_LOG "$GATEWAY_B_BIN" run --config "$WORK/gateway-b.toml" \
+      start "$t" "$GATEWAY_B_CPUS" env -u RUST_LOG "$GATEWAY_B_BIN" run --config "$CONF/gateway-b.toml" \
         --log-format json --log-level "$GATEWAY_B_LOG_LEVEL" ;;
     rl-local | rl-redis | agent-gateway-trace-*)
-      start "$t" "$PROXY_CPU" env -u RUST_LOG "$GATEWAY_BIN" run --config "$WORK/$t.toml" \
+      start "$t" "$PROXY_CPU" env -u RUST_LOG "$GATEWAY_BIN" run --config "$CONF/$t.toml" \
         --log-format json --log-level "$GATEWAY_LOG_LEVEL" ;;
     nginx) start "$t" "$PROXY_CPU" nginx -p "$WORK" -c "$WORK/gateway-nginx.conf" ;;
     haproxy) start "$t" "$PROXY_CPU" haproxy -f "$WORK/gateway-haproxy.cfg" ;;
