@@ -306,6 +306,41 @@ fn rediss_with_a_password_and_a_private_ca_and_the_password_never_logged() {
     }
 }
 
+/// Redis' CA rotated over the file `rate_limit.redis_ca_file` names: the watcher applies it,
+/// and Redis decides again without a restart. The file was read once at start, outside the
+/// reload's fingerprint and the watcher's files.
+#[test]
+fn a_redis_ca_rotated_over_its_file_is_trusted_without_a_restart() {
+    let pki = TestPki::for_host("redis-rotated", "127.0.0.1");
+    let stale = TestPki::for_host("redis-stale", "127.0.0.1");
+    let redis = RedisServer::with_tls(&pki, "rotation-password");
+    let tls_port = redis.tls_port.unwrap();
+    let backend = Backend::start();
+    let trust = tempfile::tempdir().unwrap();
+    let ca_file = trust.path().join("redis-ca.crt");
+    let install = |from: &str| replace_file(&ca_file, &std::fs::read_to_string(from).unwrap());
+    install(&stale.ca);
+    let mut cfg = limited_config(backend.addr, 2);
+    let url = format!("rediss://:rotation-password@127.0.0.1:{tls_port}/0");
+    use_redis(&mut cfg, &url, OnRedisError::Local, "rot:");
+    cfg.rate_limit.redis_ca_file = Some(ca_file.display().to_string());
+    cfg.server.watch_config = true;
+    let gw = Gateway::builder(cfg).start();
+    // Redis' certificate is not trusted yet: the local buckets decide.
+    assert_eq!(call(&gw, AGENT_ID), 200);
+    assert!(backend_errors(&gw) >= 1.0);
+    assert_eq!(decisions(&gw, "redis", "allowed"), 0.0);
+
+    install(&pki.ca);
+    gw.wait_for_metric(
+        "agent_gateway_config_reloads_total{result=\"success\"}",
+        1.0,
+    );
+    wait_for_redis(&gw);
+    assert_eq!(call(&gw, AGENT_ID), 200);
+    assert!(redis.keys("rot:*").contains(&format!("rot:{AGENT_ID}")));
+}
+
 /// Redis refuses the gateway's password for a while as the gateway reconnects (restarted with
 /// a config being fixed, an ACL changed): once it takes the password again, it decides again,
 /// with no reload. The connection used to stay failed for good after such a refusal, every

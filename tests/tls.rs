@@ -316,6 +316,35 @@ fn an_untrusted_or_misnamed_backend_certificate_is_refused() {
     );
 }
 
+/// The backend's CA rotated over the file `upstream.tls_ca_file` names (a trust bundle a
+/// Secret or cert-manager's trust-manager updates): the watcher applies it, and new
+/// connections are verified against it without a restart. The file was read once at start,
+/// and the addresses kept the peers of the CA they were made with.
+#[test]
+fn a_backend_ca_rotated_over_its_file_is_trusted_without_a_restart() {
+    let (old, new) = (TestPki::localhost("old-ca"), TestPki::localhost("new-ca"));
+    // The backend's certificate is already the new CA's.
+    let (backend, count) = tls_backend(&new);
+    let trust = tempfile::tempdir().unwrap();
+    let ca_file = trust.path().join("ca.crt");
+    let install = |from: &str| replace_file(&ca_file, &std::fs::read_to_string(from).unwrap());
+    install(&old.ca);
+    let mut cfg = tls_upstream_config(backend, Some(&ca_file.display().to_string()), None);
+    cfg.server.watch_config = true;
+    let gw = Gateway::builder(cfg).start();
+    assert_eq!(post(gw.proxy, "/api/v1/verify/request", BODY).status, 502);
+    assert_eq!(count.load(Ordering::SeqCst), 0);
+
+    install(&new.ca);
+    gw.wait_for_metric(
+        "agent_gateway_config_reloads_total{result=\"success\"}",
+        1.0,
+    );
+    let resp = post(gw.proxy, "/api/v1/verify/request", BODY);
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    assert_eq!(count.load(Ordering::SeqCst), 1);
+}
+
 /// A Prometheus behind TLS that wants `authorization` (tests/common/fake_prometheus.py),
 /// stopped when dropped.
 struct FakePrometheus {

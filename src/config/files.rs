@@ -1,7 +1,7 @@
-//! The files a config names besides itself that hold secrets (`auth.agents_file`,
-//! `rate_limit.redis_password_file`), read relative to the config's directory (an absolute
-//! path as it is), or, for `check-config --mount`, from where they are before a pod mounts
-//! them ([`Mount`]). What was read is remembered as [`Inputs`]: a fingerprint of the config's
+//! The files a config names besides itself (`auth.agents_file`,
+//! `rate_limit.redis_password_file`, the listener's certificate and key, the CAs), read
+//! relative to the config's directory (an absolute path as it is), or, for `check-config
+//! --mount`, from where they are before a pod mounts them ([`Mount`]). What was read is remembered as [`Inputs`]: a fingerprint of the config's
 //! text and every such file, which a reload compares to tell a change from an event that
 //! changed nothing, and the files, whose directories the watcher watches beside the config's.
 //! Their contents are never kept here, logged or put in a problem.

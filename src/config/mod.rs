@@ -277,7 +277,7 @@ impl Snapshot {
             "v1.default_service",
             BusinessCode::parse(&f.v1.default_service),
         );
-        let upstream = upstream::upstream(&f.upstream, &mut p);
+        let upstream = upstream::upstream(&f.upstream, files, &mut p);
         let auth = auth::auth(&auth_file, &mut p);
         let retirement = retirement::retirement(&f.retirement, &auth_file, &auth.agents, &mut p);
         let limits = limits::limits(&f.limits, &mut p);

@@ -142,10 +142,10 @@ pub enum RateLimitConfig {
     Redis(RedisLimitConfig),
 }
 
-/// Reads a PEM file that must hold at least one certificate.
-fn read_ca(path: &str) -> Result<Arc<[u8]>, String> {
-    let pem = std::fs::read(path).map_err(|e| format!("cannot read {path}: {e}"))?;
-    pem_certificates(path, &pem)?;
+/// Reads the PEM file the config names `name`, which must hold at least one certificate.
+fn read_ca(files: &mut Files, name: &str) -> Result<Arc<[u8]>, String> {
+    let (path, pem) = files.read(name)?;
+    pem_certificates(&path.display().to_string(), &pem)?;
     Ok(pem.into())
 }
 
@@ -206,7 +206,7 @@ pub(super) fn rate_limit(
                     "only used with a rediss:// (TLS) redis_url",
                 );
             }
-            p.check("rate_limit.redis_ca_file", read_ca(path))
+            p.check("rate_limit.redis_ca_file", read_ca(files, path))
         }
     };
     match (f.backend, url) {

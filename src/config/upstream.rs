@@ -11,8 +11,10 @@ use std::time::Duration;
 use pingora::protocols::tls::CaType;
 use pingora::upstreams::peer::HttpPeer;
 
+use sha2::{Digest, Sha256};
+
 use super::file::UpstreamFile;
-use super::files::pem_certificates;
+use super::files::{pem_certificates, Files};
 use super::problems::Problems;
 
 /// The port asked when a resolver is written without one.
@@ -75,7 +77,15 @@ impl EjectionConfig {
 #[derive(Debug, Clone)]
 struct TlsTo {
     verify: bool,
-    ca: Option<Arc<CaType>>,
+    ca: Option<TrustedCa>,
+}
+
+/// `upstream.tls_ca_file`'s certificates, and a key of what they are.
+#[derive(Debug, Clone)]
+struct TrustedCa {
+    certs: Arc<CaType>,
+    /// Equal for equal certificates, whichever reload read them: the peers' `group_key`.
+    key: u64,
 }
 
 /// The host of one `upstream.addresses` entry.
@@ -115,7 +125,13 @@ impl UpstreamConfig {
         if let Some(tls) = &self.tls {
             peer.options.verify_cert = tls.verify;
             peer.options.verify_hostname = tls.verify;
-            peer.options.ca = tls.ca.clone();
+            if let Some(ca) = &tls.ca {
+                peer.options.ca = Some(ca.certs.clone());
+                // In pingora's reuse hash, which tells an address that stays through a reload
+                // (its state and pooled connections kept) from one reached anew: a changed CA
+                // makes new peers, whose connections are verified against it.
+                peer.group_key = ca.key;
+            }
         }
         peer
     }
@@ -188,25 +204,34 @@ fn resolver(written: &str) -> Result<SocketAddr, String> {
         .map_err(|_| format!("{written:?} is not an ip:port (or an IP, for port 53)"))
 }
 
-/// Loads PEM CA certificates, each checked to be a usable trust anchor.
-fn load_ca(path: &str) -> Result<Arc<CaType>, String> {
-    let pem = std::fs::read(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+/// Loads the PEM CA certificates of the file the config names `name`, each checked to be a
+/// usable trust anchor.
+fn load_ca(files: &mut Files, name: &str) -> Result<TrustedCa, String> {
+    let (path, pem) = files.read(name)?;
+    let shown = path.display().to_string();
     let mut store = pingora::tls::RootCertStore::empty();
     let mut certs = Vec::new();
-    for cert in pem_certificates(path, &pem)? {
+    let mut key = Sha256::new();
+    for cert in pem_certificates(&shown, &pem)? {
         store
             .add(cert.clone())
-            .map_err(|e| format!("{path}: not a usable CA certificate: {e}"))?;
+            .map_err(|e| format!("{shown}: not a usable CA certificate: {e}"))?;
+        key.update(cert.len().to_le_bytes());
+        key.update(&cert);
         certs.push(pingora::utils::tls::WrappedX509::new(
             cert.to_vec(),
             pingora::utils::tls::parse_x509,
         ));
     }
-    Ok(Arc::from(certs.into_boxed_slice()))
+    let key: [u8; 32] = key.finalize().into();
+    Ok(TrustedCa {
+        certs: Arc::from(certs.into_boxed_slice()),
+        key: u64::from_le_bytes(key[..8].try_into().expect("8 of 32 bytes")),
+    })
 }
 
 /// Validates `[upstream]`.
-pub(super) fn upstream(f: &UpstreamFile, p: &mut Problems) -> UpstreamConfig {
+pub(super) fn upstream(f: &UpstreamFile, files: &mut Files, p: &mut Problems) -> UpstreamConfig {
     if f.addresses.is_empty() {
         p.push("upstream.addresses", "needs at least one host:port");
     }
@@ -238,7 +263,7 @@ pub(super) fn upstream(f: &UpstreamFile, p: &mut Problems) -> UpstreamConfig {
     }
     let ca = match &f.tls_ca_file {
         None => None,
-        Some(path) => p.check("upstream.tls_ca_file", load_ca(path)),
+        Some(name) => p.check("upstream.tls_ca_file", load_ca(files, name)),
     };
     let min_ttl = p.millis("upstream.dns_min_ttl_ms", f.dns_min_ttl_ms);
     let max_ttl = p.millis("upstream.dns_max_ttl_ms", f.dns_max_ttl_ms);
@@ -291,6 +316,7 @@ pub(super) fn upstream(f: &UpstreamFile, p: &mut Problems) -> UpstreamConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     #[test]
     fn targets_are_addresses_or_names_with_a_port() {
@@ -330,7 +356,7 @@ mod tests {
         ]);
         f.resolvers = vec!["127.0.0.1:5353".into()];
         let mut p = Problems::default();
-        let u = upstream(&f, &mut p);
+        let u = upstream(&f, &mut Files::new(Path::new("."), ""), &mut p);
         assert_eq!(u.names(), ["a.example", "b.example"]);
         assert_eq!(u.dns.resolvers, ["127.0.0.1:5353".parse().unwrap()]);
     }
@@ -345,7 +371,7 @@ mod tests {
         f.eject_ms = 0;
         f.resolvers = vec!["nowhere".into()];
         let mut p = Problems::default();
-        upstream(&f, &mut p);
+        upstream(&f, &mut Files::new(Path::new("."), ""), &mut p);
         let keys: Vec<String> = p
             .finish(Some(()))
             .unwrap_err()
@@ -362,5 +388,40 @@ mod tests {
                 "upstream.eject_ms"
             ]
         );
+    }
+
+    /// A CA the test makes, as PEM.
+    fn a_ca() -> String {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.self_signed(&key).unwrap().pem()
+    }
+
+    /// The CA file is read beside the config, as the other files a config names, and goes
+    /// into pingora's reuse hash by what it holds: the same CA read again keeps the peers
+    /// (their state and pooled connections), another CA makes new ones.
+    #[test]
+    fn a_ca_file_is_read_beside_the_config_and_a_new_ca_makes_new_peers() {
+        use pingora::upstreams::peer::Peer;
+        let dir = tempfile::tempdir().unwrap();
+        let ca_file = dir.path().join("backend-ca.pem");
+        std::fs::write(&ca_file, a_ca()).unwrap();
+        let mut f = UpstreamFile::new(vec!["10.0.0.1:443".into()]);
+        f.tls = true;
+        f.tls_ca_file = Some("backend-ca.pem".into());
+        let read = || {
+            let mut files = Files::beside(&dir.path().join("gateway.toml"), "");
+            let mut p = Problems::default();
+            let u = upstream(&f, &mut files, &mut p);
+            assert!(p.finish(Some(())).is_ok());
+            let peer = u.peer(&u.targets[0], "10.0.0.1:443".parse().unwrap());
+            (peer.reuse_hash(), files.finish().files)
+        };
+        let (first, files) = read();
+        assert_eq!(files, std::slice::from_ref(&ca_file));
+        assert_eq!(read().0, first, "the same CA, read again");
+        std::fs::write(&ca_file, a_ca()).unwrap();
+        assert_ne!(read().0, first, "another CA");
     }
 }
