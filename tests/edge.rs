@@ -658,3 +658,61 @@ fn with_an_admin_token_only_the_probes_and_metrics_are_open() {
     assert_eq!(admin_get(gw.admin, "/metrics").status, 401);
     assert_eq!(admin_get(gw.admin, "/healthz").status, 200);
 }
+
+/// A request refused on its head is answered at once, its body never read, and its
+/// connection closed: a caller with no right to the admin listener cannot make it read a body
+/// without end. An admitted one's body is read, to 64 KiB, before anything is done.
+#[test]
+fn an_admin_request_is_refused_before_its_body_is_read_and_a_long_body_is_refused() {
+    let backend = Backend::start();
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.admin.token_sha256 = Digests(vec![digest("admin-token")]);
+    let gw = Gateway::builder(cfg).start();
+    let generation = || {
+        let answer = request(
+            gw.admin,
+            "GET",
+            "/config",
+            &[("Authorization", "Bearer admin-token")],
+            b"",
+        );
+        answer.json()["generation"].clone()
+    };
+    let before = generation();
+
+    // No token, and a chunked body that has only begun.
+    let mut c = Connection::open(gw.admin);
+    c.send(
+        b"POST /-/reload HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n1000\r\n",
+    );
+    c.send([b'x'; 0x800]);
+    let refused = c.response();
+    assert_eq!(refused.status, 401);
+    assert_eq!(refused.json()["message_code"], 40100);
+    let mut rest = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut c.reader, &mut rest);
+    assert!(rest.is_empty(), "the connection closed after the answer");
+
+    // The token, and a body longer than any admin client sends.
+    let long = request(
+        gw.admin,
+        "POST",
+        "/-/reload",
+        &[("Authorization", "Bearer admin-token")],
+        &[b'x'; 64 * 1024 + 1],
+    );
+    assert_eq!(long.status, 413);
+    assert_eq!(long.json()["message_code"], 41300);
+    assert_eq!(generation(), before, "nothing was reloaded");
+
+    // A short one is read and the reload done.
+    let reloaded = request(
+        gw.admin,
+        "POST",
+        "/-/reload",
+        &[("Authorization", "Bearer admin-token")],
+        b"{}",
+    );
+    assert_eq!(reloaded.status, 200, "{}", reloaded.text());
+    assert_ne!(generation(), before);
+}

@@ -4,8 +4,8 @@
 //! fleet's.
 //!
 //! Each endpoint is a row of [`ENDPOINTS`]: its method, its path and who may call it
-//! ([`Access`]), and every request passes [`authorize`] with its endpoint's access before it
-//! is served: that is the one place where admin authorization is decided, in
+//! ([`Access`]), and every request passes [`authorize`] with its endpoint's access, on its
+//! head, before its body is read or it is served: that is the one place where admin authorization is decided, in
 //! [`crate::policy::admin`] (the admin token as a bearer token, or as a browser's Basic
 //! password where nothing changes; loopback only without a token; nothing for what another
 //! site's page makes a browser ask for). Each refusal's answer is [`Refusal::response`].
@@ -103,6 +103,8 @@ enum Refusal {
     NotFound,
     /// Its body could not be read (a broken chunked encoding, a connection lost).
     UnreadableBody,
+    /// Its body is longer than [`BODY_LIMIT`].
+    BodyTooLarge,
     /// Its caller may not ([`authorize`]).
     Denied(Denied),
     /// The path's endpoint takes `allow`.
@@ -147,6 +149,10 @@ impl Refusal {
             Refusal::UnreadableBody => json_response(
                 400,
                 json!({"status_code": 400, "message_code": 40001, "message": "the request body could not be read as framed"}),
+            ),
+            Refusal::BodyTooLarge => json_response(
+                413,
+                json!({"status_code": 413, "message_code": 41300, "message": "no admin endpoint takes a request body; this one is over 64 KiB"}),
             ),
             Refusal::Denied(Denied::LoopbackOnly) => json_response(
                 403,
@@ -337,12 +343,51 @@ impl AdminApp {
 #[async_trait]
 impl ServeHttp for AdminApp {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
-        // A body none of the endpoints reads, read whole before anything is done: one that
-        // cannot be (a broken chunk) is refused, and the connection closed.
-        if session.drain_request_body().await.is_err() {
+        let endpoint = match self.authorized(session) {
+            Ok(endpoint) => endpoint,
+            Err(refusal) => {
+                // Refused on its head: its body is never read, the connection closed instead
+                // (pingora would read it to keep the connection), so a caller with no right
+                // to the listener cannot make it read a body without end.
+                if !session.is_body_empty() {
+                    session.set_keepalive(None);
+                }
+                return refusal.response();
+            }
+        };
+        // A body none of the endpoints reads, read before anything is done: one that cannot
+        // be (a broken chunk), or is too long for any admin client, is refused, and the
+        // connection closed.
+        if let Err(refusal) = drain_body(session).await {
             session.set_keepalive(None);
-            return Refusal::UnreadableBody.response();
+            return refusal.response();
         }
+        self.serve(endpoint).await
+    }
+}
+
+/// No admin endpoint reads a body: what a client that sends one anyway may send (a `{}`).
+const BODY_LIMIT: usize = 64 * 1024;
+
+/// Reads the request's body to its end, and no further than [`BODY_LIMIT`].
+async fn drain_body(session: &mut ServerSession) -> Result<(), Refusal> {
+    let mut read = 0;
+    while let Some(chunk) = session
+        .read_request_body()
+        .await
+        .map_err(|_| Refusal::UnreadableBody)?
+    {
+        read += chunk.len();
+        if read > BODY_LIMIT {
+            return Err(Refusal::BodyTooLarge);
+        }
+    }
+    Ok(())
+}
+
+impl AdminApp {
+    /// The endpoint the request's head names, if its caller may call it.
+    fn authorized(&self, session: &ServerSession) -> Result<Endpoint, Refusal> {
         let is_loopback = |addr: Option<&pingora::protocols::l4::socket::SocketAddr>| {
             addr.and_then(|a| a.as_inet())
                 .is_some_and(|a| a.ip().to_canonical().is_loopback())
@@ -358,15 +403,9 @@ impl ServeHttp for AdminApp {
             from_loopback,
         );
         let admin = &self.store.current().load().admin;
-        let routed = route(req.method.as_str(), req.uri.path()).and_then(|(endpoint, access)| {
-            authorize(access, admin, &caller)
-                .map(|()| endpoint)
-                .map_err(Refusal::Denied)
-        });
-        match routed {
-            Ok(endpoint) => self.serve(endpoint).await,
-            Err(refusal) => refusal.response(),
-        }
+        let (endpoint, access) = route(req.method.as_str(), req.uri.path())?;
+        authorize(access, admin, &caller).map_err(Refusal::Denied)?;
+        Ok(endpoint)
     }
 }
 
