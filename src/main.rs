@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use agent_gateway::client::ClientOptions;
+use agent_gateway::config::SeriesSelector;
 use clap::{Parser, Subcommand};
 
 use cli::{ConfigFile, LogArgs};
@@ -116,6 +117,12 @@ enum Command {
             conflicts_with = "prometheus_token_file"
         )]
         prometheus_basic_auth_file: Option<PathBuf>,
+        /// With --prometheus: PromQL label matchers that pick one deployment's replicas out of
+        /// a Prometheus that scrapes several, as `retirement.prometheus_selector` takes them:
+        /// `job="agent-gateway",namespace="prod"` (braces optional). Every query is
+        /// restricted to the series they match.
+        #[arg(long, value_name = "MATCHERS", requires = "prometheus")]
+        prometheus_selector: Option<SeriesSelector>,
         /// With --prometheus: how far back to count (`30d`, `12h`, ...).
         #[arg(long, default_value = "30d", requires = "prometheus")]
         window: humantime::Duration,
@@ -206,6 +213,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             prometheus_ca_file,
             prometheus_token_file,
             prometheus_basic_auth_file,
+            prometheus_selector,
             window,
             json,
             ..
@@ -215,7 +223,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 token_file: prometheus_token_file,
                 basic_auth_file: prometheus_basic_auth_file,
             };
-            cli::v1_usage::from_prometheus(&url, &options, window, json)
+            let selector = prometheus_selector.unwrap_or_default();
+            cli::v1_usage::from_prometheus(&url, &options, &selector, window, json)
         }
         Command::V1Usage {
             admin,

@@ -1,7 +1,8 @@
 //! The shipped Prometheus files and Grafana dashboard against the real tools: `promtool` checks
 //! and unit-tests the alert rules, then a real Prometheus scrapes a running gateway and runs
 //! every dashboard query and alert expression; and `v1-usage --prometheus` reads the v1 usage
-//! of two replicas, one restarted, from a real Prometheus.
+//! of two replicas, one restarted, from a real Prometheus, and of one deployment of two that
+//! the same Prometheus scrapes.
 //!
 //! Needs `prometheus` and `promtool` on PATH (Debian: `apt-get install prometheus`, which
 //! `.ci/run` does). Without them these tests fail rather than pass silently.
@@ -16,7 +17,7 @@ use std::thread;
 use std::time::Duration;
 
 use agent_gateway::config::file::AgentFile;
-use agent_gateway::config::testing::TOKEN;
+use agent_gateway::config::testing::{AGENT_ID, TOKEN};
 use agent_gateway::config::V1Policy;
 use serde_json::Value;
 
@@ -83,12 +84,32 @@ fn scrape_config(target: SocketAddr) -> String {
 
 /// The shipped prometheus.yml, as [`scrape_config`], aimed at every one of `targets`.
 fn fleet_scrape_config(targets: &[SocketAddr]) -> String {
+    let targets: Vec<String> = targets.iter().map(|t| format!("\"{t}\"")).collect();
+    shipped_scrape_config(&format!("- targets: [{}]", targets.join(", ")))
+}
+
+/// The shipped prometheus.yml, as [`scrape_config`], aimed at one target per deployment, all
+/// in its one job, each with its deployment's `namespace` label: what the Prometheus
+/// Operator makes of the shipped ServiceMonitor in two namespaces.
+fn deployments_scrape_config(deployments: &[(&str, SocketAddr)]) -> String {
+    let groups: Vec<String> = deployments
+        .iter()
+        .map(|(namespace, target)| {
+            format!("- targets: [\"{target}\"]\n        labels: {{namespace: {namespace}}}")
+        })
+        .collect();
+    shipped_scrape_config(&groups.join("\n      "))
+}
+
+/// The shipped prometheus.yml with 1 s scrape and evaluation intervals, the shipped alerts.yml
+/// by absolute path, and `static_configs` (YAML list items, indented as the file's) in place
+/// of its one target.
+fn shipped_scrape_config(static_configs: &str) -> String {
     let text = std::fs::read_to_string(PROMETHEUS_YML).unwrap();
     let text = replace_once(&text, "scrape_interval: 15s", "scrape_interval: 1s");
     let text = replace_once(&text, "evaluation_interval: 15s", "evaluation_interval: 1s");
     let text = replace_once(&text, "- alerts.yml", &format!("- {ALERTS}"));
-    let targets: Vec<String> = targets.iter().map(|t| format!("\"{t}\"")).collect();
-    replace_once(&text, "\"127.0.0.1:9090\"", &targets.join(", "))
+    replace_once(&text, "- targets: [\"127.0.0.1:9090\"]", static_configs)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1158,4 +1179,142 @@ fn v1_usage_from_prometheus_sums_two_replicas_across_a_restart() {
         html.contains("Safe to block: Prometheus&#39; data covers"),
         "{html}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// v1-usage --prometheus-selector: one deployment of two in one Prometheus
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn v1_usage_with_a_selector_reports_one_deployment_of_two_that_prometheus_scrapes() {
+    which("prometheus");
+    let backend = Backend::start();
+    let deployment = |agents: [&str; 2]| {
+        let mut cfg = test_config(&[backend.addr]);
+        cfg.server.watch_config = false;
+        cfg.auth
+            .agents
+            .extend(agents.map(|id| AgentFile::new(id, TOKEN)));
+        Gateway::builder(cfg).start()
+    };
+    // Staging and prod both have "shared", which calls v1 on staging only, and an agent of
+    // their own.
+    let staging = deployment(["shared", "staging-only"]);
+    let prod = deployment(["shared", "prod-only"]);
+    let sent = [
+        call(staging.proxy, "shared", "POST", "/api/v1/verify/request"),
+        call(staging.proxy, "shared", "POST", "/api/v1/verify/request"),
+        call(
+            staging.proxy,
+            "staging-only",
+            "POST",
+            "/api/v1/verify/request",
+        ),
+        call(
+            prod.proxy,
+            "prod-only",
+            "POST",
+            "/api/v1/connection/invitation",
+        ),
+        call(prod.proxy, "shared", "POST", "/api/v2/verify/S/request"),
+    ];
+    assert_eq!(sent, [200; 5]);
+    let prom = Prometheus::start(&deployments_scrape_config(&[
+        ("staging", staging.admin),
+        ("prod", prod.admin),
+    ]));
+    prom.wait_for(
+        "sum(agent_gateway_agent_requests_total{agent_id!=\"unknown\"})",
+        5.0,
+    );
+
+    let report = |args: &[&str]| -> Value {
+        let args: Vec<&str> = ["--json"].iter().chain(args).copied().collect();
+        serde_json::from_str(&v1_usage(&prom, &args)).unwrap()
+    };
+    let ids = |r: &Value| -> Vec<String> {
+        let agents = r["agents"].as_array().unwrap().iter();
+        agents
+            .map(|a| a["agent_id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let agent = |r: &Value, id: &str| -> Value {
+        let mut agents = r["agents"].as_array().unwrap().iter();
+        agents.find(|a| a["agent_id"] == id).unwrap().clone()
+    };
+    let calls = |r: &Value, id: &str, version: &str| -> u64 {
+        let by_operation = agent(r, id)[version].as_object().unwrap().clone();
+        by_operation.values().map(|n| n.as_u64().unwrap()).sum()
+    };
+
+    // Without a selector, both deployments as one fleet: staging's calls count against
+    // "shared" and "staging-only" is listed.
+    let both = report(&[]);
+    assert_eq!(
+        ids(&both),
+        [AGENT_ID, "prod-only", "shared", "staging-only"]
+    );
+    assert_eq!(calls(&both, "shared", "v1_requests"), 2);
+    assert!(agent(&both, "shared")["last_v1_call"].is_string());
+
+    // With one, prod alone: its agents, its counts, its calls' times.
+    let selector = r#"job="agent-gateway",namespace="prod""#;
+    let prod_only = report(&["--prometheus-selector", selector]);
+    assert_eq!(ids(&prod_only), [AGENT_ID, "prod-only", "shared"]);
+    assert_eq!(calls(&prod_only, "shared", "v1_requests"), 0);
+    assert_eq!(calls(&prod_only, "shared", "v2_requests"), 1);
+    assert_eq!(calls(&prod_only, "prod-only", "v1_requests"), 1);
+    assert_eq!(agent(&prod_only, "shared")["first_v1_call"], Value::Null);
+    assert_eq!(agent(&prod_only, "shared")["last_v1_call"], Value::Null);
+    assert!(agent(&prod_only, "prod-only")["last_v1_call"].is_string());
+    // Braces or none, the same; the table says whose counts it shows.
+    let table = v1_usage(
+        &prom,
+        &["--prometheus-selector", &format!("{{ {selector} }}")],
+    );
+    assert!(!table.contains("staging-only"), "{table}");
+    assert!(
+        table.contains(&format!(
+            "(every replica http://{} scrapes that matches {{{selector}}}, over the last 30days)",
+            prom.addr
+        )),
+        "{table}"
+    );
+    // What is not label matchers is refused before any query.
+    let url = format!("http://{}", prom.addr);
+    let out = cli([
+        "v1-usage",
+        "--prometheus",
+        &url,
+        "--prometheus-selector",
+        r#"namespace="prod"} or vector(1)"#,
+    ]);
+    assert!(!out.status.success(), "{}", show(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--prometheus-selector")
+            && stderr.contains("expected `,` or the end, found `}` (at character 17)"),
+        "{stderr}"
+    );
+
+    // A gateway with retirement.prometheus_selector shows prod alone on its board.
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.retirement.prometheus_url = Some(url.clone());
+    cfg.retirement.prometheus_selector = Some(selector.into());
+    let viewer = Gateway::builder(cfg).start();
+    let board = admin_get(viewer.admin, "/");
+    assert_eq!(board.status, 200);
+    let html = board.text();
+    assert!(html.contains("<main data-source=\"fleet\">"), "{html}");
+    assert!(
+        html.contains(&format!(
+            "Counts from the fleet: every replica {url} scrapes that matches \
+             {{job=&quot;agent-gateway&quot;,namespace=&quot;prod&quot;}}, over the last 30 days"
+        )),
+        "{html}"
+    );
+    assert!(!html.contains("staging-only"), "{html}");
+    assert!(board_row(&html, "prod-only")
+        .contains("<td class=\"num calling\">1</td><td class=\"num\">0</td>"));
+    assert!(board_row(&html, "shared").contains("<td class=\"num\">0</td><td class=\"num\">1</td>"));
 }

@@ -310,7 +310,8 @@ impl AdminApp {
             let options = &snapshot.retirement.prometheus_client;
             let mut api = PrometheusApi::new(url, options).map_err(|e| e.to_string())?;
             let base = api.base();
-            observe_board::fleet_figures(&mut api, base)
+            let selector = &snapshot.retirement.prometheus_selector;
+            observe_board::fleet_figures(&mut api, base, selector)
                 .await
                 .map_err(|e| e.to_string())
         };

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context};
 
 use agent_gateway::client::{Client, ClientOptions};
+use agent_gateway::config::SeriesSelector;
 use agent_gateway::observe::fleet;
 use agent_gateway::observe::prometheus::PrometheusApi;
 use agent_gateway::observe::usage::UsageReport;
@@ -20,18 +21,19 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-/// The fleet's v1 usage over `window` from the Prometheus at `url`, reached as `options` say,
-/// as a table or JSON.
+/// The v1 usage over `window` of the fleet `selector` selects (every replica for none) in the
+/// Prometheus at `url`, reached as `options` say, as a table or JSON.
 pub fn from_prometheus(
     url: &str,
     options: &ClientOptions,
+    selector: &SeriesSelector,
     window: humantime::Duration,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let report = runtime()?.block_on(async {
         let mut api = PrometheusApi::new(url, options).context("--prometheus")?;
         let base = api.base();
-        fleet::fleet_report(&mut api, *window)
+        fleet::fleet_report(&mut api, *window, selector)
             .await
             .with_context(|| format!("the fleet's v1 usage from {base}"))
             .map(|report| (report, base))
@@ -41,8 +43,12 @@ pub fn from_prometheus(
         print_out(&(serde_json::to_string(&report)? + "\n"))?;
     } else {
         print_out(&report.to_table())?;
+        let matching = match selector.is_empty() {
+            true => String::new(),
+            false => format!(" that matches {selector}"),
+        };
         print_out(&format!(
-            "(every replica {base} scrapes, over the last {window})\n"
+            "(every replica {base} scrapes{matching}, over the last {window})\n"
         ))?;
     }
     Ok(ExitCode::SUCCESS)

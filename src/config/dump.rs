@@ -1,7 +1,8 @@
 //! The effective config of a snapshot, as `agent-gateway config dump` prints it and the admin
 //! listener's `GET /config` answers it: the file it was built from with every default filled
 //! in, the values validation settled written back (`server.threads`, every date in UTC, each
-//! brownout's shares, each agent's burst), the start-up settings the process runs with (a
+//! brownout's shares, each agent's burst, `retirement.prometheus_selector` as the queries
+//! render it), the start-up settings the process runs with (a
 //! reload keeps the running ones until a restart), durations in milliseconds, and no secret:
 //! token digests (agents' and the admin's) and a Redis password are redacted, and of the
 //! secret files (`auth.agents_file`, `rate_limit.redis_password_file`) only the names show.
@@ -22,6 +23,10 @@ pub fn effective(snapshot: &Snapshot) -> FileConfig {
     let dates = snapshot.retirement.terms.dates;
     f.retirement.deprecated_at = time(dates.deprecated_at);
     f.retirement.sunset_at = time(dates.sunset_at);
+    // As the queries render it: no braces or spaces, each value quoted afresh.
+    if f.retirement.prometheus_selector.is_some() {
+        f.retirement.prometheus_selector = Some(snapshot.retirement.prometheus_selector.matchers());
+    }
     for (file, b) in f
         .retirement
         .brownouts
@@ -129,10 +134,13 @@ mod tests {
             redis_url: Some("redis://:hunter2@127.0.0.1:6379/0".into()),
             ..RateLimitFile::default()
         };
+        f.retirement.prometheus_url = Some("http://prometheus:9090".into());
+        f.retirement.prometheus_selector = Some(r#"{ namespace = "prod" }"#.into());
         let snapshot = f.snapshot();
         let text = to_toml(&snapshot);
         for want in [
             "sunset_at = \"2027-06-01T00:00:00Z\"",
+            r#"prometheus_selector = 'namespace="prod"'"#,
             "start = \"2026-12-01T11:00:00Z\"",
             "percent = 100",
             "burst = 3",

@@ -448,6 +448,9 @@ pub struct RetirementFile {
     pub prometheus_token_file: Option<String>,
     /// A file holding `user:password` for `prometheus_url`, read at each use.
     pub prometheus_basic_auth_file: Option<String>,
+    /// PromQL label matchers (`job="agent-gateway",namespace="prod"`) that pick this
+    /// deployment's series out of `prometheus_url`, when it scrapes others too.
+    pub prometheus_selector: Option<String>,
 }
 
 impl Default for RetirementFile {
@@ -463,6 +466,7 @@ impl Default for RetirementFile {
             prometheus_ca_file: None,
             prometheus_token_file: None,
             prometheus_basic_auth_file: None,
+            prometheus_selector: None,
         }
     }
 }

@@ -7,7 +7,8 @@
 //! section is validated next to its own types (`startup.rs`, `upstream.rs`, `auth.rs`,
 //! `retirement.rs`, `limits.rs`, `rate_limit.rs`, `tracing.rs`), each validated type named
 //! after its section (`[upstream]` is an [`UpstreamConfig`]); the value types they share are
-//! in `types.rs`, a leaf, and what they report in `problems.rs`, another. This module only
+//! in `types.rs`, a leaf, what they report in `problems.rs`, another, and the PromQL label
+//! matchers of `retirement.prometheus_selector` in `selector.rs`, a third. This module only
 //! assembles: the bases, which span three sections, and the snapshot. Once built, nothing
 //! re-checks.
 
@@ -23,6 +24,7 @@ mod problems;
 mod rate_limit;
 mod retirement;
 pub mod schema;
+mod selector;
 mod server_cert;
 mod startup;
 #[cfg(any(test, feature = "test-util"))]
@@ -46,6 +48,7 @@ pub use limits::LimitsConfig;
 pub use problems::{ConfigError, Place, Problem};
 pub use rate_limit::{RateLimitConfig, RedisLimitConfig, RedisUrl};
 pub use retirement::{Brownout, Recurrence, RetirementConfig, Terms};
+pub use selector::{promql_string, MatchOp, SeriesSelector};
 pub use server_cert::ServerCert;
 pub use startup::{cpus_available, StartupConfig};
 pub use tracing::TracingConfig;

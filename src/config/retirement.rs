@@ -11,6 +11,7 @@ use http::HeaderValue;
 use super::auth::{Agent, AgentTable};
 use super::file::{AuthFile, BrownoutFile, RetirementFile};
 use super::problems::Problems;
+use super::selector::SeriesSelector;
 use super::types::{parse_time, unix_seconds, Dates, Repeat, Weekday};
 use crate::client::ClientOptions;
 
@@ -113,6 +114,8 @@ pub struct RetirementConfig {
     pub prometheus_url: Option<String>,
     /// How it is reached: a CA file, a token or basic auth from a file.
     pub prometheus_client: ClientOptions,
+    /// This deployment's series in that Prometheus; none: every replica it scrapes.
+    pub prometheus_selector: SeriesSelector,
 }
 
 impl RetirementConfig {
@@ -179,12 +182,22 @@ pub(super) fn retirement(
             p.push("retirement.prometheus_url", e.to_string());
         }
     }
-    let files = [
+    let prometheus_selector = match &f.prometheus_selector {
+        Some(text) => p
+            .check(
+                "retirement.prometheus_selector",
+                SeriesSelector::parse(text),
+            )
+            .unwrap_or_default(),
+        None => SeriesSelector::default(),
+    };
+    let of_the_url = [
         ("prometheus_ca_file", &f.prometheus_ca_file),
         ("prometheus_token_file", &f.prometheus_token_file),
         ("prometheus_basic_auth_file", &f.prometheus_basic_auth_file),
+        ("prometheus_selector", &f.prometheus_selector),
     ];
-    for (key, value) in files {
+    for (key, value) in of_the_url {
         if value.is_some() && f.prometheus_url.is_none() {
             p.push(
                 format!("retirement.{key}"),
@@ -216,6 +229,7 @@ pub(super) fn retirement(
             token_file: f.prometheus_token_file.as_ref().map(PathBuf::from),
             basic_auth_file: f.prometheus_basic_auth_file.as_ref().map(PathBuf::from),
         },
+        prometheus_selector,
     }
 }
 
@@ -419,6 +433,45 @@ mod tests {
         f.retirement.prometheus_token_file = Some("token".into());
         f.retirement.prometheus_basic_auth_file = Some("pair".into());
         assert_eq!(f.refused_keys(), ["retirement.prometheus_basic_auth_file"]);
+    }
+
+    #[test]
+    fn the_prometheus_selector_is_label_matchers_for_a_prometheus_url() {
+        let with = |selector: &str| {
+            let mut f = testing::config();
+            f.retirement.prometheus_url = Some("http://prometheus:9090".into());
+            f.retirement.prometheus_selector = Some(selector.into());
+            f
+        };
+        let s = with(r#"{ job = "agent-gateway", namespace="prod" }"#).snapshot();
+        assert_eq!(
+            s.retirement.prometheus_selector.matchers(),
+            r#"job="agent-gateway",namespace="prod""#
+        );
+        assert!(testing::config()
+            .snapshot()
+            .retirement
+            .prometheus_selector
+            .is_empty());
+        let problems = |f: crate::config::FileConfig| -> Vec<String> {
+            let e = Snapshot::from_file(f).unwrap_err();
+            e.problems().iter().map(ToString::to_string).collect()
+        };
+        assert_eq!(
+            problems(with(r#"namespace="prod"} or vector(1)"#)),
+            ["retirement.prometheus_selector: expected `,` or the end, found `}` (at character 17)"]
+        );
+        assert_eq!(
+            with(r#"up{job="gw"}"#).refused_keys(),
+            ["retirement.prometheus_selector"]
+        );
+        // Like the other prometheus_* keys, it needs the URL.
+        let mut f = testing::config();
+        f.retirement.prometheus_selector = Some(r#"namespace="prod""#.into());
+        assert_eq!(
+            problems(f),
+            ["retirement.prometheus_selector: needs retirement.prometheus_url"]
+        );
     }
 
     #[test]

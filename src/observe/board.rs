@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
-use crate::config::{Snapshot, V1Policy};
+use crate::config::{SeriesSelector, Snapshot, V1Policy};
 use crate::observe::fleet::{self, FleetError, Prometheus};
 use crate::observe::usage::{format_time, AgentReport, UsageReport};
 use crate::policy::retirement::{
@@ -52,9 +52,11 @@ pub fn rate_limited_query(scope: &str, range: &str) -> String {
 pub enum Source {
     /// This gateway's own counts since it started.
     Gateway,
-    /// Every replica a Prometheus scrapes, over `window`.
+    /// Every replica a Prometheus scrapes that `selector` (PromQL, braces and all) selects,
+    /// empty for every one, over `window`.
     Fleet {
         prometheus: String,
+        selector: String,
         window_days: u64,
     },
     /// `retirement.prometheus_url` is set but could not be read: this gateway's counts instead.
@@ -225,10 +227,12 @@ pub fn board(snapshot: &Snapshot, figures: Figures, now: SystemTime) -> Board {
     let (shown, v1_share_over) = match &figures.source {
         Source::Fleet {
             prometheus,
+            selector,
             window_days,
         } => (
             format!(
-                "the fleet: every replica {prometheus} scrapes, over the last {window_days} days"
+                "the fleet: every replica {prometheus} scrapes{}, over the last {window_days} days",
+                matching(selector)
             ),
             format!("over the last {NOW_RANGE}, fleet-wide"),
         ),
@@ -261,16 +265,27 @@ pub fn share(v1: u64, v2: u64) -> Option<f64> {
     (total > 0).then(|| v1 as f64 / total as f64)
 }
 
-/// The fleet's figures from `prom`: [`fleet::fleet_report`] over [`FLEET_WINDOW`], the v1
-/// share over [`NOW_RANGE`] and each agent's 429s over the window, as the dashboard queries them.
+/// ` that matches {selector}` for a fleet chosen by `selector`; nothing for every replica.
+fn matching(selector: &str) -> String {
+    match selector.is_empty() {
+        true => String::new(),
+        false => format!(" that matches {selector}"),
+    }
+}
+
+/// The figures of the fleet `selector` selects, from `prom`: [`fleet::fleet_report`] over
+/// [`FLEET_WINDOW`], the v1 share over [`NOW_RANGE`] and each agent's 429s over the window, as
+/// the dashboard queries them with the selector's matchers as their scope.
 pub async fn fleet_figures(
     prom: &mut impl Prometheus,
     prometheus: String,
+    selector: &SeriesSelector,
 ) -> Result<Figures, FleetError> {
-    let usage = fleet::fleet_report(prom, FLEET_WINDOW).await?;
-    let share = fleet::instant(prom, &v1_share_query("", NOW_RANGE)).await?;
+    let usage = fleet::fleet_report(prom, FLEET_WINDOW, selector).await?;
+    let scope = selector.matchers();
+    let share = fleet::instant(prom, &v1_share_query(&scope, NOW_RANGE)).await?;
     let window = format!("{}d", FLEET_WINDOW.as_secs() / 86_400);
-    let limited = fleet::instant(prom, &rate_limited_query("", &window)).await?;
+    let limited = fleet::instant(prom, &rate_limited_query(&scope, &window)).await?;
     Ok(Figures {
         usage,
         rate_limited: limited
@@ -283,6 +298,7 @@ pub async fn fleet_figures(
         v1_share: share.first().map(|s| s.value).filter(|v| v.is_finite()),
         source: Source::Fleet {
             prometheus,
+            selector: selector.to_string(),
             window_days: FLEET_WINDOW.as_secs() / 86_400,
         },
     })
@@ -421,6 +437,7 @@ mod tests {
             v1_share: share(0, 0),
             source: Source::Fleet {
                 prometheus: "http://prom:9090".into(),
+                selector: String::new(),
                 window_days: 30,
             },
         };
@@ -434,6 +451,54 @@ mod tests {
             "the fleet: every replica http://prom:9090 scrapes, over the last 30 days"
         );
         assert_eq!(b.v1_share_over, "over the last 5m, fleet-wide");
+    }
+
+    /// A Prometheus with no series, at 2027-01-15T00:00:00Z, that records what it was asked.
+    #[derive(Default)]
+    struct Empty {
+        asked: Vec<String>,
+    }
+
+    impl Prometheus for Empty {
+        async fn query(
+            &mut self,
+            promql: &str,
+            _at: Option<SystemTime>,
+        ) -> Result<Vec<u8>, FleetError> {
+            self.asked.push(promql.to_owned());
+            let result = match promql {
+                "vector(time())" => r#"[{"metric":{},"value":[0,"1799884800"]}]"#,
+                _ => "[]",
+            };
+            Ok(format!(
+                r#"{{"status":"success","data":{{"resultType":"vector","result":{result}}}}}"#
+            )
+            .into_bytes())
+        }
+    }
+
+    #[test]
+    fn the_fleets_figures_are_those_of_the_selected_series_and_say_so() {
+        let prod = SeriesSelector::parse(r#"job="agent-gateway",namespace="prod""#).unwrap();
+        let mut prom = Empty::default();
+        let figures =
+            tokio_test::block_on(fleet_figures(&mut prom, "http://prom:9090".into(), &prod))
+                .unwrap();
+        assert!(prom.asked.len() > 2, "{:?}", prom.asked);
+        for q in &prom.asked {
+            assert_eq!(fleet::unrestricted(q, &prod), Vec::<&str>::new(), "{q}");
+        }
+        assert!(prom
+            .asked
+            .iter()
+            .any(|q| q.starts_with("sum(rate(agent_gateway_requests_total")));
+        assert!(prom.asked.iter().any(|q| q.starts_with("sort_desc(")));
+        let b = board(&plan(), figures, at("2027-01-15T00:00:00Z"));
+        assert_eq!(
+            b.shown,
+            "the fleet: every replica http://prom:9090 scrapes that matches \
+             {job=\"agent-gateway\",namespace=\"prod\"}, over the last 30 days"
+        );
     }
 
     #[test]

@@ -2,6 +2,11 @@
 //! same [`UsageReport`] as `/v1-usage`, summed over replicas and across restarts, so a
 //! replica's restart loses nothing Prometheus scraped.
 //!
+//! The fleet is every replica of `agent_gateway_build_info` that a [`SeriesSelector`] selects
+//! (`retirement.prometheus_selector`, `v1-usage --prometheus-selector`; none: every one), and
+//! every metric each query names is restricted to the same series, so a Prometheus that also
+//! scrapes another deployment (staging beside prod) reports this one alone.
+//!
 //! [`fleet_report`] asks its [`Prometheus`] a few instant queries and builds the report from
 //! the answers; the HTTP is [`crate::observe::prometheus`]'s, so the queries and the report
 //! are tested here against a scripted Prometheus, and against a real one in
@@ -23,7 +28,7 @@ use std::time::{Duration, SystemTime};
 use serde::Deserialize;
 
 use crate::api::operation::{ApiVersion, Operation};
-use crate::config::{DEFAULT_QUIET_DAYS, UNKNOWN_AGENT};
+use crate::config::{SeriesSelector, DEFAULT_QUIET_DAYS, UNKNOWN_AGENT};
 use crate::observe::usage::{
     coverage_note, format_time, quiet_period, safe_to_block, AgentReport, UsageReport,
 };
@@ -143,11 +148,6 @@ fn range(d: Duration) -> String {
     format!("{}ms", d.as_millis().max(1))
 }
 
-/// A label value as a PromQL string literal.
-fn quoted(value: &str) -> String {
-    format!("\"{}\"", value.replace('\\', "\\\\").replace('"', "\\\""))
-}
-
 /// The resolution of the subqueries that find each replica's first and last scrape: fine
 /// enough to see every scrape (Prometheus looks back 5 minutes from each step), coarse enough
 /// to stay cheap over a long window.
@@ -159,12 +159,16 @@ fn step(window: Duration) -> Duration {
 /// since before the window is not taken for one that started inside it.
 const BEFORE_WINDOW: Duration = Duration::from_secs(600);
 
+/// The series that say a replica is there.
+const BUILD_INFO: &str = "agent_gateway_build_info";
+
 /// Every replica's latest scrape in the window, by its `job` and `instance`: the instant query
 /// finds the live ones exactly, the subquery the ones that have gone.
-fn last_scrapes_query(window: Duration) -> String {
+fn last_scrapes_query(window: Duration, fleet: &SeriesSelector) -> String {
+    let build_info = fleet.select(BUILD_INFO);
     format!(
-        "max by (job, instance) (timestamp(agent_gateway_build_info)) or max by (job, instance) \
-         (max_over_time(timestamp(agent_gateway_build_info)[{}:{}]))",
+        "max by (job, instance) (timestamp({build_info})) or max by (job, instance) \
+         (max_over_time(timestamp({build_info})[{}:{}]))",
         range(window),
         range(step(window))
     )
@@ -174,10 +178,11 @@ fn last_scrapes_query(window: Duration) -> String {
 /// how far back Prometheus' data goes. The instant query stands in while a replica's data is
 /// younger than one step. A step shows the latest scrape before it, so the first scrape is at
 /// most a step and Prometheus' lookback before the time found ([`exact_first_scrapes_query`]).
-fn first_scrapes_query(window: Duration) -> String {
+fn first_scrapes_query(window: Duration, fleet: &SeriesSelector) -> String {
+    let build_info = fleet.select(BUILD_INFO);
     format!(
-        "min by (job, instance) (min_over_time(timestamp(agent_gateway_build_info)[{}:{}]) or \
-         timestamp(agent_gateway_build_info))",
+        "min by (job, instance) (min_over_time(timestamp({build_info})[{}:{}]) or \
+         timestamp({build_info}))",
         range(window + BEFORE_WINDOW),
         range(step(window))
     )
@@ -188,6 +193,8 @@ fn first_scrapes_query(window: Duration) -> String {
 struct Replica {
     job: String,
     instance: String,
+    /// Its series: the fleet's selector, its `job` and its `instance`.
+    series: SeriesSelector,
     first_scrape: SystemTime,
     last_scrape: SystemTime,
     /// It started inside the window: its counters went up from zero inside it.
@@ -197,11 +204,7 @@ struct Replica {
 impl Replica {
     /// `metric`, restricted to this replica.
     fn select(&self, metric: &str) -> String {
-        format!(
-            "{metric}{{job={},instance={}}}",
-            quoted(&self.job),
-            quoted(&self.instance)
-        )
+        self.series.select(metric)
     }
 }
 
@@ -219,7 +222,7 @@ fn exact_first_scrapes_query(replicas: &[&Replica], window: Duration) -> Option<
         .map(|r| {
             format!(
                 "min_over_time(timestamp({})[{searched}:1s] @ {:.3})",
-                r.select("agent_gateway_build_info"),
+                r.select(BUILD_INFO),
                 unix_seconds(r.first_scrape + Duration::from_secs(1))
             )
         })
@@ -285,10 +288,11 @@ fn first_scrape_query(replicas: &[&Replica]) -> Option<String> {
     })
 }
 
-/// Queries at one instant: Prometheus' present as the report started.
+/// Queries at one instant: Prometheus' present as the report started, over the fleet's series.
 struct Queries<'a, P> {
     prom: &'a mut P,
     at: SystemTime,
+    fleet: &'a SeriesSelector,
 }
 
 impl<P: Prometheus> Queries<'_, P> {
@@ -305,10 +309,11 @@ impl<P: Prometheus> Queries<'_, P> {
     }
 }
 
-/// The fleet's usage report for the `window` up to Prometheus' present.
+/// The usage report of the fleet `fleet` selects, for the `window` up to Prometheus' present.
 pub async fn fleet_report(
     prom: &mut impl Prometheus,
     window: Duration,
+    fleet: &SeriesSelector,
 ) -> Result<UsageReport, FleetError> {
     // Prometheus' clock, not ours: a range ending "now" must end where its data does.
     let now = vector(prom, "vector(time())", None)
@@ -319,7 +324,11 @@ pub async fn fleet_report(
             query: "vector(time())".into(),
             reason: "an empty vector".into(),
         })?;
-    let mut q = Queries { prom, at: now };
+    let mut q = Queries {
+        prom,
+        at: now,
+        fleet,
+    };
     let window_start = now.checked_sub(window).unwrap_or(SystemTime::UNIX_EPOCH);
     let replicas = replicas(&mut q, window, window_start).await?;
     let mut counts = q.ask_if(increase_query(&replicas, window_start)).await?;
@@ -355,8 +364,9 @@ async fn replicas(
     window: Duration,
     window_start: SystemTime,
 ) -> Result<Vec<Replica>, FleetError> {
-    let lasts = by_replica(q.ask(&last_scrapes_query(window)).await?);
-    let firsts = by_replica(q.ask(&first_scrapes_query(window)).await?);
+    let fleet = q.fleet;
+    let lasts = by_replica(q.ask(&last_scrapes_query(window, fleet)).await?);
+    let firsts = by_replica(q.ask(&first_scrapes_query(window, fleet)).await?);
     let mut replicas: Vec<Replica> = lasts
         .into_iter()
         .map(|((job, instance), last_scrape)| Replica {
@@ -364,6 +374,9 @@ async fn replicas(
                 .get(&(job.clone(), instance.clone()))
                 .copied()
                 .unwrap_or(last_scrape),
+            series: fleet
+                .and_equal("job", &job)
+                .and_equal("instance", &instance),
             job,
             instance,
             last_scrape,
@@ -411,24 +424,33 @@ async fn agent_gauges(
     window: Duration,
 ) -> Result<AgentGauges, FleetError> {
     let w = range(window);
+    let fleet = q.fleet;
     let first = q
         .ask(&format!(
-            "min by (agent_id) (min_over_time(agent_gateway_v1_first_seen_timestamp_seconds[{w}]))"
+            "min by (agent_id) (min_over_time({}[{w}]))",
+            fleet.select("agent_gateway_v1_first_seen_timestamp_seconds")
         ))
         .await?;
     let last = q
         .ask(&format!(
-            "max by (agent_id) (max_over_time(agent_gateway_v1_last_seen_timestamp_seconds[{w}]))"
+            "max by (agent_id) (max_over_time({}[{w}]))",
+            fleet.select("agent_gateway_v1_last_seen_timestamp_seconds")
         ))
         .await?;
+    let info = fleet.select("agent_gateway_agent_info");
     let policies = q
         .ask(&format!(
-            "max by (agent_id, v1_policy) (timestamp(agent_gateway_agent_info)) or \
-         max by (agent_id, v1_policy) (max_over_time(timestamp(agent_gateway_agent_info)[{w}:{}]))",
+            "max by (agent_id, v1_policy) (timestamp({info})) or \
+             max by (agent_id, v1_policy) (max_over_time(timestamp({info})[{w}:{}]))",
             range(step(window))
         ))
         .await?;
-    let dates = |name: &str| format!("max by (agent_id) (last_over_time({name}[{w}]))");
+    let dates = |name: &str| {
+        format!(
+            "max by (agent_id) (last_over_time({}[{w}]))",
+            fleet.select(name)
+        )
+    };
     let deprecations = q
         .ask(&dates("agent_gateway_agent_deprecation_timestamp_seconds"))
         .await?;
@@ -437,7 +459,8 @@ async fn agent_gauges(
         .await?;
     let quiet_days = q
         .ask(&format!(
-            "max(last_over_time(agent_gateway_retirement_quiet_days[{w}]))"
+            "max(last_over_time({}[{w}]))",
+            fleet.select("agent_gateway_retirement_quiet_days")
         ))
         .await?;
     Ok(AgentGauges {
@@ -564,6 +587,27 @@ fn assemble(a: Answers) -> UsageReport {
     }
 }
 
+/// The metrics `promql` names that are not restricted to `fleet`: the braces after each
+/// `agent_gateway_*` name must hold `fleet`'s matchers, in their order, among others.
+#[cfg(test)]
+pub(crate) fn unrestricted<'q>(promql: &'q str, fleet: &SeriesSelector) -> Vec<&'q str> {
+    let matchers = format!(",{},", fleet.matchers());
+    promql
+        .match_indices("agent_gateway_")
+        .filter_map(|(start, _)| {
+            let end = promql[start..]
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .map_or(promql.len(), |n| start + n);
+            let braces = promql[end..]
+                .strip_prefix('{')
+                .and_then(|a| a.split_once('}'))
+                .map(|(inside, _)| format!(",{inside},"));
+            let restricted = braces.is_some_and(|b| b.contains(&matchers));
+            (!restricted).then_some(&promql[start..end])
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -580,13 +624,19 @@ mod tests {
 
     use tokio_test::block_on;
 
+    /// The report of every replica `prom` scrapes, over `window`.
+    fn every_replica(prom: &mut Scripted, window: Duration) -> Result<UsageReport, FleetError> {
+        block_on(fleet_report(prom, window, &SeriesSelector::default()))
+    }
+
     type Labels<'a> = Vec<(&'a str, &'a str)>;
 
-    /// A Prometheus that answers each query from a script, by the start of its text, and
-    /// records what it was asked.
+    /// A Prometheus that answers each query from a script, by the start of its text with
+    /// `fleet`'s matchers taken out, and records what it was asked.
     struct Scripted {
         answers: Vec<(&'static str, String)>,
         asked: Vec<(String, Option<SystemTime>)>,
+        fleet: SeriesSelector,
     }
 
     impl Scripted {
@@ -618,10 +668,17 @@ mod tests {
             at: Option<SystemTime>,
         ) -> Result<Vec<u8>, FleetError> {
             self.asked.push((promql.to_owned(), at));
+            let matchers = self.fleet.matchers();
+            let unscoped = match matchers.is_empty() {
+                true => promql.to_owned(),
+                false => promql
+                    .replace(&format!("{{{matchers}}}"), "")
+                    .replace(&format!("{{{matchers},"), "{"),
+            };
             let answer = self
                 .answers
                 .iter()
-                .find(|(start, _)| promql.starts_with(start))
+                .find(|(start, _)| unscoped.starts_with(start))
                 .map_or_else(|| vector_json(&[]), |(_, a)| a.clone());
             Ok(answer.into_bytes())
         }
@@ -748,13 +805,14 @@ mod tests {
                 ),
             ],
             asked: Vec::new(),
+            fleet: SeriesSelector::default(),
         }
     }
 
     #[test]
     fn each_replica_is_counted_up_to_its_own_last_scrape_at_prometheus_time() {
         let mut prom = fleet();
-        block_on(fleet_report(&mut prom, 30 * DAY)).unwrap();
+        every_replica(&mut prom, 30 * DAY).unwrap();
         let now = at("2027-01-31T12:00:00Z");
         assert_eq!(prom.asked[0], ("vector(time())".into(), None));
         assert!(prom.asked[1..].iter().all(|(_, t)| *t == Some(now)));
@@ -795,7 +853,7 @@ mod tests {
 
     #[test]
     fn the_report_has_the_shape_of_v1_usage() {
-        let report = block_on(fleet_report(&mut fleet(), 30 * DAY)).unwrap();
+        let report = every_replica(&mut fleet(), 30 * DAY).unwrap();
         let ids: Vec<&str> = report.agents.iter().map(|a| a.agent_id.as_str()).collect();
         assert_eq!(
             ids,
@@ -826,7 +884,7 @@ mod tests {
         let mut prom = fleet();
         prom.answers[1].1 = vector_json(&[(replica("gw-a:9090"), secs("2027-01-31T11:59:58Z"))]);
         prom.answers[2].1 = vector_json(&[(replica("gw-a:9090"), secs("2027-01-25T00:00:00Z"))]);
-        let report = block_on(fleet_report(&mut prom, 30 * DAY)).unwrap();
+        let report = every_replica(&mut prom, 30 * DAY).unwrap();
         assert!(report.agents.iter().all(|a| !a.safe_to_block));
         let note = report.coverage_note.unwrap();
         assert!(
@@ -834,7 +892,7 @@ mod tests {
             "{note}"
         );
         // A window shorter than quiet_days cannot tell either.
-        let report = block_on(fleet_report(&mut fleet(), 7 * DAY)).unwrap();
+        let report = every_replica(&mut fleet(), 7 * DAY).unwrap();
         assert!(report.agents.iter().all(|a| !a.safe_to_block));
         assert!(report.coverage_note.is_some());
     }
@@ -844,8 +902,9 @@ mod tests {
         let mut empty = Scripted {
             answers: vec![("vector(time())", vector_json(&[(vec![], 1.8e9)]))],
             asked: Vec::new(),
+            fleet: SeriesSelector::default(),
         };
-        let report = block_on(fleet_report(&mut empty, 30 * DAY)).unwrap();
+        let report = every_replica(&mut empty, 30 * DAY).unwrap();
         assert!(report.agents.is_empty());
         assert_eq!(empty.asked(INCREASE), None, "no replica, no count query");
         let mut refusing = Scripted {
@@ -854,15 +913,53 @@ mod tests {
                 r#"{"status":"error","errorType":"bad_data","error":"parse error"}"#.into(),
             )],
             asked: Vec::new(),
+            fleet: SeriesSelector::default(),
         };
-        let e = block_on(fleet_report(&mut refusing, DAY))
-            .unwrap_err()
-            .to_string();
+        let e = every_replica(&mut refusing, DAY).unwrap_err().to_string();
         assert_eq!(e, "Prometheus refused `vector(time())`: parse error");
     }
 
     #[test]
-    fn label_values_are_quoted_as_promql_strings() {
-        assert_eq!(quoted(r#"a"b\c"#), r#""a\"b\\c""#);
+    fn every_metric_of_every_query_is_restricted_to_the_selected_fleet() {
+        let prod = SeriesSelector::parse(r#"namespace="prod",job=~"gw|agent-gateway""#).unwrap();
+        let mut prom = fleet();
+        prom.fleet = prod.clone();
+        let report = block_on(fleet_report(&mut prom, 30 * DAY, &prod)).unwrap();
+        // Every query, replica discovery and gauges included, and each replica's own.
+        let naming_metrics: Vec<&str> = prom
+            .asked
+            .iter()
+            .map(|(q, _)| q.as_str())
+            .filter(|q| q.contains("agent_gateway_"))
+            .collect();
+        assert_eq!(
+            naming_metrics.len(),
+            prom.asked.len() - 1,
+            "all but vector(time())"
+        );
+        for q in naming_metrics {
+            assert_eq!(unrestricted(q, &prod), Vec::<&str>::new(), "{q}");
+        }
+        assert!(prom.asked(INCREASE).unwrap().starts_with(
+            "sum by (agent_id, api_version, operation) (increase(agent_gateway_agent_requests_total\
+             {namespace=\"prod\",job=~\"gw|agent-gateway\",job=\"gw\",instance=\"gw-a:9090\"}["
+        ));
+        // Prometheus answered the same, so the report is the same as without the selector.
+        let unscoped = every_replica(&mut fleet(), 30 * DAY);
+        assert_eq!(
+            serde_json::to_value(report).unwrap(),
+            serde_json::to_value(unscoped.unwrap()).unwrap()
+        );
+        // And the check above sees a metric left out.
+        assert_eq!(
+            unrestricted(
+                "agent_gateway_a{namespace=\"prod\",job=~\"gw|agent-gateway\"} or \
+                 agent_gateway_b[5m] or agent_gateway_c{job=\"gw\"} or \
+                 agent_gateway_d{code=\"1\",namespace=\"prod\",job=~\"gw|agent-gateway\"} or \
+                 agent_gateway_e{job=~\"gw|agent-gateway\",namespace=\"prod\"}",
+                &prod
+            ),
+            ["agent_gateway_b", "agent_gateway_c", "agent_gateway_e"]
+        );
     }
 }
