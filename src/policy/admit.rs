@@ -182,11 +182,17 @@ impl<'s> Refusal<'s> {
     }
 }
 
+/// The longest wait a 429 asks for. A rate far below one a day waits for years, or forever
+/// (`u64::MAX` seconds), which clients that read `Retry-After` into a 32-bit number turn
+/// into no wait at all; asked again after a day, such a client hears the rest.
+const LONGEST_RETRY_AFTER: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// The refusal of a forwardable request that the rate limit did not allow: over the limit
 /// (429, `Retry-After` when a request would be allowed), or unverifiable with
 /// `on_redis_error = "deny"` (429, `Retry-After` when Redis is next asked). `None`: allowed.
 pub fn rate_limit_refusal<'s>(forward: &Forward<'s>, outcome: Outcome) -> Option<Refusal<'s>> {
-    let secs = |wait: Duration| wait.as_secs_f64().ceil().max(1.0) as u64;
+    let secs =
+        |wait: Duration| (wait.as_secs_f64().ceil() as u64).clamp(1, LONGEST_RETRY_AFTER.as_secs());
     let reply = match outcome {
         Outcome::Allowed => return None,
         Outcome::OverLimit { retry_after } => Reply::RateLimited {
@@ -629,6 +635,22 @@ mod tests {
             header(&other.retirement_headers, "sunset").as_deref(),
             Some("Tue, 01 Jun 2027 00:00:00 GMT")
         );
+        // Retry-After in whole seconds, one at least and a day at most.
+        let retry_after = |wait: Duration| match rate_limit_refusal(
+            &early,
+            Outcome::OverLimit { retry_after: wait },
+        ) {
+            Some(Refusal {
+                reply: Reply::RateLimited { retry_after_secs },
+                ..
+            }) => retry_after_secs,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(retry_after(Duration::from_millis(10)), 1);
+        assert_eq!(retry_after(Duration::from_millis(1500)), 2);
+        assert_eq!(retry_after(Duration::from_secs(86_400)), 86_400);
+        assert_eq!(retry_after(Duration::from_secs(86_401)), 86_400);
+        assert_eq!(retry_after(Duration::MAX), 86_400);
         // A refusal by the rate limiter keeps the request's signals.
         let limited = rate_limit_refusal(
             &early,
