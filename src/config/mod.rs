@@ -282,7 +282,8 @@ impl Snapshot {
         );
         let upstream = upstream::upstream(&f.upstream, files, &mut p);
         let auth = auth::auth(&auth_file, &mut p);
-        let retirement = retirement::retirement(&f.retirement, &auth_file, &auth.agents, &mut p);
+        let retirement =
+            retirement::retirement(&f.retirement, &auth_file, &auth.agents, files, &mut p);
         let limits = limits::limits(&f.limits, &mut p);
         let rate_limit = rate_limit::rate_limit(&f.rate_limit, files, &mut p);
         let tracing = tracing::tracing(&f.tracing, &mut p);

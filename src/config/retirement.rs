@@ -3,13 +3,13 @@
 //! once here. The decisions made from them are [`crate::policy::retirement`]'s.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use http::HeaderValue;
 
 use super::auth::{Agent, AgentTable};
 use super::file::{AuthFile, BrownoutFile, RetirementFile};
+use super::files::{pem_certificates, secret_text, Files};
 use super::problems::Problems;
 use super::selector::SeriesSelector;
 use super::types::{parse_time, unix_seconds, Dates, Repeat, Weekday};
@@ -135,6 +135,7 @@ pub(super) fn retirement(
     f: &RetirementFile,
     auth: &AuthFile,
     agents: &AgentTable,
+    files: &mut Files,
     p: &mut Problems,
 ) -> RetirementConfig {
     let date = |key: &str, value: &Option<String>, p: &mut Problems| {
@@ -217,6 +218,25 @@ pub(super) fn retirement(
         .enumerate()
         .filter_map(|(i, b)| brownout(b, &format!("retirement.brownouts[{i}]"), agents, p))
         .collect();
+    // The client reads them at each use (a rotated token needs no reload); read here too, like
+    // every file a config names: relative to its directory, a missing or empty one a problem.
+    let mut located = |key: &str, name: &Option<String>| {
+        let key = format!("retirement.{key}");
+        let (path, bytes) = p.check(&key, files.read(name.as_deref()?))?;
+        let read = match key.as_str() {
+            "retirement.prometheus_ca_file" => {
+                pem_certificates(&path.display().to_string(), &bytes).map(drop)
+            }
+            _ => secret_text(&path, bytes).map(drop),
+        };
+        p.check(key, read)?;
+        Some(path)
+    };
+    let prometheus_client = ClientOptions {
+        ca_file: located("prometheus_ca_file", &f.prometheus_ca_file),
+        token_file: located("prometheus_token_file", &f.prometheus_token_file),
+        basic_auth_file: located("prometheus_basic_auth_file", &f.prometheus_basic_auth_file),
+    };
     RetirementConfig {
         terms: Terms::new(dates, f.link.as_deref()),
         agent_terms,
@@ -224,11 +244,7 @@ pub(super) fn retirement(
         brownouts,
         quiet_days: f.quiet_days,
         prometheus_url: f.prometheus_url.clone(),
-        prometheus_client: ClientOptions {
-            ca_file: f.prometheus_ca_file.as_ref().map(PathBuf::from),
-            token_file: f.prometheus_token_file.as_ref().map(PathBuf::from),
-            basic_auth_file: f.prometheus_basic_auth_file.as_ref().map(PathBuf::from),
-        },
+        prometheus_client,
         prometheus_selector,
     }
 }
@@ -425,14 +441,43 @@ mod tests {
             ["retirement.prometheus_url"]
         );
         // Credentials come from files, one kind at a time, and only with a URL.
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            Some(path.display().to_string())
+        };
+        let (token, pair) = (file("token", "t0ken\n"), file("pair", "ops:pw"));
         let mut f = testing::config();
-        f.retirement.prometheus_token_file = Some("token".into());
+        f.retirement.prometheus_token_file = token.clone();
         assert_eq!(f.refused_keys(), ["retirement.prometheus_token_file"]);
         let mut f = testing::config();
         f.retirement.prometheus_url = Some("https://prometheus:9090".into());
-        f.retirement.prometheus_token_file = Some("token".into());
-        f.retirement.prometheus_basic_auth_file = Some("pair".into());
+        f.retirement.prometheus_token_file = token.clone();
+        f.retirement.prometheus_basic_auth_file = pair;
         assert_eq!(f.refused_keys(), ["retirement.prometheus_basic_auth_file"]);
+        // Each file is read when the config is: one that is missing, empty or no PEM
+        // certificate is a problem of its key, not of the board's first query.
+        let mut f = testing::config();
+        f.retirement.prometheus_url = Some("https://prometheus:9090".into());
+        f.retirement.prometheus_token_file = token;
+        let s = f.clone().snapshot();
+        assert_eq!(
+            s.retirement.prometheus_client.token_file,
+            Some(dir.path().join("token"))
+        );
+        f.retirement.prometheus_token_file = file("empty", "\n");
+        f.retirement.prometheus_ca_file = file("ca.pem", "no certificate\n");
+        assert_eq!(
+            f.clone().refused_keys(),
+            [
+                "retirement.prometheus_ca_file",
+                "retirement.prometheus_token_file"
+            ]
+        );
+        f.retirement.prometheus_ca_file = None;
+        f.retirement.prometheus_token_file = Some(dir.path().join("nothing").display().to_string());
+        assert_eq!(f.refused_keys(), ["retirement.prometheus_token_file"]);
     }
 
     #[test]
