@@ -434,7 +434,8 @@ fn sigterm_lets_a_slow_response_finish_then_exits() {
 
 /// The new process waits for the listeners; a SIGHUP then (a reload asked of every process
 /// by name, `pkill -HUP agent-gateway`) does not end it, as the default action of SIGHUP
-/// would before the gateway's own handler is in place.
+/// would before the gateway's own handler is in place. `/readyz` answers 200 throughout,
+/// from either process: the old one answered 503 (draining) until it exited.
 #[test]
 fn sigquit_hands_the_listeners_to_a_process_started_with_upgrade() {
     let backend = Backend::start();
@@ -452,6 +453,9 @@ fn sigquit_hands_the_listeners_to_a_process_started_with_upgrade() {
     while old.child().try_wait().unwrap().is_none() {
         assert!(Instant::now() < deadline, "the old process never exited");
         assert_eq!(post(old.proxy, VERIFY_V1, BODY).status, 200);
+        // Whichever process answers the probe, the address stays in service: a load
+        // balancer must not take it out for a handover.
+        assert_eq!(admin_get(old.admin, "/readyz").status, 200);
         served += 1;
         thread::sleep(Duration::from_millis(50));
     }

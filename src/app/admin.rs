@@ -277,7 +277,10 @@ impl AdminApp {
                     .startup
                     .readiness_requires_upstream;
                 let upstream_text = upstream.err().unwrap_or("reachable");
-                match readiness(self.drain.started(), upstream, requires_upstream) {
+                // A handover is no drain for the load balancer: the address stays in service,
+                // the new process answering on it.
+                let draining = self.drain.started() && !self.drain.is_handover();
+                match readiness(draining, upstream, requires_upstream) {
                     Ok(()) => {
                         json_response(200, json!({"status": "ready", "upstream": upstream_text}))
                     }

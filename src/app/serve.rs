@@ -84,8 +84,9 @@ pub struct Gateway {
 /// clients, tells client connections to wind down (HTTP/2 GOAWAY, HTTP/1.1 `Connection:
 /// close`), waits for the requests in flight (at most `server.grace_period_seconds`) and
 /// sends out the spans and log lines still queued. The admin listener serves until the drain
-/// is over: a probe reads `/readyz` 503 (draining), a scrape sees the last requests end. Must
-/// run inside a tokio runtime.
+/// is over: a probe reads `/readyz` 503 (draining), a scrape sees the last requests end;
+/// after a handover it stops with the proxy listener, whose sockets another process serves.
+/// Must run inside a tokio runtime.
 pub async fn serve(listeners: Listeners, gateway: Gateway, shutdown: impl Future<Output = ()>) {
     match listeners.local_addrs() {
         Ok(at) => tracing::info!(
@@ -137,6 +138,11 @@ pub async fn serve(listeners: Listeners, gateway: Gateway, shutdown: impl Future
     );
     drain.start();
     stop.send_replace(true);
+    if drain.is_handover() {
+        // The admin listener is the new process's too: a probe or a scrape that reached this
+        // one now would read a process on its way out (its counters, soon gone).
+        stop_admin.send_replace(true);
+    }
     let deadline = Instant::now() + grace;
     while in_flight.count() > 0 && Instant::now() < deadline {
         tokio::time::sleep(DRAIN_POLL).await;

@@ -53,7 +53,7 @@ impl ShutdownSignalWatch for Signals {
                 }
                 _ = quit.recv() => {
                     tracing::info!("SIGQUIT: handing the listeners to the upgraded process");
-                    self.drain.start();
+                    self.drain.hand_over();
                     return ShutdownSignal::GracefulUpgrade;
                 }
                 _ = term.recv() => {

@@ -29,6 +29,7 @@ pub mod timer;
 pub mod upstream;
 
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -98,26 +99,47 @@ impl ProxyApp {
 /// shutdown (which comes only after the listeners are handed over and a wait), so clients of
 /// the old process move to the new one while their open requests finish.
 #[derive(Debug, Clone)]
-pub struct Drain(Arc<watch::Sender<bool>>);
+pub struct Drain {
+    started: Arc<watch::Sender<bool>>,
+    /// Started by a handover: the listeners are another process's now, and the address stays
+    /// in service.
+    handing_over: Arc<AtomicBool>,
+}
 
 impl Default for Drain {
     fn default() -> Self {
-        Drain(Arc::new(watch::channel(false).0))
+        Drain {
+            started: Arc::new(watch::channel(false).0),
+            handing_over: Arc::default(),
+        }
     }
 }
 
 impl Drain {
+    /// The gateway goes out of service (SIGTERM).
     pub fn start(&self) {
-        self.0.send_replace(true);
+        self.started.send_replace(true);
+    }
+
+    /// The gateway hands its listeners to a new process (SIGQUIT).
+    pub fn hand_over(&self) {
+        self.handing_over.store(true, Ordering::Relaxed);
+        self.start();
     }
 
     /// Whether the gateway is draining (SIGTERM, or SIGQUIT's handover).
     pub fn started(&self) -> bool {
-        *self.0.borrow()
+        *self.started.borrow()
+    }
+
+    /// Whether the drain is a handover's, after which the process that took the listeners
+    /// answers on them.
+    pub fn is_handover(&self) -> bool {
+        self.handing_over.load(Ordering::Relaxed)
     }
 
     fn watch(&self) -> watch::Receiver<bool> {
-        self.0.subscribe()
+        self.started.subscribe()
     }
 }
 
