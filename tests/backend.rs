@@ -127,6 +127,42 @@ fn a_name_that_does_not_resolve_at_start_stops_the_gateway_unless_allowed() {
     assert_eq!(get(gw.proxy, TARGET).status, 502);
 }
 
+/// `check-config` judges a name that does not resolve as `run` does: a problem, or with
+/// `upstream.allow_unresolved_at_start` a warning, and the file passes.
+#[test]
+fn check_config_warns_of_a_name_that_does_not_resolve_when_run_would_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    let check = |allowed: bool| {
+        let mut cfg = test_config(&[]);
+        // RFC 6761: no resolver answers a name under .invalid.
+        cfg.upstream.addresses = vec!["backend.invalid:80".into()];
+        cfg.upstream.allow_unresolved_at_start = allowed;
+        std::fs::write(&path, cfg.to_toml()).unwrap();
+        let out = cli([
+            "check-config".as_ref(),
+            "--config".as_ref(),
+            path.as_os_str(),
+        ]);
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (passed, said) = check(false);
+    assert!(!passed);
+    assert!(
+        said.contains("upstream.addresses[0]: \"backend.invalid\" does not resolve"),
+        "{said}"
+    );
+    let (passed, said) = check(true);
+    assert!(passed, "{said}");
+    assert!(
+        said.contains("warning: upstream.addresses[0]: \"backend.invalid\" does not resolve"),
+        "{said}"
+    );
+}
+
 /// A backend that holds every answer until `gate` opens and counts the connections open to
 /// it at once that carried a request (the health check's bare connect carries none, and is
 /// no proxied connection): the most it saw.

@@ -16,9 +16,18 @@ use super::print_problems;
 
 pub fn run(file: &Path, no_resolve: bool, mounts: &[Mount]) -> anyhow::Result<ExitCode> {
     match check(file, no_resolve, mounts) {
-        Ok(snapshot) => {
+        Ok((snapshot, unresolved)) => {
             for warning in snapshot_warnings(&snapshot) {
                 eprintln!("{}: warning: {warning}", file.display());
+            }
+            for name in unresolved {
+                eprintln!(
+                    "{}: warning: {}: {}; the gateway starts without its addresses \
+                     (upstream.allow_unresolved_at_start) and looks it up again",
+                    file.display(),
+                    name.key,
+                    name.message
+                );
             }
             println!("{}: ok", file.display());
             Ok(ExitCode::SUCCESS)
@@ -32,11 +41,17 @@ pub fn run(file: &Path, no_resolve: bool, mounts: &[Mount]) -> anyhow::Result<Ex
 
 /// Validates the file at `path` (and the files it names, those under a mount read from its
 /// source), and looks its upstream names up unless `no_resolve` (with the system's resolver,
-/// once: the gateway itself follows them as their TTL says).
-fn check(path: &Path, no_resolve: bool, mounts: &[Mount]) -> Result<Snapshot, ConfigError> {
+/// once: the gateway itself follows them as their TTL says). A name that does not resolve is
+/// a problem, or, with `upstream.allow_unresolved_at_start`, which `run` starts with, one of
+/// the names returned beside the snapshot, to warn of.
+fn check(
+    path: &Path,
+    no_resolve: bool,
+    mounts: &[Mount],
+) -> Result<(Snapshot, Vec<Problem>), ConfigError> {
     let snapshot = Snapshot::read_mounted(path, mounts)?.result?;
     if no_resolve {
-        return Ok(snapshot);
+        return Ok((snapshot, Vec::new()));
     }
     let problems: Vec<Problem> = snapshot
         .upstream
@@ -61,8 +76,8 @@ fn check(path: &Path, no_resolve: bool, mounts: &[Mount]) -> Result<Snapshot, Co
             })
         })
         .collect();
-    if problems.is_empty() {
-        Ok(snapshot)
+    if problems.is_empty() || snapshot.upstream.dns.allow_unresolved_at_start {
+        Ok((snapshot, problems))
     } else {
         Err(ConfigError::Invalid(problems))
     }

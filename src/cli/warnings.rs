@@ -1,7 +1,7 @@
 //! What a config allows that works but should not, said as warnings (`run` at start,
-//! `check-config`), never as refusals: an agent on a token published with agent-gateway (the
-//! demo's own config uses them on purpose), no agent at all, and PROXY protocol headers
-//! believed from any host.
+//! `check-config`), never as refusals: an agent or the admin listener on a token published
+//! with agent-gateway (the demo's own config uses them on purpose), no agent at all, and PROXY
+//! protocol headers believed from any host.
 
 use agent_gateway::config::{Snapshot, TokenDigest};
 
@@ -14,6 +14,9 @@ pub enum ConfigWarning<'a> {
     /// The agent accepts a token published with agent-gateway ([`SHIPPED_AGENTS`]):
     /// anyone who read the README can call as it.
     PublishedToken { agent: &'a str, token: &'static str },
+    /// `admin.token_sha256` names a token published with agent-gateway: anyone who read the
+    /// README can reload the gateway and read its config.
+    PublishedAdminToken { token: &'static str },
     /// No agent is configured: every call is refused with 401.
     NoAgent,
     /// `listen.proxy_protocol` without `listen.trusted_proxies`: any host that reaches the
@@ -29,6 +32,13 @@ impl std::fmt::Display for ConfigWarning<'_> {
                 "agent {agent:?} accepts the token {token:?}, published with agent-gateway (its \
                  README and demo config): anyone can call as this agent. Give it a token of its \
                  own: printf '%s' TOKEN | agent-gateway hash-token"
+            ),
+            ConfigWarning::PublishedAdminToken { token } => write!(
+                f,
+                "admin.token_sha256 accepts the token {token:?}, published with agent-gateway \
+                 (its README and demo config): anyone who reaches the admin listener can \
+                 reload the gateway and read its config. Give it a token of its own: printf \
+                 '%s' TOKEN | agent-gateway hash-token"
             ),
             ConfigWarning::NoAgent => {
                 f.write_str("no agent is configured: every call is refused with 401")
@@ -55,12 +65,18 @@ pub fn credential_warnings<'a>(
     agents
         .into_iter()
         .filter_map(|(agent, digest)| {
-            let (_, token) = SHIPPED_AGENTS
-                .iter()
-                .find(|(_, token)| TokenDigest::of(token.as_bytes()) == *digest)?;
+            let token = published_token(digest)?;
             Some(ConfigWarning::PublishedToken { agent, token })
         })
         .collect()
+}
+
+/// The published token whose digest `digest` is, if it is one.
+fn published_token(digest: &TokenDigest) -> Option<&'static str> {
+    SHIPPED_AGENTS
+        .iter()
+        .find(|(_, token)| TokenDigest::of(token.as_bytes()) == *digest)
+        .map(|&(_, token)| token)
 }
 
 /// The warnings about `snapshot`: its agents', then its edge's.
@@ -71,6 +87,14 @@ pub fn snapshot_warnings(snapshot: &Snapshot) -> Vec<ConfigWarning<'_>> {
             .agents
             .values()
             .flat_map(|a| a.tokens.iter().map(|t| (a.id.as_str(), &t.digest))),
+    );
+    warnings.extend(
+        snapshot
+            .admin
+            .tokens
+            .iter()
+            .filter_map(published_token)
+            .map(|token| ConfigWarning::PublishedAdminToken { token }),
     );
     let edge = &snapshot.edge;
     if edge.proxy_protocol && edge.trusted_proxies.is_empty() {
@@ -132,5 +156,33 @@ mod tests {
         assert!(said(&config(true, &[])));
         assert!(!said(&config(true, &["10.0.0.0/8"])));
         assert!(!said(&config(false, &[])));
+    }
+
+    #[test]
+    fn an_admin_token_published_with_agent_gateway_is_said() {
+        use agent_gateway::config::file::Digests;
+        use agent_gateway::config::FileConfig;
+        let config = |tokens: &[&str]| {
+            let backend = "127.0.0.1:9000".parse().unwrap();
+            let mut cfg = FileConfig::for_test("127.0.0.1:0".parse().unwrap(), &[backend]);
+            cfg.admin.token_sha256 = Digests(
+                tokens
+                    .iter()
+                    .map(|t| TokenDigest::of(t.as_bytes()).to_hex())
+                    .collect(),
+            );
+            cfg.snapshot()
+        };
+        let admin_warnings = |snapshot: &Snapshot| {
+            snapshot_warnings(snapshot)
+                .into_iter()
+                .filter(|w| matches!(w, ConfigWarning::PublishedAdminToken { .. }))
+                .map(|w| w.to_string())
+                .collect::<Vec<_>>()
+        };
+        let said = admin_warnings(&config(&["an admin token of its own", "demo-token"]));
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(said[0].starts_with(r#"admin.token_sha256 accepts the token "demo-token""#));
+        assert!(admin_warnings(&config(&["an admin token of its own"])).is_empty());
     }
 }
