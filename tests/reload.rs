@@ -511,4 +511,27 @@ fn get_config_shows_the_running_snapshot_with_its_load_time_and_file_hash() {
     assert_ne!(second["sha256"], first["sha256"]);
     assert_eq!(second["config"]["retirement"]["quiet_days"], 3);
     assert_eq!(second["config"]["server"]["grace_period_seconds"], 1);
+
+    // The agents in a file of their own: another agent there is a change of the inputs'
+    // digest, not of the config text's.
+    let agents = gw.config_path.with_file_name("agents.toml");
+    let write_agents = |id: &str| {
+        let file = AgentsFile {
+            agents: vec![AgentFile::new(id, TOKEN)],
+        };
+        std::fs::write(&agents, toml::to_string(&file).unwrap()).unwrap();
+    };
+    write_agents("filed-1");
+    cfg.auth.agents.clear();
+    cfg.auth.agents_file = Some("agents.toml".into());
+    gw.reload(&cfg);
+    let third = admin_get(gw.admin, "/config").json();
+    write_agents("filed-2");
+    gw.reload(&cfg);
+    let fourth = admin_get(gw.admin, "/config").json();
+    assert_eq!(fourth["sha256"], third["sha256"]);
+    assert_ne!(fourth["inputs_sha256"], third["inputs_sha256"]);
+    for shown in [&third, &fourth] {
+        assert_eq!(shown["inputs_sha256"].as_str().map(str::len), Some(64));
+    }
 }
