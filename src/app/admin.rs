@@ -184,6 +184,8 @@ fn route(method: &str, path: &str) -> Result<(Endpoint, Access), Refusal> {
         return Ok((*endpoint, *access));
     }
     match at_path().next() {
+        // A GET endpoint takes HEAD too, and says so (RFC 9110 §10.2.1).
+        Some(&("GET", ..)) => Err(Refusal::MethodNotAllowed { allow: "GET, HEAD" }),
         Some((allow, ..)) => Err(Refusal::MethodNotAllowed { allow }),
         None => Err(Refusal::NotFound),
     }
@@ -448,6 +450,10 @@ mod tests {
         let answer = refused.response();
         assert_eq!(answer.status(), 405);
         assert_eq!(answer.headers()["allow"], "POST");
+        assert_eq!(
+            route("POST", "/metrics"),
+            Err(Refusal::MethodNotAllowed { allow: "GET, HEAD" })
+        );
         assert_eq!(route("GET", "/nothing"), Err(Refusal::NotFound));
     }
 
