@@ -306,6 +306,13 @@ fn a_guessing_address_gets_429_while_another_keeps_working() {
     let fine = send_from(client, gw.proxy, &status_request(TOKEN, "")).unwrap();
     assert_eq!(fine.status, 200, "{}", fine.text());
     assert_eq!(gw.metric("agent_gateway_auth_throttled_total"), 2.0);
+    // Counted with the v1 calls they are, though their credentials were never checked.
+    assert_eq!(
+        gw.metric(
+            "agent_gateway_requests_total{api_version=\"v1\",code=\"429\",operation=\"transaction_status\"}"
+        ),
+        2.0
+    );
     let log = gw.log();
     assert_eq!(
         log.matches("too many failed authentications").count(),

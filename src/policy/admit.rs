@@ -20,7 +20,7 @@ use crate::api::route::{
     match_route, path_template, upstream_path, RouteError, RouteMatch, Successor,
 };
 use crate::api::schema::ObjectSchema;
-use crate::config::{Agent, AgentToken, RateLimit, Snapshot, Terms, ValidationMode};
+use crate::config::{Agent, AgentToken, Bases, RateLimit, Snapshot, Terms, ValidationMode};
 use crate::policy::auth::{authenticate, AuthFailure, AGENT_ID_HEADER, AUTH_TOKEN_HEADER};
 use crate::policy::headers;
 use crate::policy::rate_limit::{self, Outcome};
@@ -37,6 +37,24 @@ pub struct Identified<'s> {
     pub agent: Option<&'s Agent>,
     /// The token the agent authenticated with.
     pub token: Option<&'s AgentToken>,
+}
+
+impl Identified<'_> {
+    /// What the route of `method` and `path` says of a request refused before admission (its
+    /// client address past `auth.max_failures_per_minute`): its version and operation, so
+    /// that it counts with its version's calls, and no agent, since none was checked.
+    pub fn by_route(bases: &Bases, method: &str, path: &str) -> Self {
+        let (version, operation) = match match_route(bases, method, path) {
+            Ok(route) => (route.version, route.operation),
+            Err(RouteError::MethodNotAllowed { version, operation }) => (version, operation),
+            Err(_) => return Identified::default(),
+        };
+        Identified {
+            version: Some(version),
+            operation: Some(operation),
+            ..Identified::default()
+        }
+    }
 }
 
 /// The facts of a request head that admission looks at, whatever the protocol.

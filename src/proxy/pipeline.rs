@@ -97,7 +97,8 @@ impl ProxyApp {
                     tracing::warn!(client_addr = %client, limit, retry_after_secs, "too many failed authentications from this address: its requests get 429 for the rest of the minute");
                 }
                 let reply = Reply::AuthThrottled { retry_after_secs };
-                return Err(Refusal::new(Identified::default(), reply));
+                let who = Identified::by_route(&snap.bases, req.method(), req.path());
+                return Err(Refusal::new(who, reply));
             }
         }
         admit(snap, &RequestFacts::of(req, &ex.request_id, ex.started_at))
