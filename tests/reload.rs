@@ -329,6 +329,9 @@ fn a_revoked_agent_is_refused_on_its_next_request() {
     );
 }
 
+/// Every request is judged under one snapshot (its v1 default code is that snapshot's) and
+/// sent under the base of the backend when it is sent: its snapshot's, or a later one's when
+/// a reload came between its start and its send, never an earlier one's.
 #[test]
 fn under_load_with_50_reloads_every_request_sees_one_whole_snapshot() {
     let backend = Backend::start();
@@ -391,12 +394,19 @@ fn under_load_with_50_reloads_every_request_sees_one_whole_snapshot() {
     assert_eq!(all.len(), sent.load(Ordering::Relaxed));
     let mut generations = BTreeSet::new();
     for r in &all {
-        // /gen{n}/api/verify/CODE{m}/request with n == m, or the request mixed two snapshots.
+        // /gen{n}/api/verify/CODE{m}/request: m is the request's snapshot, n the backend's
+        // when it was sent, the same or later (a backend is followed before the snapshot
+        // that moved it is served).
         let parts: Vec<&str> = r.target.split('/').collect();
-        let base_gen = parts[1].trim_start_matches("gen");
-        let code_gen = parts[4].trim_start_matches("CODE");
-        assert_eq!(base_gen, code_gen, "mixed snapshot in {}", r.target);
-        generations.insert(base_gen.parse::<usize>().unwrap());
+        let generation = |part: &str, prefix| part.trim_start_matches(prefix).parse::<usize>();
+        let base_gen = generation(parts[1], "gen").unwrap();
+        let code_gen = generation(parts[4], "CODE").unwrap();
+        assert!(
+            base_gen >= code_gen,
+            "sent under an older base than its snapshot's: {}",
+            r.target
+        );
+        generations.insert(base_gen);
     }
     assert_eq!(
         generations,
@@ -534,4 +544,124 @@ fn get_config_shows_the_running_snapshot_with_its_load_time_and_file_hash() {
     for shown in [&third, &fourth] {
         assert_eq!(shown["inputs_sha256"].as_str().map(str::len), Some(64));
     }
+}
+
+/// Backends A and B, and two configs: the first in front of A under the base `/a/api`, the
+/// second moving the backend to B and its base to `/b/api` at once. Only the reloads the test
+/// asks for: no watcher.
+fn a_move_from_a_to_b() -> (Backend, Backend, FileConfig, FileConfig) {
+    a_move_between(Backend::start(), Backend::start())
+}
+
+fn a_move_between(a: Backend, b: Backend) -> (Backend, Backend, FileConfig, FileConfig) {
+    let mut before = test_config(&[a.addr]);
+    before.server.watch_config = false;
+    before.upstream.base_path = "/a/api".into();
+    let mut after = before.clone();
+    after.upstream.addresses = vec![b.addr.to_string()];
+    after.upstream.base_path = "/b/api".into();
+    (a, b, before, after)
+}
+
+/// Every request each backend received, named `A` or `B`, with its path.
+fn received(a: &Backend, b: &Backend) -> Vec<(&'static str, String)> {
+    let named = |name, backend: &Backend| {
+        backend
+            .all()
+            .into_iter()
+            .map(move |r| (name, r.target))
+            .collect::<Vec<_>>()
+    };
+    [named("A", a), named("B", b)].concat()
+}
+
+/// Whether every request went under the base of the backend it reached.
+fn each_under_its_backend_s_base(received: &[(&str, String)]) -> bool {
+    received.iter().all(|(backend, path)| match *backend {
+        "A" => path.starts_with("/a/api/"),
+        _ => path.starts_with("/b/api/"),
+    })
+}
+
+/// A request admitted before a reload that moves the backend and its base at once, its body
+/// still arriving, goes to the addresses in rotation when it is sent, under their base: B
+/// under `/b/api`, never B under A's `/a/api`.
+#[test]
+fn a_request_admitted_before_a_move_goes_under_the_base_of_the_backend_it_reaches() {
+    let (a, b, before, after) = a_move_from_a_to_b();
+    let gw = Gateway::builder(before).start();
+
+    let mut client = Connection::open(gw.proxy);
+    let (first, rest) = BODY.split_at(1);
+    client.send(verify_with(
+        &format!("Content-Length: {}\r\n", BODY.len()),
+        first.as_bytes(),
+    ));
+    // Its head read and admitted under the first snapshot; its body not yet in.
+    gw.wait_for_metric("agent_gateway_in_flight_requests", 1.0);
+    gw.reload(&after);
+    client.send(rest);
+    let answer = client.response();
+    assert_eq!(answer.status, 200, "{}", answer.text());
+
+    let received = received(&a, &b);
+    assert!(
+        each_under_its_backend_s_base(&received),
+        "a backend got another's base: {received:?}"
+    );
+    assert_eq!(received.len(), 1, "{received:?}");
+    assert_eq!(received[0].0, "B", "sent after the move: {received:?}");
+    let line = gw.wait_for_access_log(1).remove(0);
+    assert_eq!(line["upstream_path"], "/b/api/verify/ORG_DEFAULT/request");
+}
+
+/// A request already waiting for a connection to A when the move comes keeps the addresses
+/// it was sending to, and their base: A under `/a/api`.
+#[test]
+fn a_request_waiting_for_a_connection_through_a_move_keeps_its_backend_s_base() {
+    let gate = Gate::new();
+    let held = gate.clone();
+    let a = Backend::with(move |_| Action::AfterGate(held.clone(), "{}".into()));
+    let (a, b, mut before, mut after) = a_move_between(a, Backend::start());
+    for cfg in [&mut before, &mut after] {
+        cfg.upstream.max_connections_per_address = Some(1);
+        cfg.upstream.max_pending = 1;
+        cfg.upstream.pending_timeout_ms = 60_000;
+        cfg.upstream.read_timeout_ms = 60_000;
+    }
+    let gw = Gateway::builder(before).start();
+    let send = || {
+        let proxy = gw.proxy;
+        thread::spawn(move || post(proxy, VERIFY_V1, BODY))
+    };
+
+    // One request on A's one connection, its answer held; of the next two, one waits for
+    // that connection and the other finds the queue full.
+    let on_the_connection = send();
+    gw.wait_until("a request on A's connection", || a.count() == 1);
+    let others = [send(), send()];
+    gw.wait_for_metric(
+        "agent_gateway_upstream_overflow_total{reason=\"queue_full\"}",
+        1.0,
+    );
+    gw.reload(&after);
+    gate.open();
+    assert_eq!(on_the_connection.join().unwrap().status, 200);
+    let mut statuses: Vec<u16> = others.map(|o| o.join().unwrap().status).into();
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 503]);
+
+    let received = received(&a, &b);
+    assert!(
+        each_under_its_backend_s_base(&received),
+        "a backend got another's base: {received:?}"
+    );
+    assert_eq!(
+        received.iter().map(|r| r.0).collect::<Vec<_>>(),
+        ["A", "A"],
+        "the waiting request kept its addresses: {received:?}"
+    );
+    // New requests go to B, under its base.
+    assert_eq!(post(gw.proxy, VERIFY_V1, BODY).status, 200);
+    assert_eq!(b.last().target, "/b/api/verify/ORG_DEFAULT/request");
 }

@@ -303,6 +303,21 @@ pub fn upstream_path(
     )
 }
 
+/// `path`, an upstream path built under the backend base `from` ([`upstream_path`]), under
+/// `to` instead; `None` when the two bases are one (the path stands as it is). The rest of the
+/// path (operation, service code, transaction id, query) is kept as it was decided.
+pub fn rebased(path: &str, from: &BasePath, to: &BasePath) -> Option<String> {
+    if from == to {
+        return None;
+    }
+    // Built under `from`, the path starts with it; were it not, it would stand.
+    let rest = path.strip_prefix(from.as_str())?;
+    let mut out = String::with_capacity(to.as_str().len() + rest.len());
+    out.push_str(to.as_str());
+    out.push_str(rest);
+    Some(out)
+}
+
 /// The v2 call a v1 call maps to: its route, and the service code it acts on (empty for an
 /// operation without one).
 #[derive(Debug, Clone, Copy)]
@@ -405,6 +420,34 @@ mod tests {
             forward("POST", "/api/v2/verify/€/request", "D").unwrap(),
             "/backend/v2/verify/%E2%82%AC/request"
         );
+    }
+
+    /// A path goes under another base whole, its query too; only the base is replaced, even
+    /// where the rest repeats it, and under the same base it stands.
+    #[test]
+    fn a_path_goes_under_another_base_with_the_rest_as_decided() {
+        let b = bases();
+        let path = forward(
+            "GET",
+            "/api/v1/transaction/backend/status?q=/backend/v2",
+            "D",
+        )
+        .unwrap();
+        assert_eq!(path, "/backend/v2/transaction/backend/status?q=/backend/v2");
+        let to = |base| rebased(&path, &b.upstream, &BasePath::parse(base).unwrap());
+        assert_eq!(
+            to("/b/api").as_deref(),
+            Some("/b/api/transaction/backend/status?q=/backend/v2")
+        );
+        assert_eq!(
+            to("/backend").as_deref(),
+            Some("/backend/transaction/backend/status?q=/backend/v2")
+        );
+        assert_eq!(
+            to("/backend/v2/x").as_deref(),
+            Some("/backend/v2/x/transaction/backend/status?q=/backend/v2")
+        );
+        assert_eq!(to("/backend/v2"), None);
     }
 
     #[test]

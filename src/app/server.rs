@@ -108,9 +108,10 @@ pub fn build(
     // The backend's addresses: its names looked up before the first request, and the set
     // following every reload.
     let backends = Arc::new(Backends::new(telemetry.backends.clone()));
-    resolve_at_start(&backends, &snapshot.upstream).map_err(ServerError::Unresolved)?;
+    resolve_at_start(&backends, &snapshot.upstream, &snapshot.bases.upstream)
+        .map_err(ServerError::Unresolved)?;
     let following = backends.clone();
-    store.on_apply(move |snap| following.follow(&snap.upstream));
+    store.on_apply(move |snap| following.follow(&snap.upstream, &snap.bases.upstream));
     let gauges = (backends.clone(), pool.clone(), health.clone());
     AddressGauges::register(
         registry,

@@ -8,6 +8,11 @@
 //! when their request is done, and none is handed to a new request. One that comes back while
 //! connections to it are still open (a name whose answers rotate) takes up its state again, so
 //! that those connections still count against its budget.
+//!
+//! A set also carries the base its addresses serve v2 under (`upstream.base_path` of the
+//! config it was followed from): a request is sent under the base of the set it is sent to,
+//! not of its own snapshot, so that a reload moving the backend and its base at once never
+//! sends the new addresses the old base ([`crate::api::route::rebased`]).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -21,15 +26,22 @@ use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
 use crate::api::failure::OverflowReason;
-use crate::config::{BudgetConfig, UpstreamConfig};
+use crate::config::{BasePath, BudgetConfig, UpstreamConfig};
 use crate::observe::backend::BackendMetrics;
 use crate::policy::backend::budget::{self, Admission, Queue};
 use crate::policy::backend::dns::NameRecord;
 use crate::policy::backend::outlier::Outlier;
 use crate::policy::backend::rotation;
 
-/// The addresses of the rotation, in its order.
-pub type AddressSet = Vec<Arc<Address>>;
+/// The backend as a request is sent to it: the addresses of the rotation, in its order, and
+/// the base they serve v2 under, taken from one config (and the DNS answers of the moment)
+/// and swapped in together.
+#[derive(Default)]
+pub struct AddressSet {
+    pub addresses: Vec<Arc<Address>>,
+    /// `upstream.base_path` of the config followed; `None` before the first.
+    pub base: Option<BasePath>,
+}
 
 /// One address of the rotation and its state.
 pub struct Address {
@@ -260,7 +272,8 @@ impl Address {
 
 /// What the set is built from, changed together under one lock.
 struct Following {
-    upstream: Option<UpstreamConfig>,
+    /// The upstream config followed, and its snapshot's `upstream.base_path`.
+    upstream: Option<(UpstreamConfig, BasePath)>,
     names: HashMap<String, NameRecord>,
     retired: Retired,
 }
@@ -330,19 +343,21 @@ impl Backends {
         self.following.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The addresses now.
+    /// The addresses now, and their base.
     pub fn current(&self) -> arc_swap::Guard<Arc<AddressSet>> {
         self.set.load()
     }
 
-    /// The addresses now, held for longer (a round of health checks).
+    /// The addresses now, and their base, held for longer (a request being sent, a round of
+    /// health checks).
     pub fn current_full(&self) -> Arc<AddressSet> {
         self.set.load_full()
     }
 
-    /// Follows `upstream` (a snapshot being applied): names it drops are forgotten, names
-    /// it adds are looked up soon, and the set is rebuilt from what is known now.
-    pub fn follow(&self, upstream: &UpstreamConfig) {
+    /// Follows `upstream` and `base` (`upstream.base_path`) of a snapshot being applied:
+    /// names it drops are forgotten, names it adds are looked up soon, and the set is rebuilt
+    /// from what is known now, under `base`.
+    pub fn follow(&self, upstream: &UpstreamConfig, base: &BasePath) {
         let mut following = self.following();
         let names = upstream.names();
         following.names.retain(|name, _| {
@@ -365,8 +380,8 @@ impl Backends {
         let idle_timeout_changed = following
             .upstream
             .as_ref()
-            .is_some_and(|old| old.idle_timeout != upstream.idle_timeout);
-        following.upstream = Some(upstream.clone());
+            .is_some_and(|(old, _)| old.idle_timeout != upstream.idle_timeout);
+        following.upstream = Some((upstream.clone(), base.clone()));
         self.rebuild(&mut following);
         if idle_timeout_changed {
             // A shorter one closes what it makes expired now, not at the old expiry.
@@ -381,7 +396,7 @@ impl Backends {
     /// leave are retired, and those that come back while still connected are taken up again.
     fn rebuild(&self, following: &mut Following) {
         let Following {
-            upstream: Some(upstream),
+            upstream: Some((upstream, base)),
             names,
             retired,
         } = following
@@ -389,7 +404,8 @@ impl Backends {
             return;
         };
         let old = self.set.load_full();
-        let set: AddressSet = rotation(&upstream.targets, names)
+        let old = &old.addresses;
+        let addresses: Vec<Arc<Address>> = rotation(&upstream.targets, names)
             .into_iter()
             .map(|(target, addr)| {
                 let peer = upstream.peer(&upstream.targets[target], addr);
@@ -404,14 +420,17 @@ impl Backends {
             .collect();
         for gone in old
             .iter()
-            .filter(|a| !set.iter().any(|b| Arc::ptr_eq(a, b)))
+            .filter(|a| !addresses.iter().any(|b| Arc::ptr_eq(a, b)))
         {
             retired.add(gone);
             self.metrics.address_left(&gone.addr.to_string());
             tracing::info!(address = %gone.addr, "upstream address left the set; its connections drain and close");
             self.sweep.notify_one();
         }
-        self.set.store(Arc::new(set));
+        self.set.store(Arc::new(AddressSet {
+            addresses,
+            base: Some(base.clone()),
+        }));
     }
 
     /// The names due for a lookup at `now` and the DNS settings, and when the next one is due.
@@ -424,7 +443,7 @@ impl Backends {
         Option<Instant>,
     ) {
         let following = self.following();
-        let dns = following.upstream.as_ref().map(|u| u.dns.clone());
+        let dns = following.upstream.as_ref().map(|(u, _)| u.dns.clone());
         let due = following
             .names
             .iter()
@@ -443,7 +462,7 @@ impl Backends {
     /// Notes what a lookup of `name` gave; the set follows a changed answer.
     pub fn looked_up(&self, name: &str, answer: Result<(Vec<std::net::IpAddr>, Duration), String>) {
         let mut following = self.following();
-        let Some(dns) = following.upstream.as_ref().map(|u| u.dns.clone()) else {
+        let Some(dns) = following.upstream.as_ref().map(|(u, _)| u.dns.clone()) else {
             return;
         };
         let now = Instant::now();
@@ -489,7 +508,7 @@ impl Backends {
     /// and another address would still take requests.
     pub fn failed(
         &self,
-        set: &AddressSet,
+        set: &[Arc<Address>],
         address: &Address,
         is_up: impl Fn(&Address) -> bool,
         upstream: &UpstreamConfig,
@@ -516,6 +535,7 @@ impl Backends {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{FileConfig, Snapshot};
 
     /// A budget of one connection to an address, up to `max_pending` requests waiting for
     /// it; the address, and the place of the connection it has open.
@@ -594,16 +614,22 @@ mod tests {
         assert!(later.woken.try_recv().is_err(), "the newcomer still waits");
     }
 
-    /// The backends of one address, and its upstream config with an idle timeout.
-    fn one_address() -> (Backends, impl Fn(u64) -> UpstreamConfig) {
-        use crate::config::FileConfig;
+    /// The backends of one address, and its config with an idle timeout.
+    fn one_address() -> (Backends, impl Fn(u64) -> Snapshot) {
         let backend: SocketAddr = "10.0.0.1:80".parse().unwrap();
         let config = move |idle_timeout_ms| {
             let mut cfg = FileConfig::for_test("127.0.0.1:0".parse().unwrap(), &[backend]);
             cfg.upstream.idle_timeout_ms = idle_timeout_ms;
-            cfg.snapshot().upstream
+            cfg.snapshot()
         };
         (backends(), config)
+    }
+
+    impl Backends {
+        /// Follows `snapshot` as a reload applies it.
+        fn follow_snapshot(&self, snapshot: &Snapshot) {
+            self.follow(&snapshot.upstream, &snapshot.bases.upstream);
+        }
     }
 
     fn backends() -> Backends {
@@ -617,11 +643,43 @@ mod tests {
     #[test]
     fn an_address_reached_the_same_way_keeps_its_state_through_a_reload() {
         let (backends, config) = one_address();
-        backends.follow(&config(60_000));
-        let before = backends.current_full()[0].clone();
-        backends.follow(&config(5_000));
-        assert!(Arc::ptr_eq(&before, &backends.current_full()[0]));
+        backends.follow_snapshot(&config(60_000));
+        let before = backends.current_full().addresses[0].clone();
+        backends.follow_snapshot(&config(5_000));
+        assert!(Arc::ptr_eq(&before, &backends.current_full().addresses[0]));
         assert!(!before.is_retired());
+    }
+
+    /// A set carries the base of the config it was followed from: a reload that changes only
+    /// the base gives the same addresses (state and all) under the new one, and a new DNS
+    /// answer keeps it.
+    #[test]
+    fn a_set_carries_the_base_of_its_config_through_reloads_and_dns_answers() {
+        let config = |base: &str| {
+            let mut cfg = FileConfig::for_test("127.0.0.1:0".parse().unwrap(), &[]);
+            cfg.upstream.addresses = vec!["backend.example:80".into()];
+            cfg.upstream.base_path = base.into();
+            cfg.snapshot()
+        };
+        let backends = backends();
+        let answer = |ip: &str| Ok((vec![ip.parse().unwrap()], Duration::from_secs(30)));
+        let base = |set: &AddressSet| set.base.as_ref().map(|b| b.as_str().to_owned());
+        assert_eq!(base(&backends.current_full()), None, "nothing followed yet");
+
+        backends.follow_snapshot(&config("/old/v2"));
+        backends.looked_up("backend.example", answer("10.0.0.1"));
+        let before = backends.current_full();
+        assert_eq!(base(&before).as_deref(), Some("/old/v2"));
+
+        backends.follow_snapshot(&config("/new/v2"));
+        let after = backends.current_full();
+        assert_eq!(base(&after).as_deref(), Some("/new/v2"));
+        assert!(Arc::ptr_eq(&before.addresses[0], &after.addresses[0]));
+
+        backends.looked_up("backend.example", answer("10.0.0.2"));
+        let moved = backends.current_full();
+        assert_eq!(moved.addresses[0].addr, "10.0.0.2:80".parse().unwrap());
+        assert_eq!(base(&moved).as_deref(), Some("/new/v2"));
     }
 
     /// An address that leaves the set and comes back while a connection to it is open (a name
@@ -629,15 +687,12 @@ mod tests {
     /// its budget. Once its last connection has closed, it comes back afresh.
     #[test]
     fn an_address_back_while_still_connected_keeps_its_state() {
-        use crate::config::FileConfig;
         let (a, b): (SocketAddr, SocketAddr) = (
             "10.0.0.1:80".parse().unwrap(),
             "10.0.0.2:80".parse().unwrap(),
         );
         let config = |backends: &[SocketAddr]| {
-            FileConfig::for_test("127.0.0.1:0".parse().unwrap(), backends)
-                .snapshot()
-                .upstream
+            FileConfig::for_test("127.0.0.1:0".parse().unwrap(), backends).snapshot()
         };
         let backends = backends();
         let budget = BudgetConfig {
@@ -648,20 +703,21 @@ mod tests {
         let address_of = |addr| {
             backends
                 .current_full()
+                .addresses
                 .iter()
                 .find(|x| x.addr == addr)
                 .cloned()
                 .expect("the address is in the set")
         };
 
-        backends.follow(&config(&[a, b]));
+        backends.follow_snapshot(&config(&[a, b]));
         let first = address_of(a);
         let Ok(Admit::Connect(busy)) = first.admit(&budget, false) else {
             panic!("the first connection is within the budget");
         };
-        backends.follow(&config(&[b]));
+        backends.follow_snapshot(&config(&[b]));
         assert!(first.is_retired());
-        backends.follow(&config(&[a, b]));
+        backends.follow_snapshot(&config(&[a, b]));
         let back = address_of(a);
         assert!(
             Arc::ptr_eq(&first, &back),
@@ -675,9 +731,9 @@ mod tests {
         ));
         drop((first, back));
 
-        backends.follow(&config(&[b]));
+        backends.follow_snapshot(&config(&[b]));
         drop(busy);
-        backends.follow(&config(&[a, b]));
+        backends.follow_snapshot(&config(&[a, b]));
         assert_eq!(address_of(a).open(), 0, "nothing open: a fresh start");
     }
 
@@ -686,10 +742,10 @@ mod tests {
     async fn a_new_idle_timeout_wakes_the_pool_s_sweeper() {
         let (backends, config) = one_address();
         let woken = || tokio::time::timeout(Duration::from_millis(1), backends.sweep_wanted());
-        backends.follow(&config(60_000));
-        backends.follow(&config(60_000));
+        backends.follow_snapshot(&config(60_000));
+        backends.follow_snapshot(&config(60_000));
         assert!(woken().await.is_err(), "nothing changed");
-        backends.follow(&config(5_000));
+        backends.follow_snapshot(&config(5_000));
         assert!(woken().await.is_ok());
     }
 

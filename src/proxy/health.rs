@@ -101,6 +101,7 @@ impl HealthChecker {
         let timeout = up.connect_timeout + up.read_timeout.min(Duration::from_secs(2));
         let mut down = Vec::new();
         let set = self.backends.current_full();
+        let set = &set.addresses;
         for address in set.iter() {
             let addr = &address.addr;
             let started = tokio::time::Instant::now();

@@ -16,7 +16,7 @@ use pingora::services::background::BackgroundService;
 use tokio::time::Instant;
 
 use super::backends::Backends;
-use crate::config::{DnsConfig, UpstreamConfig};
+use crate::config::{BasePath, DnsConfig, UpstreamConfig};
 
 /// How long one DNS server has to answer one query, and how many times it is asked.
 const QUERY_TIMEOUT: Duration = Duration::from_secs(2);
@@ -65,12 +65,17 @@ async fn lookup(resolver: &TokioResolver, name: &str) -> Result<(Vec<IpAddr>, Du
     Ok((addresses, ttl))
 }
 
-/// Looks every name of `upstream` up once and follows it: at start, before the first request.
+/// Looks every name of `upstream` up once and follows it (under `base`, its snapshot's
+/// `upstream.base_path`): at start, before the first request.
 /// Runs on a thread of its own with its own runtime, so that it may be called from a runtime
 /// or from none. `Err` names the names with no address, unless
 /// `upstream.allow_unresolved_at_start`.
-pub fn resolve_at_start(backends: &Arc<Backends>, upstream: &UpstreamConfig) -> Result<(), String> {
-    backends.follow(upstream);
+pub fn resolve_at_start(
+    backends: &Arc<Backends>,
+    upstream: &UpstreamConfig,
+    base: &BasePath,
+) -> Result<(), String> {
+    backends.follow(upstream, base);
     if upstream.names().is_empty() {
         return Ok(());
     }

@@ -19,7 +19,7 @@ use super::relay;
 use super::ProxyApp;
 use crate::api::failure::{Chain, UnreadableHead};
 use crate::api::reply::Reply;
-use crate::api::schema;
+use crate::api::{route, schema};
 use crate::config::{Snapshot, ValidationMode};
 use crate::observe::exchange::{Exchange, Phase, CLIENT_CLOSED_REQUEST};
 use crate::observe::spans;
@@ -179,23 +179,41 @@ impl ProxyApp {
             return;
         }
         let retirement = &forward.retirement_headers;
+        // The backend is the one of now, not of the request's snapshot (DNS and reloads move
+        // it), and the path goes under the base its addresses serve under: a reload since the
+        // request started may have moved both at once.
+        let backend = self.upstream.backend();
+        let rebased = backend
+            .base
+            .as_ref()
+            .and_then(|base| route::rebased(&forward.upstream_path, &snap.bases.upstream, base));
+        if let Some(path) = &rebased {
+            tracing::debug!(request_id = %ex.request_id, %path, "the backend's base changed since the request started; sent under the new one");
+        }
         let exchanged = {
             let req = d.request();
             let request = UpstreamRequest {
                 view: &req,
                 body: d.body(),
-                path: &forward.upstream_path,
+                path: rebased.as_deref().unwrap_or(&forward.upstream_path),
                 request_id: &ex.request_id,
                 client_ip: d.client_ip(),
                 proto: forwarded_proto(snap, &req, d.client_ip()),
                 trace: ex.span.as_ref().map(RequestSpan::propagation),
             };
             self.upstream
-                .exchange(snap, &request, forward.idempotent(), &mut ex.upstream)
+                .exchange(
+                    snap,
+                    &backend,
+                    &request,
+                    forward.idempotent(),
+                    &mut ex.upstream,
+                )
                 .await
         };
-        // The record keeps the path: the request has no more use for it.
-        ex.upstream.path = Some(std::mem::take(&mut forward.upstream_path));
+        // The record keeps the path sent: the request has no more use for it.
+        ex.upstream.path =
+            Some(rebased.unwrap_or_else(|| std::mem::take(&mut forward.upstream_path)));
         match exchanged {
             Ok(up) => relay::relay(self.upstream.pool(), d, up, snap, ex, retirement).await,
             Err(e) => {

@@ -167,7 +167,7 @@ impl Harness {
         let telemetry = Telemetry::register(&prometheus::Registry::new()).unwrap();
         let snapshot = cfg.snapshot();
         let backends = Arc::new(Backends::new(telemetry.backends.clone()));
-        backends.follow(&snapshot.upstream);
+        backends.follow(&snapshot.upstream, &snapshot.bases.upstream);
         let upstream = Upstream::new(
             backend.clone(),
             Arc::new(UpstreamPool::new(8)),

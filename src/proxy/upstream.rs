@@ -17,7 +17,7 @@ use bytes::Buf;
 use pingora::{Error, ErrorType};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::backends::{Address, Admit, Backends, Slot};
+use super::backends::{Address, AddressSet, Admit, Backends, Slot};
 use super::connect::Connect;
 use super::forwarding::UpstreamRequest;
 use super::health::UpstreamHealth;
@@ -78,6 +78,13 @@ impl Upstream {
         &self.pool
     }
 
+    /// The backend now: its addresses and the base they serve under, for one request to be
+    /// shaped for and sent to ([`Self::exchange`]). Held by the request (not a guard: it
+    /// lives across the send's awaits).
+    pub fn backend(&self) -> Arc<AddressSet> {
+        self.backends.current_full()
+    }
+
     fn in_rotation(&self, address: &Address) -> bool {
         in_rotation(&self.health, address)
     }
@@ -130,18 +137,20 @@ impl Upstream {
         }
     }
 
-    /// Sends `request` to one backend and reads the head of its answer; the failures on the
-    /// way are noted in `record` and logged. `Err` is the one that ended the exchange.
+    /// Sends `request`, shaped for `backend` ([`Self::backend`]), to one of its addresses and
+    /// reads the head of its answer; the failures on the way are noted in `record` and
+    /// logged. `Err` is the one that ended the exchange.
     pub async fn exchange<R: RequestView>(
         &self,
         snap: &Snapshot,
+        backend: &AddressSet,
         request: &UpstreamRequest<'_, R>,
         idempotent: bool,
         record: &mut UpstreamRecord,
     ) -> Result<UpstreamResponse, Failure> {
         let request_id = request.request_id;
         let upstream = &snap.upstream;
-        let set = self.backends.current();
+        let set = &backend.addresses;
         let count = set.len();
         let first = self.next_peer.fetch_add(1, Ordering::Relaxed);
         let mut last_failure = UpstreamError::new(
@@ -184,7 +193,7 @@ impl Upstream {
                             record.errors.push(failure.kind);
                             tracing::warn!(request_id = %request_id, peer = %peer, error = %Chain(&failure), "upstream connect failed");
                             self.backends.failed(
-                                &set,
+                                set,
                                 address,
                                 |a| self.health.is_up(&a.addr),
                                 upstream,
@@ -212,7 +221,7 @@ impl Upstream {
                         && !(reused && failure.kind == UpstreamErrorKind::Reset)
                     {
                         self.backends.failed(
-                            &set,
+                            set,
                             address,
                             |a| self.health.is_up(&a.addr),
                             upstream,
@@ -253,6 +262,7 @@ pub fn address_views(
 ) -> Vec<AddressView> {
     backends
         .current()
+        .addresses
         .iter()
         .map(|a| {
             let idle = pool.idle_count_of(a.key);
@@ -386,7 +396,7 @@ mod tests {
     struct OneConnection {
         upstream: Upstream,
         pool: Arc<UpstreamPool>,
-        set: Arc<crate::proxy::backends::AddressSet>,
+        set: Arc<AddressSet>,
         snapshot: Snapshot,
     }
 
@@ -397,7 +407,7 @@ mod tests {
         let snapshot = cfg.snapshot();
         let telemetry = Telemetry::register(&prometheus::Registry::new()).unwrap();
         let backends = Arc::new(Backends::new(telemetry.backends.clone()));
-        backends.follow(&snapshot.upstream);
+        backends.follow(&snapshot.upstream, &snapshot.bases.upstream);
         let pool = Arc::new(UpstreamPool::new(8));
         let upstream = Upstream::new(
             Arc::new(NoConnect),
@@ -417,7 +427,8 @@ mod tests {
     impl OneConnection {
         /// Its one connection, open (busy until it is put in the pool), and the backend's end.
         fn open(&self) -> (UpstreamConn, tokio::io::DuplexStream) {
-            let Ok(Admit::Connect(slot)) = self.set[0].admit(&self.snapshot.upstream.budget, false)
+            let Ok(Admit::Connect(slot)) =
+                self.set.addresses[0].admit(&self.snapshot.upstream.budget, false)
             else {
                 panic!("the first connection is within the budget");
             };
@@ -430,7 +441,13 @@ mod tests {
             let up = &self.snapshot.upstream;
             let started = Instant::now();
             (self.upstream)
-                .acquire(&self.set[0], &up.budget, up.idle_timeout, false, started)
+                .acquire(
+                    &self.set.addresses[0],
+                    &up.budget,
+                    up.idle_timeout,
+                    false,
+                    started,
+                )
                 .await
         }
     }
@@ -449,7 +466,7 @@ mod tests {
         let (acquired, ()) = tokio::join!(one.resend(), give_back);
         assert!(matches!(acquired, Ok(Acquired::Connect(_))));
         assert_eq!(one.pool.idle_count(), 0, "the idle connection was closed");
-        assert_eq!(one.set[0].open(), 1, "its place is the resend's");
+        assert_eq!(one.set.addresses[0].open(), 1, "its place is the resend's");
     }
 
     /// A resend behind a request already waiting does not take the idle connection's place
@@ -459,7 +476,8 @@ mod tests {
         let one = one_connection();
         let (idle, _backend) = one.open();
         one.pool.put(idle, tokio::time::Instant::now());
-        let Ok(Admit::Wait(_waiting)) = one.set[0].admit(&one.snapshot.upstream.budget, false)
+        let Ok(Admit::Wait(_waiting)) =
+            one.set.addresses[0].admit(&one.snapshot.upstream.budget, false)
         else {
             panic!("another request waits: the one place is taken");
         };
