@@ -333,7 +333,7 @@ fn a_revoked_agent_is_refused_on_its_next_request() {
 /// sent under the base of the backend when it is sent: its snapshot's, or a later one's when
 /// a reload came between its start and its send, never an earlier one's.
 #[test]
-fn under_load_with_50_reloads_every_request_sees_one_whole_snapshot() {
+fn under_load_with_50_reloads_each_request_keeps_its_snapshot_and_reaches_no_older_base() {
     let backend = Backend::start();
     // Each generation changes two settings at once: the upstream base and the default code.
     let mut first = test_config(&[backend.addr]);
