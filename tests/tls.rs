@@ -343,6 +343,15 @@ fn a_backend_ca_rotated_over_its_file_is_trusted_without_a_restart() {
     let resp = post(gw.proxy, "/api/v1/verify/request", BODY);
     assert_eq!(resp.status, 200, "{}", resp.text());
     assert_eq!(count.load(Ordering::SeqCst), 1);
+
+    // And back: the connection verified against the CA that is gone is not used either.
+    install(&old.ca);
+    gw.wait_for_metric(
+        "agent_gateway_config_reloads_total{result=\"success\"}",
+        2.0,
+    );
+    assert_eq!(post(gw.proxy, "/api/v1/verify/request", BODY).status, 502);
+    assert_eq!(count.load(Ordering::SeqCst), 1);
 }
 
 /// A Prometheus behind TLS that wants `authorization` (tests/common/fake_prometheus.py),
