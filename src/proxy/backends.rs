@@ -167,8 +167,8 @@ impl Address {
     }
 
     /// Whether the address is reached the same way as `peer` describes (pingora's reuse hash:
-    /// the address, scheme, SNI and certificate checks, not the CA): then it keeps its state
-    /// (connections counted, queue, ejection) through a rebuild.
+    /// the address, scheme, SNI, certificate checks and, as its `group_key`, the CA): then it
+    /// keeps its state (connections counted, queue, ejection) through a rebuild.
     fn reached_as(&self, peer: &HttpPeer) -> bool {
         self.key == peer.reuse_hash()
     }
@@ -423,9 +423,15 @@ impl Backends {
             .filter(|a| !addresses.iter().any(|b| Arc::ptr_eq(a, b)))
         {
             retired.add(gone);
+            self.sweep.notify_one();
+            // Reached another way now (another CA, SNI or scheme): the same address in the
+            // set, with its series, and connections made the old way that drain.
+            if addresses.iter().any(|b| b.addr == gone.addr) {
+                tracing::info!(address = %gone.addr, "upstream address is reached another way (TLS settings changed); connections made the old way drain and close");
+                continue;
+            }
             self.metrics.address_left(&gone.addr.to_string());
             tracing::info!(address = %gone.addr, "upstream address left the set; its connections drain and close");
-            self.sweep.notify_one();
         }
         self.set.store(Arc::new(AddressSet {
             addresses,

@@ -211,6 +211,9 @@ impl ProxyApp {
                 )
                 .await
         };
+        // The set is held no longer than the exchange: an address retired from it counts as
+        // connected while anything holds it (`backends::Retired`).
+        drop(backend);
         // The record keeps the path sent: the request has no more use for it.
         ex.upstream.path =
             Some(rebased.unwrap_or_else(|| std::mem::take(&mut forward.upstream_path)));
