@@ -1,8 +1,9 @@
 //! What a config allows that works but should not, said as warnings (`run` at start,
 //! `check-config`), never as refusals: an agent or the admin listener on a token published
-//! with agent-gateway (the demo's own config uses them on purpose), no agent at all, and PROXY
-//! protocol headers believed from any host.
+//! with agent-gateway (the demo's own config uses them on purpose), no agent at all, PROXY
+//! protocol headers believed from any host, and a board that cannot ask its Prometheus.
 
+use agent_gateway::client::Client;
 use agent_gateway::config::{Snapshot, TokenDigest};
 
 use super::demo::SHIPPED_AGENTS;
@@ -19,6 +20,9 @@ pub enum ConfigWarning<'a> {
     PublishedAdminToken { token: &'static str },
     /// No agent is configured: every call is refused with 401.
     NoAgent,
+    /// The board's Prometheus client cannot be made as configured (a credential or CA file
+    /// missing, empty or malformed): the board shows this gateway's own counts meanwhile.
+    PrometheusClient(String),
     /// `listen.proxy_protocol` without `listen.trusted_proxies`: any host that reaches the
     /// listener names its own client address, for the log and for the guess throttle.
     ProxyHeadersFromAnyone,
@@ -39,6 +43,11 @@ impl std::fmt::Display for ConfigWarning<'_> {
                  (its README and demo config): anyone who reaches the admin listener can \
                  reload the gateway and read its config. Give it a token of its own: printf \
                  '%s' TOKEN | agent-gateway hash-token"
+            ),
+            ConfigWarning::PrometheusClient(problem) => write!(
+                f,
+                "the retirement board cannot ask retirement.prometheus_url ({problem}): it shows \
+                 this gateway's own counts until it can (the files are read at each use)"
             ),
             ConfigWarning::NoAgent => {
                 f.write_str("no agent is configured: every call is refused with 401")
@@ -96,6 +105,12 @@ pub fn snapshot_warnings(snapshot: &Snapshot) -> Vec<ConfigWarning<'_>> {
             .filter_map(published_token)
             .map(|token| ConfigWarning::PublishedAdminToken { token }),
     );
+    let retirement = &snapshot.retirement;
+    if let Some(url) = &retirement.prometheus_url {
+        if let Err(e) = Client::new(url, &retirement.prometheus_client) {
+            warnings.push(ConfigWarning::PrometheusClient(e.to_string()));
+        }
+    }
     let edge = &snapshot.edge;
     if edge.proxy_protocol && edge.trusted_proxies.is_empty() {
         warnings.push(ConfigWarning::ProxyHeadersFromAnyone);
@@ -156,6 +171,36 @@ mod tests {
         assert!(said(&config(true, &[])));
         assert!(!said(&config(true, &["10.0.0.0/8"])));
         assert!(!said(&config(false, &[])));
+    }
+
+    #[test]
+    fn a_prometheus_credential_that_cannot_be_read_is_said() {
+        use agent_gateway::config::FileConfig;
+        let dir = tempfile::tempdir().unwrap();
+        let config = |token_file: &std::path::Path| {
+            let backend = "127.0.0.1:9000".parse().unwrap();
+            let mut cfg = FileConfig::for_test("127.0.0.1:0".parse().unwrap(), &[backend]);
+            cfg.retirement.prometheus_url = Some("http://prometheus:9090".into());
+            cfg.retirement.prometheus_token_file = Some(token_file.display().to_string());
+            cfg.snapshot()
+        };
+        let said = |snapshot: &Snapshot| {
+            snapshot_warnings(snapshot)
+                .into_iter()
+                .filter(|w| matches!(w, ConfigWarning::PrometheusClient(_)))
+                .map(|w| w.to_string())
+                .collect::<Vec<_>>()
+        };
+        let missing = dir.path().join("token");
+        let warned = said(&config(&missing));
+        assert_eq!(warned.len(), 1, "{warned:?}");
+        assert!(
+            warned[0].contains(&missing.display().to_string()),
+            "{}",
+            warned[0]
+        );
+        std::fs::write(&missing, "t0ken\n").unwrap();
+        assert!(said(&config(&missing)).is_empty());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The files a config names besides itself (`auth.agents_file`,
 //! `rate_limit.redis_password_file`, the listener's certificate and key, the CAs), read
-//! relative to the config's directory (an absolute path as it is), or, for `check-config
+//! relative to the config's directory (the Prometheus credentials, read at each use, only
+//! located there) (an absolute path as it is), or, for `check-config
 //! --mount`, from where they are before a pod mounts them ([`Mount`]). What was read is remembered as [`Inputs`]: a fingerprint of the config's
 //! text and every such file, which a reload compares to tell a change from an event that
 //! changed nothing, and the files, whose directories the watcher watches beside the config's.
@@ -88,14 +89,21 @@ impl Files {
         Files::new(&directory_of(config), text)
     }
 
+    /// Where the file the config names `name` is, for what reads it at each use rather than
+    /// with the config (the Prometheus credentials): not read, fingerprinted or watched.
+    pub fn locate(&self, name: &str) -> PathBuf {
+        self.source(self.dir.join(name))
+    }
+
     /// The file `name` (as the config writes it): its path and bytes, or a message naming
     /// the path and why it cannot be read.
     pub fn read(&mut self, name: &str) -> Result<(PathBuf, Vec<u8>), String> {
-        let path = self.source(self.dir.join(name));
+        let path = self.locate(name);
         let read = std::fs::read(&path);
-        let path_bytes = path.as_os_str().as_encoded_bytes();
-        self.fingerprint.update(path_bytes.len().to_le_bytes());
-        self.fingerprint.update(path_bytes);
+        // The name as written, not where it resolves: processes that run one config from
+        // different directories (or names of it) agree on the fingerprint.
+        self.fingerprint.update(name.len().to_le_bytes());
+        self.fingerprint.update(name);
         match &read {
             Ok(bytes) => {
                 self.fingerprint.update([1]);

@@ -9,7 +9,7 @@ use http::HeaderValue;
 
 use super::auth::{Agent, AgentTable};
 use super::file::{AuthFile, BrownoutFile, RetirementFile};
-use super::files::{pem_certificates, secret_text, Files};
+use super::files::Files;
 use super::problems::Problems;
 use super::selector::SeriesSelector;
 use super::types::{parse_time, unix_seconds, Dates, Repeat, Weekday};
@@ -218,24 +218,16 @@ pub(super) fn retirement(
         .enumerate()
         .filter_map(|(i, b)| brownout(b, &format!("retirement.brownouts[{i}]"), agents, p))
         .collect();
-    // The client reads them at each use (a rotated token needs no reload); read here too, like
-    // every file a config names: relative to its directory, a missing or empty one a problem.
-    let mut located = |key: &str, name: &Option<String>| {
-        let key = format!("retirement.{key}");
-        let (path, bytes) = p.check(&key, files.read(name.as_deref()?))?;
-        let read = match key.as_str() {
-            "retirement.prometheus_ca_file" => {
-                pem_certificates(&path.display().to_string(), &bytes).map(drop)
-            }
-            _ => secret_text(&path, bytes).map(drop),
-        };
-        p.check(key, read)?;
-        Some(path)
-    };
+    // Read at each use (a rotated token needs no reload), so only located here: relative to
+    // the config's directory like every file it names. One that cannot be read is warned of
+    // (`check-config`, `run`), never a problem: the board is no reason to refuse a config.
     let prometheus_client = ClientOptions {
-        ca_file: located("prometheus_ca_file", &f.prometheus_ca_file),
-        token_file: located("prometheus_token_file", &f.prometheus_token_file),
-        basic_auth_file: located("prometheus_basic_auth_file", &f.prometheus_basic_auth_file),
+        ca_file: f.prometheus_ca_file.as_deref().map(|n| files.locate(n)),
+        token_file: f.prometheus_token_file.as_deref().map(|n| files.locate(n)),
+        basic_auth_file: f
+            .prometheus_basic_auth_file
+            .as_deref()
+            .map(|n| files.locate(n)),
     };
     RetirementConfig {
         terms: Terms::new(dates, f.link.as_deref()),
@@ -456,8 +448,8 @@ mod tests {
         f.retirement.prometheus_token_file = token.clone();
         f.retirement.prometheus_basic_auth_file = pair;
         assert_eq!(f.refused_keys(), ["retirement.prometheus_basic_auth_file"]);
-        // Each file is read when the config is: one that is missing, empty or no PEM
-        // certificate is a problem of its key, not of the board's first query.
+        // Each file is located beside the config and read at each use: one that is missing
+        // is no problem of the config (check-config and run warn of it).
         let mut f = testing::config();
         f.retirement.prometheus_url = Some("https://prometheus:9090".into());
         f.retirement.prometheus_token_file = token;
@@ -466,18 +458,8 @@ mod tests {
             s.retirement.prometheus_client.token_file,
             Some(dir.path().join("token"))
         );
-        f.retirement.prometheus_token_file = file("empty", "\n");
-        f.retirement.prometheus_ca_file = file("ca.pem", "no certificate\n");
-        assert_eq!(
-            f.clone().refused_keys(),
-            [
-                "retirement.prometheus_ca_file",
-                "retirement.prometheus_token_file"
-            ]
-        );
-        f.retirement.prometheus_ca_file = None;
         f.retirement.prometheus_token_file = Some(dir.path().join("nothing").display().to_string());
-        assert_eq!(f.refused_keys(), ["retirement.prometheus_token_file"]);
+        assert!(Snapshot::from_file(f).is_ok());
     }
 
     #[test]
