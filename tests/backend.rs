@@ -127,8 +127,9 @@ fn a_name_that_does_not_resolve_at_start_stops_the_gateway_unless_allowed() {
     assert_eq!(get(gw.proxy, TARGET).status, 502);
 }
 
-/// `check-config` judges a name that does not resolve as `run` does: a problem, or with
-/// `upstream.allow_unresolved_at_start` a warning, and the file passes.
+/// A name that does not resolve fails `check-config`, as it stops `run`, unless
+/// `upstream.allow_unresolved_at_start`, with which `run` starts: a warning then, and the file
+/// passes. (`check-config` asks the system's resolver, not `upstream.resolvers`.)
 #[test]
 fn check_config_warns_of_a_name_that_does_not_resolve_when_run_would_start() {
     let dir = tempfile::tempdir().unwrap();

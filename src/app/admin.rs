@@ -15,7 +15,8 @@
 //! operator and the gateway must never serve an old `safe_to_block`. pingora adds `Date`.
 //!
 //! `/readyz` is about the gateway itself ([`readiness`]): it answers 200 while the process
-//! serves (its config loaded, its listeners open) and 503 once it drains. A backend outage
+//! serves (its config loaded, its listeners open) and 503 once it drains (SIGTERM; a SIGQUIT
+//! handover leaves it 200, the new process serving the address). A backend outage
 //! does not make it unready, since the gateway answers for the backend (502/504 JSON, counted
 //! and alerted on) and a pod taken out of its Service could not; `server.readiness_requires_upstream`
 //! makes the last health check's result ([`crate::proxy::health`]) part of it again. Every
