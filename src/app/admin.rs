@@ -356,8 +356,8 @@ impl ServeHttp for AdminApp {
         let endpoint = match self.authorized(session) {
             Ok(endpoint) => endpoint,
             Err(refusal) => {
-                // Refused on its head: its body is never read, the connection closed instead
-                // (pingora would read it to keep the connection), so a caller with no right
+                // Refused on its head: its body is never read, and the connection is not kept
+                // for it (keeping it means reading the body first), so a caller with no right
                 // to the listener cannot make it read a body without end.
                 if !session.is_body_empty() {
                     session.set_keepalive(None);
