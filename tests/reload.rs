@@ -329,18 +329,22 @@ fn a_revoked_agent_is_refused_on_its_next_request() {
     );
 }
 
-/// Every request is judged under one snapshot (its v1 default code is that snapshot's) and
-/// sent under the base of the backend when it is sent: its snapshot's, or a later one's when
-/// a reload came between its start and its send, never an earlier one's.
+/// Every request is judged under one snapshot (its v1 default code and the `Link` of its
+/// answer are that snapshot's) and sent under the base of the backend when it is sent: its
+/// snapshot's, or a later one's when a reload came between its start and its send, never an
+/// earlier one's.
 #[test]
 fn under_load_with_50_reloads_each_request_keeps_its_snapshot_and_reaches_no_older_base() {
     let backend = Backend::start();
-    // Each generation changes two settings at once: the upstream base and the default code.
+    // Each generation changes three settings at once: the upstream base, the default code
+    // and the retirement link.
     let mut first = test_config(&[backend.addr]);
     first.server.watch_config = false;
+    first.retirement.deprecated_at = Some("2026-01-01T00:00:00Z".into());
     let generation = |n: usize| {
         let mut cfg = with_code(first.clone(), &format!("CODE{n}"));
         cfg.upstream.base_path = format!("/gen{n}/api");
+        cfg.retirement.link = Some(format!("https://example.org/gen{n}"));
         cfg
     };
     let gw = Gateway::builder(generation(0)).process().start();
@@ -355,7 +359,16 @@ fn under_load_with_50_reloads_each_request_keeps_its_snapshot_and_reaches_no_old
                     let resp = post(proxy, VERIFY_V1, BODY);
                     sent.fetch_add(1, Ordering::Relaxed);
                     if resp.status != 200 {
-                        failures.push(resp.status);
+                        failures.push(format!("status {}", resp.status));
+                        continue;
+                    }
+                    // The code the backend saw and the link the answer carries: one snapshot.
+                    let seen = resp.json()["seen"].as_str().unwrap_or_default().to_owned();
+                    let code = seen.split('/').nth(4).unwrap_or_default();
+                    let link = resp.header("link").unwrap_or_default();
+                    let of_code = format!("example.org/gen{}>", code.trim_start_matches("CODE"));
+                    if !link.contains(&of_code) {
+                        failures.push(format!("{seen} answered with Link {link}"));
                     }
                 }
                 failures
@@ -386,8 +399,8 @@ fn under_load_with_50_reloads_each_request_keeps_its_snapshot_and_reaches_no_old
     for w in workers {
         assert_eq!(
             w.join().unwrap(),
-            Vec::<u16>::new(),
-            "every request must succeed"
+            Vec::<String>::new(),
+            "every request must succeed, with its snapshot's code and link"
         );
     }
     let all = backend.all();
