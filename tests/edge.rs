@@ -284,6 +284,7 @@ fn a_guessing_address_gets_429_while_another_keeps_working() {
     let backend = Backend::start();
     let mut cfg = test_config(&[backend.addr]);
     cfg.auth.max_failures_per_minute = Some(3);
+    cfg.retirement.deprecated_at = Some("2026-01-01T00:00:00Z".into());
     let gw = Gateway::builder(cfg).start();
     let guesser: IpAddr = "127.0.0.2".parse().unwrap();
     let client: IpAddr = "127.0.0.1".parse().unwrap();
@@ -302,6 +303,8 @@ fn a_guessing_address_gets_429_while_another_keeps_working() {
         assert_eq!(refused.json()["message_code"], 42902);
         let retry: u64 = refused.header("retry-after").unwrap().parse().unwrap();
         assert!((1..=60).contains(&retry), "{retry}");
+        // A v1 call's answer, with a v1 call's signals.
+        assert_eq!(refused.header("deprecation"), Some("@1767225600"));
     }
     let fine = send_from(client, gw.proxy, &status_request(TOKEN, "")).unwrap();
     assert_eq!(fine.status, 200, "{}", fine.text());

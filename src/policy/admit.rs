@@ -20,7 +20,7 @@ use crate::api::route::{
     match_route, path_template, upstream_path, RouteError, RouteMatch, Successor,
 };
 use crate::api::schema::ObjectSchema;
-use crate::config::{Agent, AgentToken, Bases, RateLimit, Snapshot, Terms, ValidationMode};
+use crate::config::{Agent, AgentToken, RateLimit, Snapshot, Terms, ValidationMode};
 use crate::policy::auth::{authenticate, AuthFailure, AGENT_ID_HEADER, AUTH_TOKEN_HEADER};
 use crate::policy::headers;
 use crate::policy::rate_limit::{self, Outcome};
@@ -37,24 +37,6 @@ pub struct Identified<'s> {
     pub agent: Option<&'s Agent>,
     /// The token the agent authenticated with.
     pub token: Option<&'s AgentToken>,
-}
-
-impl Identified<'_> {
-    /// What the route of `method` and `path` says of a request refused before admission (its
-    /// client address past `auth.max_failures_per_minute`): its version and operation, so
-    /// that it counts with its version's calls, and no agent, since none was checked.
-    pub fn by_route(bases: &Bases, method: &str, path: &str) -> Self {
-        let (version, operation) = match match_route(bases, method, path) {
-            Ok(route) => (route.version, route.operation),
-            Err(RouteError::MethodNotAllowed { version, operation }) => (version, operation),
-            Err(_) => return Identified::default(),
-        };
-        Identified {
-            version: Some(version),
-            operation: Some(operation),
-            ..Identified::default()
-        }
-    }
 }
 
 /// The facts of a request head that admission looks at, whatever the protocol.
@@ -282,6 +264,53 @@ impl<'s> RetirementHeaders<'s> {
 
 /// The v2 call of a v1 call when the gateway can name it without an agent: an operation
 /// with no service code in its path.
+/// `reply` to a request refused before its credentials are looked at (its route is wrong, or
+/// its client address is past `auth.max_failures_per_minute`): counted against the version and
+/// operation its path names, a wrong method's included, with the signals of a call by no agent
+/// of that version (the successor link names no agent's service code).
+fn refused_by_route<'s>(
+    snapshot: &'s Snapshot,
+    method: &str,
+    path: &str,
+    reply: Reply,
+) -> Refusal<'s> {
+    let route = match match_route(&snapshot.bases, method, path) {
+        Ok(route) => route,
+        // A wrong method names the same call as its own method would.
+        Err(RouteError::MethodNotAllowed { operation, .. }) => {
+            match match_route(&snapshot.bases, operation.method(), path) {
+                Ok(route) => route,
+                Err(_) => return Refusal::new(Identified::default(), reply),
+            }
+        }
+        Err(_) => return Refusal::new(Identified::default(), reply),
+    };
+    let who = Identified {
+        version: Some(route.version),
+        operation: Some(route.operation),
+        ..Identified::default()
+    };
+    let retirement = RetirementHeaders::of(snapshot, &who, unscoped_successor(route));
+    Refusal::new(who, reply).with(retirement)
+}
+
+/// The refusal of a request whose client address failed to authenticate
+/// `auth.max_failures_per_minute` times in its minute: 429 (42902) before its credential is
+/// checked, counted and signalled as a call of the version its path names.
+pub fn throttled<'s>(
+    snapshot: &'s Snapshot,
+    method: &str,
+    path: &str,
+    retry_after_secs: u64,
+) -> Refusal<'s> {
+    refused_by_route(
+        snapshot,
+        method,
+        path,
+        Reply::AuthThrottled { retry_after_secs },
+    )
+}
+
 fn unscoped_successor(route: RouteMatch<'_>) -> Option<Successor<'_>> {
     (route.version == ApiVersion::V1 && !route.operation.is_service_scoped())
         .then_some(Successor { route, service: "" })
@@ -324,20 +353,7 @@ pub fn admit<'s>(
     }
     let route = match match_route(&snapshot.bases, req.method, req.path) {
         Ok(r) => r,
-        Err(e) => {
-            let RouteError::MethodNotAllowed { version, operation } = e else {
-                return Err(Refusal::new(who, e.into()));
-            };
-            // A wrong method on a known path still counts against its version and operation,
-            // and names the same call as its own method would.
-            who.version = Some(version);
-            who.operation = Some(operation);
-            let successor = match_route(&snapshot.bases, operation.method(), req.path)
-                .ok()
-                .and_then(unscoped_successor);
-            let retirement = RetirementHeaders::of(snapshot, &who, successor);
-            return Err(Refusal::new(who, e.into()).with(retirement));
-        }
+        Err(e) => return Err(refused_by_route(snapshot, req.method, req.path, e.into())),
     };
     who.version = Some(route.version);
     who.operation = Some(route.operation);

@@ -25,7 +25,7 @@ use crate::observe::exchange::{Exchange, Phase, CLIENT_CLOSED_REQUEST};
 use crate::observe::spans;
 use crate::observe::trace::RequestSpan;
 use crate::policy::admit::{
-    self, admit, Forward, Identified, Refusal, RequestFacts, RequestView, RetirementHeaders,
+    self, admit, throttled, Forward, Refusal, RequestFacts, RequestView, RetirementHeaders,
 };
 use crate::policy::client::{self, FORWARDED_FOR, FORWARDED_PROTO};
 use crate::policy::request_id;
@@ -96,9 +96,7 @@ impl ProxyApp {
                 if first {
                     tracing::warn!(client_addr = %client, limit, retry_after_secs, "too many failed authentications from this address: its requests get 429 for the rest of the minute");
                 }
-                let reply = Reply::AuthThrottled { retry_after_secs };
-                let who = Identified::by_route(&snap.bases, req.method(), req.path());
-                return Err(Refusal::new(who, reply));
+                return Err(throttled(snap, req.method(), req.path(), retry_after_secs));
             }
         }
         admit(snap, &RequestFacts::of(req, &ex.request_id, ex.started_at))
