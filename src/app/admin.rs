@@ -342,7 +342,7 @@ impl AdminApp {
             "loaded_at": format_time(source.loaded_at),
             "path": self.store.path().map(|p| p.display().to_string()),
             "sha256": source.sha256.map(hex::encode),
-            // The config's text and every file it names, Secrets included: what replicas
+            // The config's text and every file read with it, Secrets included: what replicas
             // that run the same configuration agree on.
             "inputs_sha256": source.sha256.map(|_| hex::encode(source.inputs.fingerprint)),
             "config": dump::to_json(&snapshot),

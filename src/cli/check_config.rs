@@ -1,7 +1,7 @@
 //! `agent-gateway check-config`: exit 0 when a config file is valid, else print every problem,
-//! in the order of the file, and exit 1. A valid file may also get warnings on stderr about
-//! its credentials (an agent on a token published with agent-gateway, no agent at all), which
-//! do not fail it.
+//! in the order of the file, and exit 1. A valid file may also get warnings on stderr
+//! ([`super::warnings`]: a published token, no agent, a board that cannot ask its Prometheus,
+//! a name that does not resolve where `run` starts anyway), which do not fail it.
 
 use std::path::Path;
 use std::process::ExitCode;

@@ -1,5 +1,6 @@
 //! `agent-gateway run`: the gateway on a config file, until a signal ends the process. At
-//! start it warns about credentials that work but should not (a published token, no agent).
+//! start it warns about what works but should not ([`super::warnings`]: a published token, no
+//! agent, a board that cannot ask its Prometheus).
 
 use std::path::Path;
 use std::process::ExitCode;

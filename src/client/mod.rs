@@ -184,7 +184,15 @@ fn read_secret(path: &Path) -> Result<String, ClientError> {
         source,
     })?;
     let text = text.strip_suffix('\n').unwrap_or(&text);
-    Ok(text.strip_suffix('\r').unwrap_or(text).to_owned())
+    let text = text.strip_suffix('\r').unwrap_or(text);
+    if text.is_empty() {
+        // Sent, it would be `Bearer ` with nothing: say so here rather than as the server's 401.
+        return Err(ClientError::Credentials(format!(
+            "{} is empty",
+            path.display()
+        )));
+    }
+    Ok(text.to_owned())
 }
 
 /// The `Authorization` header the options and the URL ask for, if any.
@@ -352,6 +360,11 @@ mod tests {
         );
         assert!(with(Some(&token), Some(&pair)).is_err());
         assert!(with(None, None).unwrap().is_none());
+        // An empty file is no token: said, rather than sent as `Bearer ` and refused.
+        let empty = dir.path().join("empty");
+        std::fs::write(&empty, "\n").unwrap();
+        let e = with(Some(&empty), None).unwrap_err().to_string();
+        assert!(e.ends_with("empty is empty"), "{e}");
         let from_url = Base::parse("https://a:b@prom:9090").unwrap();
         let value = authorization(&from_url, &ClientOptions::default()).unwrap();
         assert_eq!(value.unwrap(), "Basic YTpi");

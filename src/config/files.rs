@@ -1,10 +1,11 @@
 //! The files a config names besides itself (`auth.agents_file`,
 //! `rate_limit.redis_password_file`, the listener's certificate and key, the CAs), read
-//! relative to the config's directory (the Prometheus credentials, read at each use, only
-//! located there) (an absolute path as it is), or, for `check-config
-//! --mount`, from where they are before a pod mounts them ([`Mount`]). What was read is remembered as [`Inputs`]: a fingerprint of the config's
-//! text and every such file, which a reload compares to tell a change from an event that
-//! changed nothing, and the files, whose directories the watcher watches beside the config's.
+//! relative to the config's directory (an absolute path as it is), or, for `check-config
+//! --mount`, from where they are before a pod mounts them ([`Mount`]); the Prometheus
+//! credentials, read at each use, are only located so. What was read is remembered as
+//! [`Inputs`]: a fingerprint of the config's text and every such file, which a reload compares
+//! to tell a change from an event that changed nothing, and the files, whose directories the
+//! watcher watches beside the config's.
 //! Their contents are never kept here, logged or put in a problem.
 
 use std::path::{Path, PathBuf};
@@ -14,8 +15,9 @@ use sha2::{Digest, Sha256};
 /// What a snapshot was read from, beyond the config's own text.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Inputs {
-    /// SHA-256 over the config's text and each file it named (path and contents, or why it
-    /// could not be read): equal inputs make an equal snapshot.
+    /// SHA-256 over the config's text and each file read with it (the name the config
+    /// writes, and the contents or why they could not be read): equal inputs make snapshots
+    /// that act alike.
     pub fingerprint: [u8; 32],
     /// The files read besides the config, as their paths resolve.
     pub files: Vec<PathBuf>,

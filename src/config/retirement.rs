@@ -206,6 +206,16 @@ pub(super) fn retirement(
             );
         }
     }
+    if f.prometheus_ca_file.is_some()
+        && f.prometheus_url
+            .as_deref()
+            .is_some_and(|u| u.starts_with("http://"))
+    {
+        p.push(
+            "retirement.prometheus_ca_file",
+            "is for an https:// prometheus_url only",
+        );
+    }
     if f.prometheus_token_file.is_some() && f.prometheus_basic_auth_file.is_some() {
         p.push(
             "retirement.prometheus_basic_auth_file",
@@ -448,6 +458,11 @@ mod tests {
         f.retirement.prometheus_token_file = token.clone();
         f.retirement.prometheus_basic_auth_file = pair;
         assert_eq!(f.refused_keys(), ["retirement.prometheus_basic_auth_file"]);
+        // A CA file is for TLS.
+        let mut f = testing::config();
+        f.retirement.prometheus_url = Some("http://prometheus:9090".into());
+        f.retirement.prometheus_ca_file = Some("ca.pem".into());
+        assert_eq!(f.refused_keys(), ["retirement.prometheus_ca_file"]);
         // Each file is located beside the config and read at each use: one that is missing
         // is no problem of the config (check-config and run warn of it).
         let mut f = testing::config();

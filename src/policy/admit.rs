@@ -262,35 +262,34 @@ impl<'s> RetirementHeaders<'s> {
     }
 }
 
-/// The v2 call of a v1 call when the gateway can name it without an agent: an operation
-/// with no service code in its path.
 /// `reply` to a request refused before its credentials are looked at (its route is wrong, or
-/// its client address is past `auth.max_failures_per_minute`): counted against the version and
-/// operation its path names, a wrong method's included, with the signals of a call by no agent
-/// of that version (the successor link names no agent's service code).
+/// its client address is past `auth.max_failures_per_minute`), `route` being what its method
+/// and path matched: counted against the version and operation its path names, a wrong
+/// method's included, with the signals of a call by no agent of that version (the successor
+/// link names no agent's service code).
 fn refused_by_route<'s>(
     snapshot: &'s Snapshot,
-    method: &str,
     path: &str,
+    route: Result<RouteMatch<'_>, RouteError>,
     reply: Reply,
 ) -> Refusal<'s> {
-    let route = match match_route(&snapshot.bases, method, path) {
-        Ok(route) => route,
+    let (version, operation, successor) = match route {
+        Ok(route) => (route.version, route.operation, unscoped_successor(route)),
         // A wrong method names the same call as its own method would.
-        Err(RouteError::MethodNotAllowed { operation, .. }) => {
-            match match_route(&snapshot.bases, operation.method(), path) {
-                Ok(route) => route,
-                Err(_) => return Refusal::new(Identified::default(), reply),
-            }
+        Err(RouteError::MethodNotAllowed { version, operation }) => {
+            let successor = match_route(&snapshot.bases, operation.method(), path)
+                .ok()
+                .and_then(unscoped_successor);
+            (version, operation, successor)
         }
         Err(_) => return Refusal::new(Identified::default(), reply),
     };
     let who = Identified {
-        version: Some(route.version),
-        operation: Some(route.operation),
+        version: Some(version),
+        operation: Some(operation),
         ..Identified::default()
     };
-    let retirement = RetirementHeaders::of(snapshot, &who, unscoped_successor(route));
+    let retirement = RetirementHeaders::of(snapshot, &who, successor);
     Refusal::new(who, reply).with(retirement)
 }
 
@@ -303,14 +302,17 @@ pub fn throttled<'s>(
     path: &str,
     retry_after_secs: u64,
 ) -> Refusal<'s> {
+    let route = match_route(&snapshot.bases, method, path);
     refused_by_route(
         snapshot,
-        method,
         path,
+        route,
         Reply::AuthThrottled { retry_after_secs },
     )
 }
 
+/// The v2 call of a v1 call when the gateway can name it without an agent: an operation
+/// with no service code in its path.
 fn unscoped_successor(route: RouteMatch<'_>) -> Option<Successor<'_>> {
     (route.version == ApiVersion::V1 && !route.operation.is_service_scoped())
         .then_some(Successor { route, service: "" })
@@ -353,7 +355,7 @@ pub fn admit<'s>(
     }
     let route = match match_route(&snapshot.bases, req.method, req.path) {
         Ok(r) => r,
-        Err(e) => return Err(refused_by_route(snapshot, req.method, req.path, e.into())),
+        Err(e) => return Err(refused_by_route(snapshot, req.path, Err(e), e.into())),
     };
     who.version = Some(route.version);
     who.operation = Some(route.operation);

@@ -424,10 +424,10 @@ impl Backends {
         {
             retired.add(gone);
             self.sweep.notify_one();
-            // Reached another way now (another CA, SNI or scheme): the same address in the
-            // set, with its series, and connections made the old way that drain.
+            // Still in the set, reached another way (another CA, SNI or scheme, or another
+            // target's): it keeps its series, and connections made the old way drain.
             if addresses.iter().any(|b| b.addr == gone.addr) {
-                tracing::info!(address = %gone.addr, "upstream address is reached another way (TLS settings changed); connections made the old way drain and close");
+                tracing::info!(address = %gone.addr, "upstream address is still in the set, reached another way (other TLS settings, or another target); connections made the old way drain and close");
                 continue;
             }
             self.metrics.address_left(&gone.addr.to_string());
