@@ -688,6 +688,41 @@ mod tests {
         assert_eq!(base(&moved).as_deref(), Some("/new/v2"));
     }
 
+    /// An address reached another way after a reload (here another SNI; a rotated CA alike)
+    /// is another `Address`, whose connections start afresh, but it is still in the set: its
+    /// ejection series stays, where the rebuild used to drop it as if the address had left.
+    #[test]
+    fn an_address_reached_another_way_keeps_its_series() {
+        let registry = prometheus::Registry::new();
+        let telemetry = crate::observe::telemetry::Telemetry::register(&registry).unwrap();
+        let backends = Backends::new(telemetry.backends.clone());
+        let backend: SocketAddr = "10.0.0.1:443".parse().unwrap();
+        let config = |sni: &str| {
+            let mut cfg = FileConfig::for_test("127.0.0.1:0".parse().unwrap(), &[backend]);
+            cfg.upstream.tls = true;
+            cfg.upstream.tls_sni = Some(sni.into());
+            cfg.snapshot()
+        };
+        let series = || {
+            registry
+                .gather()
+                .iter()
+                .filter(|f| f.name() == "agent_gateway_upstream_ejections_total")
+                .map(|f| f.get_metric().len())
+                .sum::<usize>()
+        };
+        backends.follow_snapshot(&config("a.example"));
+        let before = backends.current_full().addresses[0].clone();
+        assert_eq!(series(), 1);
+        backends.follow_snapshot(&config("b.example"));
+        let after = backends.current_full().addresses[0].clone();
+        assert!(
+            !Arc::ptr_eq(&before, &after),
+            "another way: another Address"
+        );
+        assert_eq!(series(), 1, "the address's series stays");
+    }
+
     /// An address that leaves the set and comes back while a connection to it is open (a name
     /// whose answers rotate) takes up its state again: that connection still counts against
     /// its budget. Once its last connection has closed, it comes back afresh.
