@@ -11,7 +11,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -20,7 +20,7 @@ use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use pingora::upstreams::peer::{HttpPeer, Peer};
 
-use super::backends::Backends;
+use super::backends::{Address, Backends};
 use super::connect::Connect;
 use crate::config::Snapshot;
 use crate::http1::client;
@@ -100,9 +100,20 @@ impl HealthChecker {
         let up = &snap.upstream;
         let timeout = up.connect_timeout + up.read_timeout.min(Duration::from_secs(2));
         let mut down = Vec::new();
-        let set = self.backends.current_full();
-        let set = &set.addresses;
-        for address in set.iter() {
+        // The round holds the addresses weakly, and each strongly only while it is checked:
+        // one that leaves the set meanwhile does not count as connected for the rest of the
+        // round (`backends::Retired`), and is not checked.
+        let round: Vec<Weak<Address>> = self
+            .backends
+            .current()
+            .addresses
+            .iter()
+            .map(Arc::downgrade)
+            .collect();
+        for address in &round {
+            let Some(address) = address.upgrade().filter(|a| !a.is_retired()) else {
+                continue;
+            };
             let addr = &address.addr;
             let started = tokio::time::Instant::now();
             let ok = check(
@@ -129,7 +140,7 @@ impl HealthChecker {
                 down.push(*addr);
             }
         }
-        self.health.store(down, set.len());
+        self.health.store(down, round.len());
         up.health_check_interval
     }
 }
