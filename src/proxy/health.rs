@@ -110,10 +110,12 @@ impl HealthChecker {
             .iter()
             .map(Arc::downgrade)
             .collect();
+        let mut checked = 0;
         for address in &round {
             let Some(address) = address.upgrade().filter(|a| !a.is_retired()) else {
                 continue;
             };
+            checked += 1;
             let addr = &address.addr;
             let started = tokio::time::Instant::now();
             let ok = check(
@@ -140,7 +142,7 @@ impl HealthChecker {
                 down.push(*addr);
             }
         }
-        self.health.store(down, round.len());
+        self.health.store(down, checked);
         up.health_check_interval
     }
 }
