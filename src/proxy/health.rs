@@ -142,7 +142,11 @@ impl HealthChecker {
                 down.push(*addr);
             }
         }
-        self.health.store(down, checked);
+        // A round whose every address left the set meanwhile tells nothing: the verdict
+        // stands until the next one checks the new set.
+        if checked > 0 || round.is_empty() {
+            self.health.store(down, checked);
+        }
         up.health_check_interval
     }
 }
