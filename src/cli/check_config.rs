@@ -6,9 +6,8 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use std::net::ToSocketAddrs;
-
 use agent_gateway::config::{ConfigError, Host, Mount, Problem, Snapshot};
+use agent_gateway::proxy::names;
 
 use super::warnings::snapshot_warnings;
 
@@ -40,8 +39,8 @@ pub fn run(file: &Path, no_resolve: bool, mounts: &[Mount]) -> anyhow::Result<Ex
 }
 
 /// Validates the file at `path` (and the files it names, those under a mount read from its
-/// source), and looks its upstream names up unless `no_resolve` (with the system's resolver,
-/// once: the gateway itself follows them as their TTL says). A name that does not resolve is
+/// source), and looks its upstream names up unless `no_resolve` (once, as the proxy looks
+/// them up: the gateway itself follows them as their TTL says). A name that does not resolve is
 /// a problem, or, with `upstream.allow_unresolved_at_start`, which `run` starts with, one of
 /// the names returned beside the snapshot, to warn of.
 fn check(
@@ -53,8 +52,16 @@ fn check(
     if no_resolve {
         return Ok((snapshot, Vec::new()));
     }
-    let problems: Vec<Problem> = snapshot
-        .upstream
+    let upstream = &snapshot.upstream;
+    let unresolved = names::unresolved(&upstream.dns, &upstream.names()).map_err(|message| {
+        ConfigError::Invalid(vec![Problem {
+            key: "upstream.resolvers".into(),
+            message,
+            at: None,
+            file: None,
+        }])
+    })?;
+    let problems: Vec<Problem> = upstream
         .targets
         .iter()
         .enumerate()
@@ -62,15 +69,10 @@ fn check(
             let Host::Name(name) = &t.host else {
                 return None;
             };
-            let found = (name.as_str(), t.port).to_socket_addrs();
-            match found.map(|mut a| a.next()) {
-                Ok(Some(_)) => None,
-                Ok(None) => Some(format!("{name:?} resolves to no address")),
-                Err(e) => Some(format!("{name:?} does not resolve ({e})")),
-            }
-            .map(|message| Problem {
+            let (_, why) = unresolved.iter().find(|(n, _)| n == name)?;
+            Some(Problem {
                 key: format!("upstream.addresses[{i}]"),
-                message,
+                message: format!("{name:?} does not resolve ({why})"),
                 at: None,
                 file: None,
             })

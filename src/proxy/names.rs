@@ -65,6 +65,26 @@ async fn lookup(resolver: &TokioResolver, name: &str) -> Result<(Vec<IpAddr>, Du
     Ok((addresses, ttl))
 }
 
+/// Why each of `names` that has no address has none, each looked up once as the proxy looks
+/// it up (`upstream.resolvers`, or the system's): `check-config`'s lookup. Runs a runtime of
+/// its own on the calling thread: not to be called from one.
+pub fn unresolved(dns: &DnsConfig, names: &[&str]) -> Result<Vec<(String, String)>, String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start a runtime for DNS: {e}"))?;
+    runtime.block_on(async {
+        let resolver = resolver(dns)?;
+        let mut unresolved = Vec::new();
+        for &name in names {
+            if let Err(why) = lookup(&resolver, name).await {
+                unresolved.push((name.to_owned(), why));
+            }
+        }
+        Ok(unresolved)
+    })
+}
+
 /// Looks every name of `upstream` up once and follows it (under `base`, its snapshot's
 /// `upstream.base_path`): at start, before the first request.
 /// Runs on a thread of its own with its own runtime, so that it may be called from a runtime
