@@ -223,5 +223,29 @@ mod tests {
         for bad in ["relative=/x", "/etc/secrets", "/etc/secrets="] {
             assert!(bad.parse::<Mount>().is_err(), "{bad}");
         }
+        // What is read at each use (the Prometheus credentials) is located the same way.
+        assert_eq!(
+            files.locate("/etc/secrets/token"),
+            here.path().join("token")
+        );
+        assert_eq!(
+            Files::beside(Path::new("/etc/gw/gateway.toml"), "").locate("token"),
+            Path::new("/etc/gw/token")
+        );
+    }
+
+    /// Two processes that run one config from two directories (or by two names of it) read
+    /// the same inputs, and their fingerprints agree: each file is hashed by the name the
+    /// config writes, not the path it resolves to.
+    #[test]
+    fn the_fingerprint_is_the_same_wherever_the_config_is() {
+        let (one, two) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let fingerprint = |dir: &Path| {
+            std::fs::write(dir.join("agents.toml"), "[[agents]]\n").unwrap();
+            let mut files = Files::beside(&dir.join("gateway.toml"), "text");
+            files.read("agents.toml").unwrap();
+            files.finish().fingerprint
+        };
+        assert_eq!(fingerprint(one.path()), fingerprint(two.path()));
     }
 }
