@@ -5,10 +5,10 @@
 //!
 //! Each endpoint is a row of [`ENDPOINTS`]: its method, its path and who may call it
 //! ([`Access`]), and every request passes [`authorize`] with its endpoint's access, on its
-//! head, before its body is read or it is served: that is the one place where admin authorization is decided, in
-//! [`crate::policy::admin`] (the admin token as a bearer token, or as a browser's Basic
-//! password where nothing changes; loopback only without a token; nothing for what another
-//! site's page makes a browser ask for). Each refusal's answer is [`Refusal::response`].
+//! head, before its body is read or it is served: that is the one place where admin
+//! authorization is decided, in [`crate::policy::admin`] (the admin token as a bearer token,
+//! or as a browser's Basic password where nothing changes; loopback only without a token;
+//! nothing for what another site's page makes a browser ask for). Each refusal's answer is [`Refusal::response`].
 //!
 //! Every answer is computed when it is asked for (a metric, a reload's result, the usage
 //! report, the running config), so each carries `Cache-Control: no-store`: a cache between an
@@ -332,6 +332,28 @@ impl AdminApp {
         })
     }
 
+    /// The endpoint the request's head names, if its caller may call it.
+    fn authorized(&self, session: &ServerSession) -> Result<Endpoint, Refusal> {
+        let is_loopback = |addr: Option<&pingora::protocols::l4::socket::SocketAddr>| {
+            addr.and_then(|a| a.as_inet())
+                .is_some_and(|a| a.ip().to_canonical().is_loopback())
+        };
+        // Both ends: a sidecar proxy relays its network to the pod's address from a loopback
+        // one (Istio's 127.0.0.6), kubectl port-forward and this host's own clients connect
+        // from loopback to loopback.
+        let from_loopback =
+            is_loopback(session.client_addr()) && is_loopback(session.server_addr());
+        let req = session.req_header();
+        let caller = Caller::of(
+            |name| req.headers.get(name).map(|v| v.as_bytes()),
+            from_loopback,
+        );
+        let admin = &self.store.current().load().admin;
+        let (endpoint, access) = route(req.method.as_str(), req.uri.path())?;
+        authorize(access, admin, &caller).map_err(Refusal::Denied)?;
+        Ok(endpoint)
+    }
+
     /// `/config`: the running snapshot's effective config ([`dump::effective`]), when it was
     /// loaded and from what.
     fn running_config(&self) -> serde_json::Value {
@@ -393,30 +415,6 @@ async fn drain_body(session: &mut ServerSession) -> Result<(), Refusal> {
         }
     }
     Ok(())
-}
-
-impl AdminApp {
-    /// The endpoint the request's head names, if its caller may call it.
-    fn authorized(&self, session: &ServerSession) -> Result<Endpoint, Refusal> {
-        let is_loopback = |addr: Option<&pingora::protocols::l4::socket::SocketAddr>| {
-            addr.and_then(|a| a.as_inet())
-                .is_some_and(|a| a.ip().to_canonical().is_loopback())
-        };
-        // Both ends: a sidecar proxy relays its network to the pod's address from a loopback
-        // one (Istio's 127.0.0.6), kubectl port-forward and this host's own clients connect
-        // from loopback to loopback.
-        let from_loopback =
-            is_loopback(session.client_addr()) && is_loopback(session.server_addr());
-        let req = session.req_header();
-        let caller = Caller::of(
-            |name| req.headers.get(name).map(|v| v.as_bytes()),
-            from_loopback,
-        );
-        let admin = &self.store.current().load().admin;
-        let (endpoint, access) = route(req.method.as_str(), req.uri.path())?;
-        authorize(access, admin, &caller).map_err(Refusal::Denied)?;
-        Ok(endpoint)
-    }
 }
 
 #[cfg(test)]

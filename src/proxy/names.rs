@@ -53,7 +53,7 @@ fn resolver(dns: &DnsConfig) -> Result<TokioResolver, String> {
 }
 
 /// `name`'s addresses and how long they are good for.
-async fn lookup(resolver: &TokioResolver, name: &str) -> Result<(Vec<IpAddr>, Duration), String> {
+async fn lookup(resolver: &TokioResolver, name: &str) -> Answer {
     let answer = resolver.lookup_ip(name).await.map_err(|e| e.to_string())?;
     let ttl = answer
         .valid_until()
@@ -65,31 +65,50 @@ async fn lookup(resolver: &TokioResolver, name: &str) -> Result<(Vec<IpAddr>, Du
     Ok((addresses, ttl))
 }
 
-/// Why each of `names` that has no address has none, each looked up once as the proxy looks
-/// it up (`upstream.resolvers`, or the system's): `check-config`'s lookup. Runs a runtime of
-/// its own on the calling thread: not to be called from one.
-pub fn unresolved(dns: &DnsConfig, names: &[&str]) -> Result<Vec<(String, String)>, String> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start a runtime for DNS: {e}"))?;
-    runtime.block_on(async {
-        let resolver = resolver(dns)?;
-        let mut unresolved = Vec::new();
-        for &name in names {
-            if let Err(why) = lookup(&resolver, name).await {
-                unresolved.push((name.to_owned(), why));
+/// An answer of [`lookup`]: the addresses and how long they are good for, or why there is
+/// none.
+type Answer = Result<(Vec<IpAddr>, Duration), String>;
+
+/// Each of `names` looked up once, as the proxy looks it up (`dns.resolvers`, or the
+/// system's), in order. On a thread of its own with a runtime of its own, so that it may be
+/// called from a runtime or from none: before the gateway serves, and by `check-config`.
+fn look_up_once(dns: &DnsConfig, names: Vec<String>) -> Result<Vec<(String, Answer)>, String> {
+    let dns = dns.clone();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start a runtime for DNS: {e}"))?;
+        Ok(runtime.block_on(async {
+            let made = resolver(&dns);
+            let mut answers = Vec::with_capacity(names.len());
+            for name in names {
+                let answer = match &made {
+                    Ok(resolver) => lookup(resolver, &name).await,
+                    Err(error) => Err(error.clone()),
+                };
+                answers.push((name, answer));
             }
-        }
-        Ok(unresolved)
+            answers
+        }))
     })
+    .join()
+    .map_err(|_| "the DNS lookup panicked".to_owned())?
+}
+
+/// Why each of `names` that has no address has none, each looked up once as the proxy looks
+/// it up: `check-config`'s lookup.
+pub fn unresolved(dns: &DnsConfig, names: &[&str]) -> Result<Vec<(String, String)>, String> {
+    let names = names.iter().map(|&n| n.to_owned()).collect();
+    Ok(look_up_once(dns, names)?
+        .into_iter()
+        .filter_map(|(name, answer)| Some((name, answer.err()?)))
+        .collect())
 }
 
 /// Looks every name of `upstream` up once and follows it (under `base`, its snapshot's
-/// `upstream.base_path`): at start, before the first request.
-/// Runs on a thread of its own with its own runtime, so that it may be called from a runtime
-/// or from none. `Err` names the names with no address, unless
-/// `upstream.allow_unresolved_at_start`.
+/// `upstream.base_path`): at start, before the first request. `Err` names the names with no
+/// address, unless `upstream.allow_unresolved_at_start`.
 pub fn resolve_at_start(
     backends: &Arc<Backends>,
     upstream: &UpstreamConfig,
@@ -99,28 +118,10 @@ pub fn resolve_at_start(
     if upstream.names().is_empty() {
         return Ok(());
     }
-    let looking = backends.clone();
-    let dns = upstream.dns.clone();
-    std::thread::spawn(move || -> Result<(), String> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| format!("cannot start a runtime for DNS: {e}"))?;
-        runtime.block_on(async {
-            let made = resolver(&dns);
-            let (due, _, _) = looking.due(Instant::now());
-            for name in due {
-                let answer = match &made {
-                    Ok(resolver) => lookup(resolver, &name).await,
-                    Err(error) => Err(error.clone()),
-                };
-                looking.looked_up(&name, answer);
-            }
-            Ok(())
-        })
-    })
-    .join()
-    .map_err(|_| "the DNS lookup at start panicked".to_owned())??;
+    let (due, _, _) = backends.due(Instant::now());
+    for (name, answer) in look_up_once(&upstream.dns, due)? {
+        backends.looked_up(&name, answer);
+    }
     let unresolved = backends.unresolved();
     if unresolved.is_empty() || upstream.dns.allow_unresolved_at_start {
         return Ok(());
