@@ -94,7 +94,15 @@ struct Connection {
     timeout: Duration,
     /// Made on first use, inside the runtime of the request that needs it; `None` again
     /// after a failure it would not recover from by itself ([`Connection::reset`]).
-    manager: Mutex<Option<ConnectionManager>>,
+    manager: Mutex<Managed>,
+}
+
+/// The connection's manager, if made, and how many were made before it: a call that failed
+/// on one manager forgets that one, not a newer one another call made since.
+#[derive(Default)]
+struct Managed {
+    current: Option<ConnectionManager>,
+    generation: u64,
 }
 
 impl Connection {
@@ -121,20 +129,20 @@ impl Connection {
         Ok(Self {
             client,
             timeout: config.timeout,
-            manager: Mutex::new(None),
+            manager: Mutex::new(Managed::default()),
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, Option<ConnectionManager>> {
+    fn lock(&self) -> MutexGuard<'_, Managed> {
         self.manager.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The manager, made lazily: making it spawns a task, so it needs a runtime, and never
-    /// connects by itself.
-    fn manager(&self) -> Result<ConnectionManager, BackendError> {
-        let mut manager = self.lock();
-        if let Some(made) = &*manager {
-            return Ok(made.clone());
+    /// The manager and its generation (for [`Connection::reset`]), made lazily: making it
+    /// spawns a task, so it needs a runtime, and never connects by itself.
+    fn manager(&self) -> Result<(ConnectionManager, u64), BackendError> {
+        let mut managed = self.lock();
+        if let Some(made) = &managed.current {
+            return Ok((made.clone(), managed.generation));
         }
         // Redis-rs' defaults (6 reconnect attempts from 100 ms doubling, 1 s connect
         // timeout) held a caller for 9.5 s while Redis was down; these give up within
@@ -151,13 +159,18 @@ impl Connection {
                 BackendError::Failed
             },
         )?;
-        Ok(manager.insert(made).clone())
+        managed.generation += 1;
+        Ok((managed.current.insert(made).clone(), managed.generation))
     }
 
-    /// Forgets the manager after a failure that is not its I/O: the next call (a breaker's
-    /// probe) makes a new one, connecting afresh.
-    fn reset(&self) {
-        *self.lock() = None;
+    /// Forgets the manager of `generation` after a failure that is not its I/O: the next call
+    /// (a breaker's probe) makes a new one, connecting afresh. A newer manager, made by a
+    /// call that failed earlier, is kept: it may be connected already.
+    fn reset(&self, generation: u64) {
+        let mut managed = self.lock();
+        if managed.generation == generation {
+            managed.current = None;
+        }
     }
 }
 
@@ -194,7 +207,7 @@ impl RedisLimiter {
 
     /// One `EVALSHA` of the script, within the timeout.
     async fn ask(&self, agent_id: &str, limit: RateLimit) -> Result<Verdict, BackendError> {
-        let mut manager = self.connection.manager()?;
+        let (mut manager, generation) = self.connection.manager()?;
         let mut call = GCRA.prepare_invoke();
         call.key(format!("{}{}", self.config.key_prefix, agent_id))
             .arg(limit.per_second)
@@ -209,7 +222,7 @@ impl RedisLimiter {
             Ok(Err(e)) if e.is_timeout() => Err(BackendError::Timeout),
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "rate limits: Redis call failed");
-                self.connection.reset();
+                self.connection.reset(generation);
                 Err(BackendError::Failed)
             }
             Ok(Ok((1, _, _))) => Ok(Verdict::Allowed),
@@ -324,6 +337,31 @@ mod tests {
         );
         assert_eq!(start.elapsed(), Duration::ZERO);
         accepted.abort();
+    }
+
+    /// Two calls fail on one manager: the first forgets it and a third call makes a new one;
+    /// the second call's failure, reported after, must not forget the new one.
+    #[tokio::test]
+    async fn a_late_failure_forgets_only_the_manager_it_failed_on() {
+        let connection =
+            Connection::new(&config("redis://127.0.0.1:1/0", Duration::from_millis(50))).unwrap();
+        let (_, failed_on) = connection.manager().unwrap();
+        assert_eq!(
+            connection.manager().unwrap().1,
+            failed_on,
+            "made once, then shared"
+        );
+        connection.reset(failed_on);
+        let (_, fresh) = connection.manager().unwrap();
+        assert_ne!(fresh, failed_on, "a failure forgets its manager");
+        connection.reset(failed_on);
+        assert_eq!(
+            connection.manager().unwrap().1,
+            fresh,
+            "a late failure keeps the newer one"
+        );
+        connection.reset(fresh);
+        assert_ne!(connection.manager().unwrap().1, fresh);
     }
 
     #[test]
