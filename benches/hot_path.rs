@@ -5,7 +5,8 @@
 //!   (SHA-256 of the token, constant-time compare), retirement and the upstream path, for a
 //!   v1 and a v2 request.
 //! - `telemetry/*`: [`Telemetry::record`] for a served request, with no log subscriber (the
-//!   access log filtered out) and with the binary's JSON subscriber writing to a sink.
+//!   access log filtered out) and with the binary's JSON subscriber writing to a sink; and
+//!   the access-log line the binary writes by hand ([`access_log::json_line`]), alone.
 //! - `http1/*`: parsing the request head a client sends (wrk's POST) and a backend's response
 //!   head ([`agent_gateway::http1`]), into buffers reused per connection as the proxy does.
 //! - `request/*`: everything the gateway does per request outside I/O: `Exchange::start`, a
@@ -32,6 +33,7 @@ use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
 use agent_gateway::config::file::AgentFile;
 use agent_gateway::config::{testing, FileConfig, Snapshot};
 use agent_gateway::http1::{RequestHead, ResponseHead};
+use agent_gateway::observe::access_log;
 use agent_gateway::observe::exchange::{Exchange, Protocol};
 use agent_gateway::observe::spans;
 use agent_gateway::observe::telemetry::Telemetry;
@@ -309,6 +311,23 @@ fn bench_telemetry(c: &mut Criterion) {
         g.bench_function("record_json_access_log", |b| {
             b.iter(|| telemetry.record(black_box(&ex)))
         });
+    });
+    let mut logged = served_exchange(&snap);
+    logged.client_addr = Some([127, 0, 0, 1].into());
+    logged.user_agent = Some("agent-sdk/1.2".into());
+    let mut line = Vec::new();
+    let now = SystemTime::now();
+    g.bench_function("access_log_line", |b| {
+        b.iter(|| {
+            line.clear();
+            access_log::json_line(
+                &mut line,
+                black_box(&logged),
+                Duration::from_micros(95),
+                now,
+            );
+            black_box(&line);
+        })
     });
     g.finish();
 
