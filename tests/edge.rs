@@ -13,6 +13,7 @@ use std::time::Duration;
 use agent_gateway::config::file::{AgentFile, AgentsFile, Digests};
 use agent_gateway::config::testing::{AGENT_ID, TOKEN};
 use agent_gateway::config::TokenDigest;
+use agent_gateway::proxy::failed_auths::MAX_ADDRESSES;
 use common::*;
 
 fn digest(token: &str) -> String {
@@ -321,6 +322,73 @@ fn a_guessing_address_gets_429_while_another_keeps_working() {
         log.matches("too many failed authentications").count(),
         1,
         "{log}"
+    );
+}
+
+/// A guess spread over more addresses than the throttle keeps: each address past
+/// `MAX_ADDRESSES` in the minute is not tracked, and its 401 is counted as such, so the
+/// spread shows on a dashboard. The addresses come from a trusted proxy's X-Forwarded-For,
+/// pipelined over a few connections.
+#[test]
+fn failures_past_the_tracked_addresses_are_counted_as_untracked() {
+    const CONNECTIONS: u32 = 4;
+    let spread = MAX_ADDRESSES as u32 + 2;
+    let backend = Backend::start();
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.auth.max_failures_per_minute = Some(5);
+    cfg.listen.trusted_proxies = vec!["127.0.0.1".into()];
+    let gw = Gateway::builder(cfg).log_level("warn").start();
+    let senders: Vec<_> = (0..CONNECTIONS)
+        .map(|c| {
+            let proxy = gw.proxy;
+            std::thread::spawn(move || {
+                let mut conn = Connection::open(proxy);
+                let mut reader = conn.reader.get_ref().try_clone().unwrap();
+                let answers = std::thread::spawn(move || {
+                    let mut reader = BufReader::with_capacity(1 << 16, &mut reader);
+                    let mut unauthorized = 0;
+                    while let Some(answer) = read_response(&mut reader) {
+                        unauthorized += u32::from(answer.status == 401);
+                    }
+                    unauthorized
+                });
+                let mut batch = Vec::new();
+                let mine = (c..spread).step_by(CONNECTIONS as usize);
+                let last = mine.clone().next_back();
+                for n in mine {
+                    let close = if Some(n) == last {
+                        "close"
+                    } else {
+                        "keep-alive"
+                    };
+                    let client = std::net::Ipv4Addr::from_bits((10 << 24) + n);
+                    batch.extend_from_slice(
+                        format!(
+                            "GET {STATUS_V1} HTTP/1.1\r\nHost: gw\r\nConnection: {close}\r\n\
+                             X-Forwarded-For: {client}\r\nX-Service-Agent-Id: {AGENT_ID}\r\n\
+                             X-Auth-Token: wrong\r\n\r\n"
+                        )
+                        .as_bytes(),
+                    );
+                    if batch.len() > 1 << 16 {
+                        conn.send(&batch);
+                        batch.clear();
+                    }
+                }
+                conn.send(&batch);
+                answers.join().unwrap()
+            })
+        })
+        .collect();
+    let unauthorized: u32 = senders.into_iter().map(|s| s.join().unwrap()).sum();
+    assert_eq!(unauthorized, spread, "every guess got its 401");
+    assert_eq!(
+        gw.metric("agent_gateway_auth_failures_untracked_total"),
+        2.0
+    );
+    assert_eq!(
+        gw.metric("agent_gateway_auth_failures_total{reason=\"bad_token\"}"),
+        f64::from(spread)
     );
 }
 

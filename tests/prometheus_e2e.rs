@@ -31,13 +31,14 @@ const PROMETHEUS_YML: &str = concat!(
 );
 
 /// The alert rules alerts.yml must define.
-const ALERT_NAMES: [&str; 16] = [
+const ALERT_NAMES: [&str; 17] = [
     "AgentGatewayDown",
     "AgentGatewayAbsent",
     "AgentGatewayUpstreamErrorRatioHigh",
     "AgentGatewayP99LatencyHigh",
     "AgentGatewayAuthFailureSpike",
     "AgentGatewayAuthThrottling",
+    "AgentGatewayAuthGuessingSpread",
     "AgentGatewayConfigReloadFailed",
     "AgentGatewayRateLimitBackendFailing",
     "AgentGatewayDroppingLogLines",
@@ -240,6 +241,29 @@ tests:
               description: "A client address failed to authenticate auth.max_failures_per_minute times in a minute, and its requests got 429 for the rest of it: credential guessing, or a client on a removed token. The gateway log names the address once per minute (\"too many failed authentications\", client_addr); its access log lines have auth \"throttled\"."
       - eval_time: 20m
         alertname: AgentGatewayAuthThrottling
+        exp_alerts: []
+
+  - interval: 1m
+    input_series:
+      # gw-a leaves 401s untracked at 2m; gw-b never does.
+      - series: 'agent_gateway_auth_failures_untracked_total{job="agent-gateway", instance="gw-a"}'
+        values: '0 0 40x30'
+      - series: 'agent_gateway_auth_failures_untracked_total{job="agent-gateway", instance="gw-b"}'
+        values: '0x32'
+    alert_rule_test:
+      - eval_time: 1m
+        alertname: AgentGatewayAuthGuessingSpread
+        exp_alerts: []
+      - eval_time: 3m
+        alertname: AgentGatewayAuthGuessingSpread
+        exp_alerts:
+          - exp_labels: {severity: warning, job: agent-gateway, instance: gw-a}
+            exp_annotations:
+              runbook_url: "docs/runbooks.md#agentgatewayauthguessingspread"
+              summary: "agent-gateway gw-a: 401s from more addresses than it throttles"
+              description: "100,000 client addresses had failed authentications in their minute, and the 401s of further addresses were not counted toward auth.max_failures_per_minute: those addresses are not throttled. Guessing spread over very many addresses, or a balancer whose clients all look like new addresses."
+      - eval_time: 20m
+        alertname: AgentGatewayAuthGuessingSpread
         exp_alerts: []
 
   - interval: 1m

@@ -186,6 +186,8 @@ struct FailureMetrics {
     auth: [IntCounter; AuthFailure::COUNT],
     /// Requests refused with 429 for their address's failed authentications.
     auth_throttled: IntCounter,
+    /// 401s that could not count toward their address's throttle: too many addresses.
+    auth_untracked: IntCounter,
     upstream: [IntCounter; UpstreamErrorKind::COUNT],
     validation: IntCounterVec,
 }
@@ -203,6 +205,10 @@ impl FailureMetrics {
             "agent_gateway_auth_throttled_total",
             "Requests refused with 429 because their client address failed to authenticate auth.max_failures_per_minute times in its minute.",
         )?;
+        let auth_untracked = IntCounter::new(
+            "agent_gateway_auth_failures_untracked_total",
+            "401s not counted toward their client address's auth.max_failures_per_minute, because as many other addresses as the gateway keeps had failures in their minute: guessing spread over very many addresses.",
+        )?;
         let upstream = IntCounterVec::new(
             Opts::new(
                 "agent_gateway_upstream_errors_total",
@@ -219,11 +225,13 @@ impl FailureMetrics {
         )?;
         registry.register(Box::new(auth.clone()))?;
         registry.register(Box::new(auth_throttled.clone()))?;
+        registry.register(Box::new(auth_untracked.clone()))?;
         registry.register(Box::new(upstream.clone()))?;
         registry.register(Box::new(validation.clone()))?;
         Ok(Self {
             auth: AuthFailure::ALL.map(|r| auth.with_label_values(&[r.as_str()])),
             auth_throttled,
+            auth_untracked,
             upstream: UpstreamErrorKind::ALL.map(|k| upstream.with_label_values(&[k.as_str()])),
             validation,
         })
@@ -603,6 +611,12 @@ impl Telemetry {
     /// Counts a client connection speaking `protocol`.
     pub fn connection_opened(&self, protocol: Protocol) {
         self.protocols.connections[protocol as usize].inc();
+    }
+
+    /// Counts a 401 that its client's failed-authentication window could not count
+    /// ([`crate::proxy`]'s table of them was full).
+    pub fn auth_failure_untracked(&self) {
+        self.failures.auth_untracked.inc();
     }
 
     /// Counts a finished request and writes its access log line.

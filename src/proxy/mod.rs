@@ -13,7 +13,7 @@
 pub mod backends;
 pub mod connect;
 mod downstream;
-mod failed_auths;
+pub mod failed_auths;
 mod forwarding;
 mod h1;
 mod h2;

@@ -114,7 +114,9 @@ impl ProxyApp {
             Err(refusal) => {
                 let counted = snap.auth.max_failures_per_minute.and(ex.client_addr);
                 if let (Some(client), Some(_)) = (counted, refusal.auth_failure) {
-                    self.failed_auths.failed(client, ex.started);
+                    if !self.failed_auths.failed(client, ex.started) {
+                        self.telemetry.auth_failure_untracked();
+                    }
                 }
                 return self.refuse(d, ex, &refusal).await;
             }
