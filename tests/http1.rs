@@ -6,6 +6,7 @@ mod common;
 use std::io::Read;
 use std::time::Duration;
 
+use agent_gateway::config::testing::TOKEN;
 use common::paused::{self, PausedBackend, PausedGateway};
 use common::*;
 
@@ -265,6 +266,36 @@ fn a_credential_sent_twice_is_refused_whichever_copy_is_right() {
         assert_eq!(resp.status, 401, "{first}, {second}");
     }
     assert_eq!(backend.count(), 0);
+}
+
+/// Declared hop-by-hop, a header the gateway admitted the request on would be dropped on the
+/// way, and the backend would get the request without the credentials, content type or host
+/// it was admitted on: refused, whichever of them, in any case, and nothing is forwarded.
+#[test]
+fn connection_naming_a_header_the_gateway_decides_on_is_refused() {
+    let backend = Backend::start();
+    let gw = Gateway::start(&[backend.addr]);
+    for listed in [
+        "keep-alive, X-Auth-Token, X-Service-Agent-Id",
+        "x-service-agent-id",
+        "Host",
+        "close, content-type",
+    ] {
+        let mut h = AUTH.to_vec();
+        h.push(("Connection", listed));
+        let resp = request(gw.proxy, "POST", VERIFY_V1, &h, VERIFY_BODY.as_bytes());
+        assert_eq!(resp.status, 400, "{listed}: {}", resp.text());
+        assert_eq!(resp.json()["message_code"], 40005, "{listed}");
+    }
+    assert_eq!(backend.count(), 0);
+    let mut h = AUTH.to_vec();
+    h.push(("Connection", "X-Client-Hop"));
+    let resp = request(gw.proxy, "POST", VERIFY_V1, &h, VERIFY_BODY.as_bytes());
+    assert_eq!(
+        resp.status, 200,
+        "another header may still be declared hop-by-hop"
+    );
+    assert_eq!(backend.last().header("x-auth-token"), Some(TOKEN));
 }
 
 #[test]

@@ -72,6 +72,8 @@ pub enum Reply {
     Malformed,
     /// A header name with an underscore stands for a header the gateway controls.
     AliasedHeader,
+    /// `Connection` declares hop-by-hop a header the gateway decides on.
+    HopByHopDecidedHeader,
     /// Missing or wrong credentials, or a service outside the agent's allow-list.
     Unauthorized,
     /// No operation has this path.
@@ -187,12 +189,13 @@ impl From<&Failure> for Reply {
 impl Reply {
     /// One of each kind, for documentation and tests; `all_codes_has_each_kind_once` holds it
     /// to the variants.
-    pub const ALL_CODES: [Reply; 24] = [
+    pub const ALL_CODES: [Reply; 25] = [
         Reply::BadPath,
         Reply::BadBody,
         Reply::InvalidBody,
         Reply::Malformed,
         Reply::AliasedHeader,
+        Reply::HopByHopDecidedHeader,
         Reply::Unauthorized,
         Reply::NotFound,
         Reply::MethodNotAllowed { allow: "POST" },
@@ -242,6 +245,11 @@ impl Reply {
                 400,
                 4,
                 "a header name with an underscore stands for a header the gateway controls; send it with a hyphen",
+            ),
+            Reply::HopByHopDecidedHeader => ReplySpec::new(
+                400,
+                5,
+                "the Connection header names a header the gateway decides on (credentials, Content-Type, Host); it would not reach the backend",
             ),
             Reply::Unauthorized => ReplySpec::new(401, 0, "not authorized"),
             Reply::NotFound => ReplySpec::new(404, 0, "no such operation"),
@@ -433,25 +441,26 @@ mod tests {
             Reply::InvalidBody => 2,
             Reply::Malformed => 3,
             Reply::AliasedHeader => 4,
-            Reply::Unauthorized => 5,
-            Reply::NotFound => 6,
-            Reply::MethodNotAllowed { .. } => 7,
-            Reply::BodyTimeout => 8,
-            Reply::V1Gone(V1Refusal::Blocked) => 9,
-            Reply::V1Gone(V1Refusal::Brownout { .. }) => 10,
-            Reply::V1Gone(V1Refusal::Sunset) => 11,
-            Reply::V1Gone(V1Refusal::Rehearsal) => 12,
-            Reply::PayloadTooLarge => 13,
-            Reply::UriTooLong => 14,
-            Reply::UnsupportedMediaType => 15,
-            Reply::RateLimited { .. } => 16,
-            Reply::RateLimitUnverified { .. } => 17,
-            Reply::AuthThrottled { .. } => 18,
-            Reply::HeadersTooLarge => 19,
-            Reply::UpstreamConnect => 20,
-            Reply::UpstreamBroken => 21,
-            Reply::UpstreamTimeout => 22,
-            Reply::UpstreamOverflow => 23,
+            Reply::HopByHopDecidedHeader => 5,
+            Reply::Unauthorized => 6,
+            Reply::NotFound => 7,
+            Reply::MethodNotAllowed { .. } => 8,
+            Reply::BodyTimeout => 9,
+            Reply::V1Gone(V1Refusal::Blocked) => 10,
+            Reply::V1Gone(V1Refusal::Brownout { .. }) => 11,
+            Reply::V1Gone(V1Refusal::Sunset) => 12,
+            Reply::V1Gone(V1Refusal::Rehearsal) => 13,
+            Reply::PayloadTooLarge => 14,
+            Reply::UriTooLong => 15,
+            Reply::UnsupportedMediaType => 16,
+            Reply::RateLimited { .. } => 17,
+            Reply::RateLimitUnverified { .. } => 18,
+            Reply::AuthThrottled { .. } => 19,
+            Reply::HeadersTooLarge => 20,
+            Reply::UpstreamConnect => 21,
+            Reply::UpstreamBroken => 22,
+            Reply::UpstreamTimeout => 23,
+            Reply::UpstreamOverflow => 24,
         };
         let places: Vec<usize> = Reply::ALL_CODES.iter().map(|r| place(*r)).collect();
         assert_eq!(places, (0..Reply::ALL_CODES.len()).collect::<Vec<_>>());

@@ -59,6 +59,9 @@ pub struct RequestFacts<'r> {
     /// A header name with an underscore stands for a header the gateway controls
     /// ([`headers::aliases_controlled`]).
     pub aliased_header: bool,
+    /// `Connection` lists a header the gateway decides on, which would not reach the backend
+    /// ([`headers::connection_lists_decided`]).
+    pub hop_declared_decided: bool,
     /// The body's length, when the request declares it.
     pub declared_body_len: Option<u64>,
     pub agent_id: Option<&'r [u8]>,
@@ -77,10 +80,14 @@ impl<'r> RequestFacts<'r> {
     pub fn of<R: RequestView>(req: &'r R, request_id: &'r str, now: SystemTime) -> Self {
         let body = req.body_length();
         let (mut header_bytes, mut aliased_header, mut hosts) = (0, false, 0);
+        let mut hop_declared_decided = false;
         for (name, value) in req.headers() {
             header_bytes += name.len() + value.len();
             aliased_header |= headers::aliases_controlled(name);
             hosts += usize::from(name.eq_ignore_ascii_case(b"host"));
+            if name.eq_ignore_ascii_case(b"connection") {
+                hop_declared_decided |= headers::connection_lists_decided(value);
+            }
         }
         let authority_valid = req
             .authority()
@@ -93,6 +100,7 @@ impl<'r> RequestFacts<'r> {
             header_count: req.header_count(),
             header_bytes,
             aliased_header,
+            hop_declared_decided,
             framing_valid: body != BodyLength::Ambiguous,
             host_valid: hosts <= 1 && authority_valid,
             declared_body_len: match body {
@@ -353,6 +361,9 @@ pub fn admit<'s>(
     if req.aliased_header {
         return Err(Refusal::new(who, Reply::AliasedHeader));
     }
+    if req.hop_declared_decided {
+        return Err(Refusal::new(who, Reply::HopByHopDecidedHeader));
+    }
     let route = match match_route(&snapshot.bases, req.method, req.path) {
         Ok(r) => r,
         Err(e) => return Err(refused_by_route(snapshot, req.path, Err(e), e.into())),
@@ -478,6 +489,7 @@ mod tests {
             framing_valid: true,
             host_valid: true,
             aliased_header: false,
+            hop_declared_decided: false,
             declared_body_len: None,
             agent_id: id.map(str::as_bytes),
             token: token.map(str::as_bytes),

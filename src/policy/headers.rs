@@ -1,10 +1,11 @@
 //! Header rules, one table each: the request headers that describe the client's hop or are
 //! the gateway's own to write, the trace context it replaces when it traces, the answer
 //! headers that describe the backend's hop or its framing, and the names a client may not
-//! send under an underscore alias.
+//! send under an underscore alias nor declare hop-by-hop.
 
 use super::auth::{AGENT_ID_HEADER, AUTH_TOKEN_HEADER};
 use super::request_id;
+use crate::http1::list_elements;
 
 /// Request headers that describe one hop, not the request, or that the gateway sets itself;
 /// never forwarded as sent.
@@ -46,6 +47,14 @@ pub const NOT_RELAYED: [&str; 7] = [
 /// Request headers the gateway reads to decide, beyond the ones it never forwards.
 const DECIDED_ON: [&str; 4] = [AUTH_TOKEN_HEADER, AGENT_ID_HEADER, "content-type", "host"];
 
+/// Whether a `Connection` value lists a header the gateway decides on. Listed, it would be
+/// hop-by-hop by the client's declaration (RFC 9110 §7.6.1) and dropped on the way: the
+/// backend would get the request the gateway admitted without the credentials, content type
+/// or host it was admitted on (a hop-by-hop header abuse). The request is refused.
+pub fn connection_lists_decided(value: &[u8]) -> bool {
+    list_elements(value).any(|token| is_listed(&DECIDED_ON, token))
+}
+
 /// Whether `name` is one of `list` (which is in lower case).
 pub fn is_listed(list: &[&str], name: &[u8]) -> bool {
     list.iter().any(|n| name.eq_ignore_ascii_case(n.as_bytes()))
@@ -75,6 +84,24 @@ pub fn aliases_controlled(name: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_connection_value_lists_a_decided_header_in_any_case_and_place() {
+        for (value, lists) in [
+            (&b"keep-alive, X-Auth-Token"[..], true),
+            (b"x-service-agent-id", true),
+            (b"close,Host", true),
+            (b"  content-type  ,keep-alive", true),
+            (b"keep-alive", false),
+            (b"close, x-custom", false),
+            (b"X-Auth-Tokens", false),
+            (b"hostname", false),
+            (b"", false),
+        ] {
+            let shown = String::from_utf8_lossy(value);
+            assert_eq!(connection_lists_decided(value), lists, "{shown}");
+        }
+    }
 
     #[test]
     fn underscore_names_alias_controlled_headers_only() {
