@@ -29,8 +29,13 @@ impl RedisUrl {
             ));
         }
         // The parser's message never repeats the URL, so it cannot leak the password.
-        s.into_connection_info()
-            .map_err(|e| format!("{} is not a Redis URL: {e}", mask_password(s)))?;
+        s.into_connection_info().map_err(|e| {
+            format!(
+                "{} is not a Redis URL: {e} (a password's `/`, `?`, `#` or `@` must be \
+                 percent-encoded, or the password kept in rate_limit.redis_password_file)",
+                mask_password(s)
+            )
+        })?;
         Ok(Self(s.to_owned()))
     }
 
@@ -76,17 +81,18 @@ impl RedisUrl {
 }
 
 /// `scheme://user:***@host...`: the URL with anything after the user name's `:` masked.
+/// The user information is taken to end at the last `@`, not at the first `/`: a password
+/// written unencoded may hold a `/`, `?` or `#` (`openssl rand -base64` makes them), which
+/// would end it early and leave the rest on show. Masking too much is the safe mistake.
 fn mask_password(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
+    match rest.rsplit_once('@') {
         Some((userinfo, host)) => {
             let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
             let masked = if userinfo.contains(':') { ":***" } else { "" };
-            format!("{scheme}://{user}{masked}@{host}{tail}")
+            format!("{scheme}://{user}{masked}@{host}")
         }
         None => url.to_owned(),
     }
@@ -356,6 +362,23 @@ mod tests {
         assert!(!bad.contains("hunter2"), "{bad}");
         let not_redis = RedisUrl::parse("memcache://:hunter2@host:1/0").unwrap_err();
         assert!(!not_redis.contains("hunter2"), "{not_redis}");
+        // Unencoded, as `openssl rand -base64` writes them: each would end a parser's
+        // authority early.
+        for password in [
+            "Sup3r/Secret+pw==",
+            "hunt3r?two",
+            "k3pt#s3cr3t",
+            "qwx/zyk@vvq",
+        ] {
+            let written = format!("redis://:{password}@127.0.0.1:6379/0");
+            let shown = match RedisUrl::parse(&written) {
+                Ok(url) => url.to_string(),
+                Err(e) => e,
+            };
+            for part in password.split(['/', '?', '#', '@']) {
+                assert!(!shown.contains(part), "{password}: {shown}");
+            }
+        }
         assert_eq!(
             mask_password("redis://:pw@127.0.0.1:1/0"),
             "redis://:***@127.0.0.1:1/0"
