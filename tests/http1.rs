@@ -298,6 +298,36 @@ fn connection_naming_a_header_the_gateway_decides_on_is_refused() {
     assert_eq!(backend.last().header("x-auth-token"), Some(TOKEN));
 }
 
+/// Headers that would tell the backend another path, method or client than the gateway
+/// admitted are not forwarded; the request is, with the rest of its headers.
+#[test]
+fn routing_and_address_overrides_do_not_reach_the_backend() {
+    let backend = Backend::start();
+    let gw = Gateway::start(&[backend.addr]);
+    let overrides = [
+        ("X-Original-URL", "/api/v2/verify/OTHER/request"),
+        ("X-Rewrite-URL", "/api/v2/verify/OTHER/request"),
+        ("X-HTTP-Method-Override", "DELETE"),
+        ("X-HTTP-Method", "DELETE"),
+        ("X-Method-Override", "DELETE"),
+        ("Forwarded", "for=10.0.0.1;host=internal"),
+        ("X-Real-IP", "127.0.0.1"),
+        ("X-Forwarded-Host", "internal"),
+        ("X-Forwarded-Port", "8443"),
+    ];
+    let mut h = AUTH.to_vec();
+    h.extend(overrides);
+    h.push(("X-Also-Kept", "1"));
+    let resp = request(gw.proxy, "POST", VERIFY_V1, &h, VERIFY_BODY.as_bytes());
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    let seen = backend.last();
+    for (name, _) in overrides {
+        assert_eq!(seen.header(name), None, "{name} reached the backend");
+    }
+    assert_eq!(seen.header("x-also-kept"), Some("1"));
+    assert_eq!(seen.header("x-auth-token"), Some(TOKEN));
+}
+
 #[test]
 fn headers_named_in_connection_are_hop_by_hop_both_ways() {
     let backend = Backend::with(|_| {

@@ -7,9 +7,11 @@ use super::auth::{AGENT_ID_HEADER, AUTH_TOKEN_HEADER};
 use super::request_id;
 use crate::http1::list_elements;
 
-/// Request headers that describe one hop, not the request, or that the gateway sets itself;
-/// never forwarded as sent.
-pub const NOT_FORWARDED: [&str; 12] = [
+/// Request headers that describe one hop, not the request, that the gateway sets itself, or
+/// that would tell the backend something other than what the gateway decided on; never
+/// forwarded as sent.
+pub const NOT_FORWARDED: [&str; 21] = [
+    // The client's hop and its framing.
     "connection",
     "keep-alive",
     "proxy-connection",
@@ -19,9 +21,25 @@ pub const NOT_FORWARDED: [&str; 12] = [
     "upgrade",
     "expect",
     "content-length",
+    // Written by the gateway.
     request_id::HEADER,
     "x-forwarded-for",
     "x-forwarded-proto",
+    // Another path or method than the one admitted, for the frameworks that route by them
+    // (Symfony, IIS, Laravel, Rails, ...): a request admitted for one service would be served
+    // by another, or a read run as a write.
+    "x-original-url",
+    "x-rewrite-url",
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+    // Who the client is, or where it called, in a client's own words: a backend reading them
+    // would believe what the gateway did not. The gateway's `X-Forwarded-For` (the peer it
+    // saw, appended) and `X-Forwarded-Proto` say it, and `Host` goes on as sent.
+    "forwarded",
+    "x-real-ip",
+    "x-forwarded-host",
+    "x-forwarded-port",
 ];
 
 /// The W3C trace context (`traceparent`, `tracestate`). When the gateway traces, the backend
@@ -114,6 +132,8 @@ mod tests {
             (b"Content_Type", true),
             (b"X_Request_Id", true),
             (b"Proxy_Connection", true),
+            (b"X_Original_URL", true),
+            (b"x_real_ip", true),
             (b"Transfer-Encoding", false),
             (b"X_Custom", false),
             (b"X_Auth_Token_2", false),
