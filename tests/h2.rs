@@ -228,6 +228,26 @@ fn every_stream_gets_what_an_http11_request_gets() {
     assert!(logged.iter().all(|l| l["protocol"] == "h2"), "{logged:?}");
 }
 
+/// A stream that names no host (neither `:authority` nor `Host`) is refused and not
+/// forwarded: the backend is never sent a host of the gateway's making. pingora answers it
+/// 400, with no body, before the stream reaches the gateway (RFC 9113 §8.1.1); admission
+/// would refuse it too (40003).
+#[test]
+fn a_stream_that_names_no_host_is_refused() {
+    let backend = Backend::start();
+    let gw = Gateway::start(&[backend.addr]);
+    let answers = streams(
+        gw.proxy,
+        json!([
+            {"method": "GET", "path": STATUS_V1, "headers": h2_headers(&AUTH), "no_authority": true},
+            {"method": "GET", "path": STATUS_V1, "headers": h2_headers(&AUTH)},
+        ]),
+    );
+    assert_eq!(answers[0]["status"], 400, "{}", answers[0]);
+    assert_eq!(answers[1]["status"], 200, "{}", answers[1]);
+    assert_eq!(backend.count(), 1);
+}
+
 /// What HTTP/2 and HTTP/1.1 say differently is translated: a client's cookie crumbs reach the
 /// backend as one line (RFC 9113 §8.2.3), and a backend's `TE` or `Upgrade`, which HTTP/2 may
 /// not carry, is dropped rather than costing the client its answer.

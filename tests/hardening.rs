@@ -270,6 +270,8 @@ fn content_type_and_host_are_read_one_way_and_forwarded_as_checked() {
             400,
             40003,
         ),
+        // And so does an HTTP/1.1 request with none: the backend is never sent a made-up one.
+        ("Content-Type: application/json\r\n", 400, 40003),
     ] {
         let resp = raw(gw.proxy, head(VERIFY_V1, extra).as_bytes()).expect("an answer");
         assert_eq!(
@@ -296,6 +298,12 @@ fn content_type_and_host_are_read_one_way_and_forwarded_as_checked() {
         headers_named(&backend.last().headers, "host"),
         ["gw.example:8080"]
     );
+    // HTTP/1.0 predates Host: a request without one is served, and the HTTP/1.1 backend gets
+    // one Host line.
+    let http10 =
+        head(VERIFY_V1, "Content-Type: application/json\r\n").replacen("HTTP/1.1", "HTTP/1.0", 1);
+    assert_eq!(raw(gw.proxy, http10.as_bytes()).unwrap().status, 200);
+    assert_eq!(headers_named(&backend.last().headers, "host").len(), 1);
 }
 
 /// Header names are looked up by a key of their length, first and last byte before their

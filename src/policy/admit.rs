@@ -53,8 +53,10 @@ pub struct RequestFacts<'r> {
     pub header_bytes: usize,
     /// The body's framing can be trusted: `false` when it could be read two ways.
     pub framing_valid: bool,
-    /// Whom the request is for can be read one way only: `Host` at most once, and an
-    /// authority in the target names a host alone (no user information, not empty).
+    /// Whom the request is for can be read one way only: `Host` at most once, an authority
+    /// in the target names a host alone (no user information, not empty), and one of them is
+    /// there when the protocol requires it (HTTP/1.1, HTTP/2): the backend is never sent a
+    /// host the gateway made up.
     pub host_valid: bool,
     /// A header name with an underscore stands for a header the gateway controls
     /// ([`headers::aliases_controlled`]).
@@ -102,7 +104,9 @@ impl<'r> RequestFacts<'r> {
             aliased_header,
             hop_declared_decided,
             framing_valid: body != BodyLength::Ambiguous,
-            host_valid: hosts <= 1 && authority_valid,
+            host_valid: hosts <= 1
+                && authority_valid
+                && (hosts == 1 || req.authority().is_some() || !req.host_required()),
             declared_body_len: match body {
                 BodyLength::Declared(n) => Some(n),
                 _ => None,

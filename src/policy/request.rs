@@ -21,6 +21,9 @@ pub trait RequestView: Sync {
     fn headers_named<'n>(&'n self, name: &'n str) -> impl Iterator<Item = &'n [u8]>;
     /// What the head says about the body's length.
     fn body_length(&self) -> BodyLength;
+    /// Whether the protocol requires the request to name its host (a `Host` line, or an
+    /// authority in the target): HTTP/1.1 does (RFC 9112 §3.2); HTTP/1.0 predates `Host`.
+    fn host_required(&self) -> bool;
 
     /// The first value of a header.
     fn header<'n>(&'n self, name: &'n str) -> Option<&'n [u8]> {

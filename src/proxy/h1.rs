@@ -542,6 +542,10 @@ impl RequestView for Request<'_> {
             Err(_) => BodyLength::Ambiguous,
         }
     }
+
+    fn host_required(&self) -> bool {
+        !self.http10()
+    }
 }
 
 impl Downstream for H1Connection {

@@ -346,6 +346,12 @@ impl RequestView for &RequestHeader {
             (Some(_), Some(_)) => BodyLength::Ambiguous,
         }
     }
+
+    fn host_required(&self) -> bool {
+        // `:authority` or `Host` (RFC 9113 §8.3.1): every request here names a path, so it
+        // has authority information to convey.
+        true
+    }
 }
 
 impl Downstream for H2Stream {

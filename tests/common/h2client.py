@@ -2,7 +2,8 @@
 raw frames from `hyperframe`/`hpack` for the attacks. Each command prints one JSON object.
 
     requests HOST PORT SPEC       streams on one connection; SPEC is a JSON list of
-                                  {"method", "path", "headers": [[k, v]..], "body"};
+                                  {"method", "path", "headers": [[k, v]..], "body",
+                                  "no_authority": true to send no :authority};
                                   prints "reset" on stderr for each stream reset, as it comes
     rapid-reset HOST PORT N PATH  N streams opened and reset at once (CVE-2023-44487)
     continuation-flood HOST PORT N  one HEADERS without END_HEADERS, then N CONTINUATIONs
@@ -60,7 +61,11 @@ def request_headers(method, path, host, extra=()):
 def cmd_requests(host, port, spec):
     spec = json.loads(spec)
     s = connect(host, port)
-    c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+    # h2 refuses to send a request with no :authority unless told not to check.
+    checked = not any(r.get("no_authority") for r in spec)
+    c = h2.connection.H2Connection(
+        h2.config.H2Configuration(client_side=True, header_encoding="utf-8", validate_outbound_headers=checked)
+    )
     c.initiate_connection()
     c.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 1 << 20})
     s.sendall(c.data_to_send())
@@ -69,6 +74,8 @@ def cmd_requests(host, port, spec):
         sid = c.get_next_available_stream_id()
         body = r.get("body", "").encode()
         headers = request_headers(r["method"], r["path"], f"{host}:{port}", [tuple(h) for h in r.get("headers", [])])
+        if r.get("no_authority"):
+            headers = [h for h in headers if h[0] != ":authority"]
         c.send_headers(sid, headers, end_stream=not body)
         if body:
             window = c.local_flow_control_window(sid)
