@@ -14,7 +14,7 @@ use crate::http1::RequestWriter;
 use crate::observe::trace::Propagation;
 use crate::policy::admit::RequestView;
 use crate::policy::client::FORWARDED_PROTO;
-use crate::policy::headers::{is_listed, NOT_FORWARDED, TRACEPARENT, TRACESTATE};
+use crate::policy::headers::{NOT_FORWARDED, TRACEPARENT, TRACESTATE};
 use crate::policy::request_id;
 
 /// Bodies up to this size travel in the same buffer as the head: one `send` per request.
@@ -54,7 +54,7 @@ impl<R: RequestView> UpstreamRequest<'_, R> {
         let mut cookies = 0;
         for (name, value) in req.headers() {
             let is_host = name.eq_ignore_ascii_case(b"host");
-            if is_listed(&NOT_FORWARDED, name)
+            if NOT_FORWARDED.contains(name)
                 || (is_host && authority.is_some())
                 || (declares_hop_headers && req.connection_lists(name))
                 || self.trace.is_some_and(|t| replaced_by(&t, name))

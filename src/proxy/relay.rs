@@ -16,7 +16,7 @@ use crate::http1::{
 };
 use crate::observe::exchange::Exchange;
 use crate::policy::admit::RetirementHeaders;
-use crate::policy::headers::{is_listed, NOT_RELAYED};
+use crate::policy::headers::NOT_RELAYED;
 use crate::policy::request_id;
 
 /// The backend's headers that reach the client: all but those of its hop and its framing
@@ -27,7 +27,7 @@ pub fn relayed_headers<'a>(
     buf: &'a [u8],
 ) -> impl Iterator<Item = (&'a [u8], &'a [u8])> {
     head.headers(buf).filter(move |(name, _)| {
-        !(is_listed(&NOT_RELAYED, name)
+        !(NOT_RELAYED.contains(name)
             || (head.declares_hop_headers && head.connection_lists(buf, name)))
     })
 }
