@@ -1,9 +1,9 @@
 //! The docs a newcomer reads hold: every relative link in README.md, CHANGELOG.md and docs/
 //! reaches a file and, with `#anchor`, a heading of it; every command in a `sh` block is
 //! known (an `agent-gateway` command uses only subcommands and flags the binary has, a
-//! `cargo xtask` command is one the xtask runs, a script exists), and every key of the config
-//! file has its row in docs/configuration.md. The README's tour is run against the demo in
-//! tests/demo.rs.
+//! `cargo xtask` command is one the xtask runs, a script exists), every key of the config
+//! file has its row in docs/configuration.md, and the limits the docs quote are the code's.
+//! The README's tour is run against the demo in tests/demo.rs.
 
 mod common;
 
@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use agent_gateway::config::schema::{Schema, MS_SUFFIX};
+use agent_gateway::proxy::MAX_FAILED_AUTH_ADDRESSES;
 use common::cli;
 use common::markdown::commands;
 
@@ -291,6 +292,26 @@ fn every_config_key_has_its_row_in_configuration_md() {
         doc.contains(&format!("`{MS_SUFFIX}`")),
         "the duration siblings of the {MS_SUFFIX} keys are explained"
     );
+}
+
+/// The number of client addresses the failed-auth throttle keeps, as the pages that quote
+/// it write it (`100,000`).
+#[test]
+fn the_docs_quote_the_throttles_table_size_as_the_code_has_it() {
+    let digits = MAX_FAILED_AUTH_ADDRESSES.to_string();
+    let mut grouped = String::new();
+    for (i, d) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(d);
+    }
+    for page in ["docs/configuration.md", "docs/runbooks.md"] {
+        assert!(
+            read(Path::new(page)).contains(&grouped),
+            "{page} should say the throttle keeps {grouped} addresses"
+        );
+    }
 }
 
 #[test]

@@ -13,7 +13,7 @@ use std::time::Duration;
 use agent_gateway::config::file::{AgentFile, AgentsFile, Digests};
 use agent_gateway::config::testing::{AGENT_ID, TOKEN};
 use agent_gateway::config::TokenDigest;
-use agent_gateway::proxy::failed_auths::MAX_ADDRESSES;
+use agent_gateway::proxy::MAX_FAILED_AUTH_ADDRESSES;
 use common::*;
 
 fn digest(token: &str) -> String {
@@ -326,18 +326,19 @@ fn a_guessing_address_gets_429_while_another_keeps_working() {
 }
 
 /// A guess spread over more addresses than the throttle keeps: each address past
-/// `MAX_ADDRESSES` in the minute is not tracked, and its 401 is counted as such, so the
+/// [`MAX_FAILED_AUTH_ADDRESSES`] in the minute is not tracked, and its 401 is counted as such, so the
 /// spread shows on a dashboard. The addresses come from a trusted proxy's X-Forwarded-For,
 /// pipelined over a few connections.
 #[test]
 fn failures_past_the_tracked_addresses_are_counted_as_untracked() {
     const CONNECTIONS: u32 = 4;
-    let spread = MAX_ADDRESSES as u32 + 2;
+    let spread = MAX_FAILED_AUTH_ADDRESSES as u32 + 2;
     let backend = Backend::start();
     let mut cfg = test_config(&[backend.addr]);
     cfg.auth.max_failures_per_minute = Some(5);
     cfg.listen.trusted_proxies = vec!["127.0.0.1".into()];
     let gw = Gateway::builder(cfg).log_level("warn").start();
+    let start = std::time::Instant::now();
     let senders: Vec<_> = (0..CONNECTIONS)
         .map(|c| {
             let proxy = gw.proxy;
@@ -382,9 +383,13 @@ fn failures_past_the_tracked_addresses_are_counted_as_untracked() {
         .collect();
     let unauthorized: u32 = senders.into_iter().map(|s| s.join().unwrap()).sum();
     assert_eq!(unauthorized, spread, "every guess got its 401");
+    // Each address's window lasts a minute from its first failure: the count holds for a
+    // run shorter than that (about 4 s here).
+    let took = start.elapsed();
     assert_eq!(
         gw.metric("agent_gateway_auth_failures_untracked_total"),
-        2.0
+        2.0,
+        "the guesses took {took:?}; past a minute the first windows are over and make room"
     );
     assert_eq!(
         gw.metric("agent_gateway_auth_failures_total{reason=\"bad_token\"}"),

@@ -303,7 +303,20 @@ fn content_type_and_host_are_read_one_way_and_forwarded_as_checked() {
     let http10 =
         head(VERIFY_V1, "Content-Type: application/json\r\n").replacen("HTTP/1.1", "HTTP/1.0", 1);
     assert_eq!(raw(gw.proxy, http10.as_bytes()).unwrap().status, 200);
-    assert_eq!(headers_named(&backend.last().headers, "host").len(), 1);
+    assert_eq!(
+        headers_named(&backend.last().headers, "host"),
+        ["localhost"]
+    );
+    // An HTTP/1.1 absolute-form target names the host without a Host line.
+    let absolute_only = head(
+        "http://gw.example/api/v1/verify/request",
+        "Content-Type: application/json\r\n",
+    );
+    assert_eq!(raw(gw.proxy, absolute_only.as_bytes()).unwrap().status, 200);
+    assert_eq!(
+        headers_named(&backend.last().headers, "host"),
+        ["gw.example"]
+    );
 }
 
 /// Header names are looked up by a key of their length, first and last byte before their

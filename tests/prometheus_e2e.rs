@@ -261,7 +261,7 @@ tests:
             exp_annotations:
               runbook_url: "docs/runbooks.md#agentgatewayauthguessingspread"
               summary: "agent-gateway gw-a: 401s from more addresses than it throttles"
-              description: "100,000 client addresses had failed authentications in their minute, and the 401s of further addresses were not counted toward auth.max_failures_per_minute: those addresses are not throttled. Guessing spread over very many addresses, or a balancer whose clients all look like new addresses."
+              description: "As many client addresses as the gateway keeps had failed authentications in their minute, and the 401s of further addresses were not counted toward auth.max_failures_per_minute: those addresses are not throttled. Guessing spread over very many addresses, or a balancer whose clients all look like new ones."
       - eval_time: 20m
         alertname: AgentGatewayAuthGuessingSpread
         exp_alerts: []

@@ -31,7 +31,7 @@ impl RedisUrl {
         // The parser's message never repeats the URL, so it cannot leak the password.
         s.into_connection_info().map_err(|e| {
             format!(
-                "{} is not a Redis URL: {e} (a password's `/`, `?`, `#` or `@` must be \
+                "{} is not a Redis URL: {e} (a password's `/`, `?` or `#` must be \
                  percent-encoded, or the password kept in rate_limit.redis_password_file)",
                 mask_password(s)
             )
@@ -82,7 +82,7 @@ impl RedisUrl {
 
 /// `scheme://user:***@host...`: the URL with anything after the user name's `:` masked.
 /// The user information is taken to end at the last `@`, not at the first `/`: a password
-/// written unencoded may hold a `/`, `?` or `#` (`openssl rand -base64` makes them), which
+/// written unencoded may hold a `/`, `?` or `#` (`openssl rand -base64` makes `/`), which
 /// would end it early and leave the rest on show. Masking too much is the safe mistake.
 fn mask_password(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
@@ -362,7 +362,7 @@ mod tests {
         assert!(!bad.contains("hunter2"), "{bad}");
         let not_redis = RedisUrl::parse("memcache://:hunter2@host:1/0").unwrap_err();
         assert!(!not_redis.contains("hunter2"), "{not_redis}");
-        // Unencoded, as `openssl rand -base64` writes them: each would end a parser's
+        // Unencoded (`openssl rand -base64` writes `/`): each would end a parser's
         // authority early.
         for password in [
             "Sup3r/Secret+pw==",

@@ -3,7 +3,7 @@
 //! [`admit`] is the whole per-request policy as one pure function of the request's facts
 //! ([`RequestFacts`], read from any protocol's [`RequestView`]) and a config [`Snapshot`],
 //! checked in this order: the head's size, its body framing and host, header names aliasing the
-//! gateway's own, the route, the credentials, the service scope, the retirement policy, the
+//! gateway's own, a `Connection` header naming one it decides on, the route, the credentials, the service scope, the retirement policy, the
 //! content type and the declared body size. It returns either a [`Forward`] (with the
 //! rate-limit question and how to check the body) or a [`Refusal`] (with the answer to give);
 //! both say how far the request was understood, for metrics and logs, and which
@@ -55,8 +55,9 @@ pub struct RequestFacts<'r> {
     pub framing_valid: bool,
     /// Whom the request is for can be read one way only: `Host` at most once, an authority
     /// in the target names a host alone (no user information, not empty), and one of them is
-    /// there when the protocol requires it (HTTP/1.1, HTTP/2): the backend is never sent a
-    /// host the gateway made up.
+    /// there when the protocol requires it (HTTP/1.1, HTTP/2), so that such a request never
+    /// reaches the backend with a host the gateway made up (an HTTP/1.0 one without `Host`
+    /// gets `Host: localhost`).
     pub host_valid: bool,
     /// A header name with an underscore stands for a header the gateway controls
     /// ([`headers::aliases_controlled`]).
@@ -782,6 +783,23 @@ mod tests {
             ..ok()
         };
         assert_eq!(refused(ambiguous), Reply::Malformed);
+        // Then the headers that stand for, or would drop, one the gateway decides on, before
+        // the route and the credentials, and in that order.
+        let aliased = RequestFacts {
+            aliased_header: true,
+            hop_declared_decided: true,
+            path: "/nope",
+            token: Some(b"wrong"),
+            ..ok()
+        };
+        assert_eq!(refused(aliased), Reply::AliasedHeader);
+        let hop_declared = RequestFacts {
+            hop_declared_decided: true,
+            path: "/nope",
+            token: Some(b"wrong"),
+            ..ok()
+        };
+        assert_eq!(refused(hop_declared), Reply::HopByHopDecidedHeader);
         // The body's declaration comes after the credentials: a stranger learns nothing.
         let not_json = RequestFacts {
             content_type: Some(b"text/plain"),

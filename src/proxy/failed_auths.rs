@@ -56,7 +56,7 @@ impl FailedAuths {
     /// Counts a failed authentication of `client` at `now`: `false` when it could not be,
     /// for [`MAX_ADDRESSES`] other clients are in their minute.
     #[must_use = "an untracked failure is counted (agent_gateway_auth_failures_untracked_total)"]
-    pub fn failed(&self, client: IpAddr, now: Instant) -> bool {
+    pub fn count_failure(&self, client: IpAddr, now: Instant) -> bool {
         let key = client_key(client);
         let mut windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
         let Windows { by_client, swept } = &mut *windows;
@@ -99,8 +99,8 @@ mod tests {
         let limit = NonZeroU32::new(2).unwrap();
         let (guesser, other) = (ip("127.0.0.2"), ip("127.0.0.1"));
         let now = Instant::now();
-        assert!(auths.failed(guesser, now));
-        assert!(auths.failed(guesser, now));
+        assert!(auths.count_failure(guesser, now));
+        assert!(auths.count_failure(guesser, now));
         assert!(matches!(
             auths.verdict(guesser, limit, now),
             Verdict::Throttled { first: true, .. }
@@ -112,13 +112,13 @@ mod tests {
     fn an_ipv6_client_is_its_slash_64() {
         let auths = FailedAuths::default();
         let now = Instant::now();
-        assert!(auths.failed(ip("2001:db8:1:2::1"), now));
-        assert!(auths.failed(ip("2001:db8:1:2:ffff:ffff:ffff:ffff"), now));
+        assert!(auths.count_failure(ip("2001:db8:1:2::1"), now));
+        assert!(auths.count_failure(ip("2001:db8:1:2:ffff:ffff:ffff:ffff"), now));
         assert!(throttled(&auths, ip("2001:db8:1:2:abcd::9"), 2, now));
         assert!(!throttled(&auths, ip("2001:db8:1:3::1"), 2, now));
         // An IPv4 client, however its socket showed it.
-        assert!(auths.failed(ip("192.0.2.7"), now));
-        assert!(auths.failed(ip("::ffff:192.0.2.7"), now));
+        assert!(auths.count_failure(ip("192.0.2.7"), now));
+        assert!(auths.count_failure(ip("::ffff:192.0.2.7"), now));
         assert!(throttled(&auths, ip("192.0.2.7"), 2, now));
         assert!(!throttled(&auths, ip("192.0.2.8"), 2, now));
     }
@@ -128,12 +128,15 @@ mod tests {
         let auths = FailedAuths::default();
         let start = Instant::now();
         for n in 0..MAX_ADDRESSES as u32 {
-            assert!(auths.failed(nth(10, n), start));
+            assert!(auths.count_failure(nth(10, n), start));
         }
         let newcomer = ip("192.0.2.1");
-        assert!(!auths.failed(newcomer, start), "untracked, and says so");
         assert!(
-            auths.failed(nth(10, 7), start),
+            !auths.count_failure(newcomer, start),
+            "untracked, and says so"
+        );
+        assert!(
+            auths.count_failure(nth(10, 7), start),
             "a tracked client still counts"
         );
         assert!(
@@ -142,7 +145,7 @@ mod tests {
         );
         // Once the others' minute is over, the next failure makes room.
         let later = start + Duration::from_secs(61);
-        assert!(auths.failed(newcomer, later));
+        assert!(auths.count_failure(newcomer, later));
         assert!(throttled(&auths, newcomer, 1, later));
         let windows = auths.windows.lock().unwrap();
         assert_eq!(windows.by_client.len(), 1);
@@ -159,24 +162,24 @@ mod tests {
             } else {
                 start + Duration::from_secs(1)
             };
-            assert!(auths.failed(nth(10, n), at));
+            assert!(auths.count_failure(nth(10, n), at));
         }
         let sweep_at = start + Duration::from_millis(60_500);
-        assert!(auths.failed(ip("192.0.2.1"), sweep_at));
+        assert!(auths.count_failure(ip("192.0.2.1"), sweep_at));
         assert_eq!(
             auths.windows.lock().unwrap().by_client.len(),
             MAX_ADDRESSES / 2 + 1
         );
         // Fill it again: within a second of that pass, no other pass runs...
         for n in 0..(MAX_ADDRESSES / 2 - 1) as u32 {
-            assert!(auths.failed(nth(11, n), sweep_at));
+            assert!(auths.count_failure(nth(11, n), sweep_at));
         }
         let soon = sweep_at + Duration::from_millis(600);
-        assert!(!auths.failed(ip("192.0.2.2"), soon));
+        assert!(!auths.count_failure(ip("192.0.2.2"), soon));
         assert!(!throttled(&auths, ip("192.0.2.2"), 1, soon));
         // ...a second after it, one does (the other half's minute is over by then).
         let next = sweep_at + SWEEP_EVERY;
-        assert!(auths.failed(ip("192.0.2.3"), next));
+        assert!(auths.count_failure(ip("192.0.2.3"), next));
         assert!(throttled(&auths, ip("192.0.2.3"), 1, next));
     }
 }

@@ -13,7 +13,7 @@
 pub mod backends;
 pub mod connect;
 mod downstream;
-pub mod failed_auths;
+mod failed_auths;
 mod forwarding;
 mod h1;
 mod h2;
@@ -27,6 +27,9 @@ pub mod tcp;
 mod tests;
 pub mod timer;
 pub mod upstream;
+
+/// The most client addresses whose failed authentications are kept at once.
+pub use failed_auths::MAX_ADDRESSES as MAX_FAILED_AUTH_ADDRESSES;
 
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};

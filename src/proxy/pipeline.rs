@@ -114,7 +114,7 @@ impl ProxyApp {
             Err(refusal) => {
                 let counted = snap.auth.max_failures_per_minute.and(ex.client_addr);
                 if let (Some(client), Some(_)) = (counted, refusal.auth_failure) {
-                    if !self.failed_auths.failed(client, ex.started) {
+                    if !self.failed_auths.count_failure(client, ex.started) {
                         self.telemetry.auth_failure_untracked();
                     }
                 }

@@ -97,8 +97,8 @@ struct Connection {
     manager: Mutex<Managed>,
 }
 
-/// The connection's manager, if made, and how many were made before it: a call that failed
-/// on one manager forgets that one, not a newer one another call made since.
+/// The connection's manager, if made, and how many managers were made, it included (its
+/// generation): a call that failed on one manager forgets that one, not a newer one.
 #[derive(Default)]
 struct Managed {
     current: Option<ConnectionManager>,
@@ -165,7 +165,8 @@ impl Connection {
 
     /// Forgets the manager of `generation` after a failure that is not its I/O: the next call
     /// (a breaker's probe) makes a new one, connecting afresh. A newer manager, made by a
-    /// call that failed earlier, is kept: it may be connected already.
+    /// later call after another failure forgot this one, is kept: it may be connected
+    /// already.
     fn reset(&self, generation: u64) {
         let mut managed = self.lock();
         if managed.generation == generation {
