@@ -2,13 +2,14 @@
 //!
 //! [`admit`] is the whole per-request policy as one pure function of the request's facts
 //! ([`RequestFacts`], read from any protocol's [`RequestView`]) and a config [`Snapshot`],
-//! checked in this order: the head's size, its body framing and host, header names aliasing the
-//! gateway's own, a `Connection` header naming one it decides on, the route, the credentials, the service scope, the retirement policy, the
-//! content type and the declared body size. It returns either a [`Forward`] (with the
-//! rate-limit question and how to check the body) or a [`Refusal`] (with the answer to give);
-//! both say how far the request was understood, for metrics and logs, and which
-//! [`RetirementHeaders`] the answer carries. The data plane only carries the decision out, and
-//! `benches/hot_path.rs` calls this same function.
+//! checked in this order: the head's size, its body framing and host, header names aliasing
+//! the gateway's own, a `Connection` header naming one it decides on, the route, the
+//! credentials, the service scope, the retirement policy, the content type and the declared
+//! body size. It returns either a [`Forward`] (with the rate-limit question and how to check
+//! the body) or a [`Refusal`] (with the answer to give); both say how far the request was
+//! understood, for metrics and logs, and which [`RetirementHeaders`] the answer carries. The
+//! data plane only carries the decision out, and `benches/hot_path.rs` calls this same
+//! function.
 
 use std::time::{Duration, SystemTime};
 

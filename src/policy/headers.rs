@@ -141,6 +141,7 @@ impl<const N: usize> HeaderNames<N> {
         false
     }
 
+    /// The names, as written.
     pub fn names(&self) -> &[&'static str] {
         &self.names
     }
