@@ -1304,8 +1304,29 @@ fn v1_usage_with_a_selector_reports_one_deployment_of_two_that_prometheus_scrape
         )),
         "{table}"
     );
+    // A regular expression accepted here is one Prometheus runs as written.
+    let by_regex = report(&[
+        "--prometheus-selector",
+        r#"job="agent-gateway",namespace=~"pro[d]|x\\d+""#,
+    ]);
+    assert_eq!(ids(&by_regex), ids(&prod_only));
     // What is not label matchers is refused before any query.
     let url = format!("http://{}", prom.addr);
+    let out = cli([
+        "v1-usage",
+        "--prometheus",
+        &url,
+        "--prometheus-selector",
+        r#"namespace=~"pro(""#,
+    ]);
+    assert!(!out.status.success(), "{}", show(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(
+            "the value of namespace is not a regular expression (at character 12): unclosed group"
+        ),
+        "{}",
+        show(&out)
+    );
     let out = cli([
         "v1-usage",
         "--prometheus",

@@ -14,8 +14,8 @@ use std::str::FromStr;
 pub enum MatchOp {
     Equal,
     NotEqual,
-    /// `=~`: the whole value matches a regular expression (Prometheus' RE2 syntax, which
-    /// Prometheus checks when it runs the query).
+    /// `=~`: the whole value matches a regular expression (Prometheus' RE2 syntax, checked
+    /// here with Rust's `regex` syntax, which is RE2's but for `\Q...\E`).
     Matches,
     NotMatches,
 }
@@ -175,6 +175,16 @@ fn is_label_name(s: &str) -> bool {
         && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
+/// What is wrong with a regular expression, in one line: the parser's own message draws the
+/// pattern over several lines, which a config problem's line cannot hold.
+fn regex_problem(e: &regex_syntax::Error) -> String {
+    match e {
+        regex_syntax::Error::Parse(e) => e.kind().to_string(),
+        regex_syntax::Error::Translate(e) => e.kind().to_string(),
+        e => e.to_string(),
+    }
+}
+
 /// A parse in progress: the text and the byte offset reached.
 struct Cursor<'a> {
     text: &'a str,
@@ -267,7 +277,17 @@ impl Cursor<'_> {
         };
         let label = label.to_owned();
         self.skip_spaces();
+        let value_at = self.at;
         let value = self.string(&label)?;
+        if matches!(op, MatchOp::Matches | MatchOp::NotMatches) {
+            if let Err(e) = regex_syntax::Parser::new().parse(&value) {
+                return Err(format!(
+                    "the value of {label} is not a regular expression ({}): {}",
+                    self.place(value_at),
+                    regex_problem(&e)
+                ));
+            }
+        }
         Ok(Matcher { label, op, value })
     }
 
@@ -439,6 +459,19 @@ mod tests {
             refused(r#"job.name="gw""#),
             "expected =, !=, =~ or !~ after job, found `.` (at character 4)"
         );
+        // A regular expression Prometheus would refuse at the first query, refused here.
+        assert_eq!(
+            refused(r#"job="gw",pod=~"gw-(""#),
+            "the value of pod is not a regular expression (at character 15): unclosed group"
+        );
+        assert_eq!(
+            refused(r#"pod!~"*x""#),
+            "the value of pod is not a regular expression (at character 6): repetition \
+             operator missing expression"
+        );
+        // Only a regular expression's value is one: `(` is a plain value after `=`.
+        assert!(parse(r#"pod="gw-(""#).is_ok());
+        assert!(parse(r#"pod=~"gw-.+|[a-z]{2,}\\d""#).is_ok());
         // What would be PromQL outside the matchers.
         assert_eq!(
             refused(r#"job="gw"} or vector(1)"#),
