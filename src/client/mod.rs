@@ -69,6 +69,13 @@ pub struct ClientOptions {
     pub basic_auth_file: Option<PathBuf>,
 }
 
+/// Whether a CA file can apply to the server at `url`, as [`Client::new`] decides it: only an
+/// `https://` server has a certificate to verify. A URL that does not parse is another
+/// problem, its own ([`check_url_without_credentials`]), and is not one here.
+pub fn ca_file_applies(url: &str) -> bool {
+    Base::parse(url).map_or(true, |base| base.verifies_a_certificate())
+}
+
 /// Whether `url` is one a [`Client`] takes, with no user or password in it: for a URL kept in
 /// a config file, which `config dump` and the admin listener's `/config` show as written.
 pub fn check_url_without_credentials(url: &str) -> Result<(), ClientError> {
@@ -97,6 +104,11 @@ struct Base {
 }
 
 impl Base {
+    /// Whether the server presents a certificate to verify (`https://`).
+    fn verifies_a_certificate(&self) -> bool {
+        self.scheme == "https"
+    }
+
     fn parse(url: &str) -> Result<Base, ClientError> {
         let bad = |why: &str| ClientError::Url(format!("{}: {why}", redact_url(url)));
         let (scheme, rest) = match url.split_once("://") {
@@ -248,7 +260,7 @@ impl Client {
     pub fn new(url: &str, options: &ClientOptions) -> Result<Client, ClientError> {
         let base = Base::parse(url)?;
         let authorization = authorization(&base, options)?;
-        if base.scheme == "http" && options.ca_file.is_some() {
+        if options.ca_file.is_some() && !base.verifies_a_certificate() {
             return Err(ClientError::Url(format!(
                 "{base}: a CA file is for https:// only"
             )));

@@ -209,7 +209,7 @@ pub(super) fn retirement(
     if f.prometheus_ca_file.is_some()
         && f.prometheus_url
             .as_deref()
-            .is_some_and(|u| u.starts_with("http://"))
+            .is_some_and(|u| !crate::client::ca_file_applies(u))
     {
         p.push(
             "retirement.prometheus_ca_file",
@@ -462,7 +462,9 @@ mod tests {
         let mut f = testing::config();
         f.retirement.prometheus_url = Some("http://prometheus:9090".into());
         f.retirement.prometheus_ca_file = Some("ca.pem".into());
-        assert_eq!(f.refused_keys(), ["retirement.prometheus_ca_file"]);
+        assert_eq!(f.clone().refused_keys(), ["retirement.prometheus_ca_file"]);
+        f.retirement.prometheus_url = Some("https://prometheus:9090".into());
+        f.snapshot();
         // Each file is located beside the config and read at each use: one that is missing
         // is no problem of the config (check-config and run warn of it).
         let mut f = testing::config();
