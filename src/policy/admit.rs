@@ -93,9 +93,9 @@ impl<'r> RequestFacts<'r> {
                 hop_declared_decided |= headers::connection_lists_decided(value);
             }
         }
-        let authority_valid = req
-            .authority()
-            .is_none_or(|a| !a.is_empty() && !a.contains('@'));
+        let authority = req.authority();
+        let authority_valid = authority.is_none_or(|a| !a.is_empty() && !a.contains('@'));
+        let host_named = hosts == 1 || authority.is_some() || !req.host_required();
         RequestFacts {
             method: req.method(),
             path: req.path(),
@@ -106,9 +106,7 @@ impl<'r> RequestFacts<'r> {
             aliased_header,
             hop_declared_decided,
             framing_valid: body != BodyLength::Ambiguous,
-            host_valid: hosts <= 1
-                && authority_valid
-                && (hosts == 1 || req.authority().is_some() || !req.host_required()),
+            host_valid: hosts <= 1 && authority_valid && host_named,
             declared_body_len: match body {
                 BodyLength::Declared(n) => Some(n),
                 _ => None,
