@@ -244,7 +244,7 @@ impl Reply {
             Reply::AliasedHeader => ReplySpec::new(
                 400,
                 4,
-                "a header name with an underscore stands for a header the gateway controls; send it with a hyphen",
+                "a header name with an underscore reads, with '-' for '_', as a header the gateway controls; such names are refused",
             ),
             Reply::HopByHopDecidedHeader => ReplySpec::new(
                 400,
