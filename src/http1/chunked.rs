@@ -149,7 +149,9 @@ impl ChunkedDecoder {
                     continue;
                 }
                 Size => match (b as char).to_digit(16) {
-                    Some(d) if self.digits < 15 => {
+                    // Leading zeros are digits like any; past them at most 15 (a size under
+                    // 2^60), and zeros alone no longer than a line.
+                    Some(d) if self.size >> 56 == 0 && (self.digits as usize) < MAX_CHUNK_LINE => {
                         self.size = self.size * 16 + u64::from(d);
                         self.digits += 1;
                     }
@@ -239,6 +241,17 @@ mod tests {
             decode_all(b"A\r\n0123456789\r\n"),
             Ok((b"0123456789".to_vec(), 15, false))
         );
+        // Leading zeros count for nothing: 15 digits after them are still a size.
+        let zeros = b"0000000000000000005\r\nhello\r\n00000000000000000000\r\n\r\n";
+        assert_eq!(
+            decode_all(zeros),
+            Ok((b"hello".to_vec(), zeros.len(), true))
+        );
+        let widest = b"000000000000000000000fffffffffffffff\r\n";
+        assert_eq!(decode_all(widest), Ok((vec![], widest.len(), false)));
+        // Zeros alone are bounded like any line.
+        let endless = [b'0'; MAX_CHUNK_LINE + 1];
+        assert_eq!(decode_all(&endless), Err(ChunkError));
         for bad in [
             &b"x\r\n"[..],
             b"5\r\nhelloX\r\n",

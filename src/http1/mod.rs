@@ -282,8 +282,8 @@ pub(crate) fn names_headers(value: &[u8]) -> bool {
     })
 }
 
-/// What one `Connection` value lists, read in one pass: `close`, `keep-alive`, and whether
-/// any other token (a header it declares hop-by-hop, [`names_headers`]).
+/// What `Connection` values list, read in one pass: `close`, `keep-alive`, and whether
+/// any other token (a header they declare hop-by-hop, [`names_headers`]).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ConnectionTokens {
     pub close: bool,
@@ -292,9 +292,10 @@ pub(crate) struct ConnectionTokens {
 }
 
 impl ConnectionTokens {
-    pub(crate) fn of(value: &[u8]) -> Self {
+    /// What a message's `Connection` lines list together: a token on any line counts.
+    pub(crate) fn of_all<'a>(values: impl IntoIterator<Item = &'a [u8]>) -> Self {
         let mut tokens = ConnectionTokens::default();
-        for token in list_elements(value) {
+        for token in values.into_iter().flat_map(list_elements) {
             if token.eq_ignore_ascii_case(b"close") {
                 tokens.close = true;
             } else if token.eq_ignore_ascii_case(b"keep-alive") {
@@ -304,6 +305,12 @@ impl ConnectionTokens {
             }
         }
         tokens
+    }
+
+    /// Whether the connection stays open after the message (RFC 9112 §9.3): never with
+    /// `close` on any line, whatever else they say; in HTTP/1.0 only with `keep-alive`.
+    pub(crate) fn persistent(self, http10: bool) -> bool {
+        !self.close && (!http10 || self.keep_alive)
     }
 }
 
@@ -319,10 +326,18 @@ pub(crate) fn content_length<'a>(
     let mut length = None;
     for value in values {
         for part in list_elements(value) {
-            if part.is_empty() || part.len() > 18 || !part.iter().all(u8::is_ascii_digit) {
+            if part.is_empty() || !part.iter().all(u8::is_ascii_digit) {
                 return Err(FramingError::BadContentLength);
             }
-            let n = part.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+            // Leading zeros are digits like any (RFC 9110 §8.6); past them, 18 digits
+            // always fit in a u64.
+            let significant = &part[part.iter().take_while(|&&d| d == b'0').count()..];
+            if significant.len() > 18 {
+                return Err(FramingError::BadContentLength);
+            }
+            let n = significant
+                .iter()
+                .fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
             if length.is_some_and(|l| l != n) {
                 return Err(FramingError::BadContentLength);
             }
@@ -349,7 +364,7 @@ mod tests {
             b"keep-alive,",
             b"upgrade\t",
         ] {
-            let tokens = ConnectionTokens::of(value);
+            let tokens = ConnectionTokens::of_all([value]);
             let shown = String::from_utf8_lossy(value);
             assert_eq!(tokens.close, has_token(value, b"close"), "{shown}");
             assert_eq!(

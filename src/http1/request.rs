@@ -89,13 +89,7 @@ impl RequestHead {
 
     /// [`Self::wants_keep_alive`], read from the version and headers (at parse).
     fn read_keep_alive(&self, buf: &[u8]) -> bool {
-        let (mut close, mut keep_alive) = (false, false);
-        for value in self.headers.named(buf, b"connection") {
-            let tokens = ConnectionTokens::of(value);
-            close |= tokens.close;
-            keep_alive |= tokens.keep_alive;
-        }
-        !close && (!self.http10 || keep_alive)
+        ConnectionTokens::of_all(self.headers.named(buf, b"connection")).persistent(self.http10)
     }
 
     /// How the body is framed ([`Request::framing`]), read without a view of the head.
@@ -363,8 +357,19 @@ mod tests {
             framing("Transfer-Encoding: Chunked\r\n"),
             Ok(Framing::Chunked)
         );
+        // Leading zeros are digits like any: the 18 a length may have come after them.
+        assert_eq!(
+            framing("Content-Length: 0000000000000000025\r\n"),
+            Ok(Framing::Length(25))
+        );
+        assert_eq!(
+            framing("Content-Length: 00999999999999999999\r\n"),
+            Ok(Framing::Length(999_999_999_999_999_999))
+        );
+        assert_eq!(framing("Content-Length: 000\r\n"), Ok(Framing::Length(0)));
         for bad in [
             "Content-Length: 5\r\nContent-Length: 6\r\n",
+            "Content-Length: 0001000000000000000000\r\n",
             "Content-Length: -1\r\n",
             "Content-Length: 1e3\r\n",
             "Content-Length: \r\n",

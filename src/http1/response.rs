@@ -61,17 +61,7 @@ impl ResponseHead {
         }
         self.headers.fill(buf, resp.headers);
         let named = |name: &'static str| self.headers.named(buf, name.as_bytes());
-        let mut connection_close = resp.version == Some(0);
-        let mut declares_hop_headers = false;
-        for value in named("connection") {
-            let tokens = ConnectionTokens::of(value);
-            declares_hop_headers |= tokens.names_headers;
-            if tokens.close {
-                connection_close = true;
-            } else if tokens.keep_alive {
-                connection_close = false;
-            }
-        }
+        let connection = ConnectionTokens::of_all(named("connection"));
         let length = content_length(named("content-length")).map_err(|_| HeadError::Malformed)?;
         let coding = transfer_coding(named("transfer-encoding"));
         // RFC 9112 §6.3, with one coding spoken: chunked. A body declared two ways, or by a
@@ -86,11 +76,13 @@ impl ResponseHead {
             TransferCoding::Absent => (length.map_or(Framing::UntilClose, Framing::Length), false),
             TransferCoding::Other => return Err(HeadError::UnsupportedTransferCoding),
         };
-        self.declares_hop_headers = declares_hop_headers;
+        self.declares_hop_headers = connection.names_headers;
         self.framing = framing;
         self.len = len;
         self.status = status;
-        self.keep_alive = !connection_close && !ambiguous && framing != Framing::UntilClose;
+        self.keep_alive = connection.persistent(resp.version == Some(0))
+            && !ambiguous
+            && framing != Framing::UntilClose;
         self.reason = position(buf, resp.reason.unwrap_or_default().as_bytes());
         Ok(true)
     }
@@ -142,6 +134,25 @@ mod tests {
         );
         let r = head("HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\n");
         assert!(!r.keep_alive);
+        let r = head("HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 1\r\n\r\n");
+        assert!(r.keep_alive);
+        // `close` on any line ends the connection, whatever a later line says.
+        for lines in [
+            "Connection: close\r\nConnection: keep-alive",
+            "Connection: keep-alive\r\nConnection: close",
+            "Connection: close, keep-alive",
+        ] {
+            let r = head(&format!(
+                "HTTP/1.1 200 OK\r\n{lines}\r\nContent-Length: 1\r\n\r\n"
+            ));
+            assert!(!r.keep_alive, "{lines:?}");
+        }
+        let r = head("HTTP/1.1 200 OK\r\nContent-Length: 0000000000000000019\r\n\r\n");
+        assert_eq!(
+            r.framing,
+            Framing::Length(19),
+            "leading zeros count for nothing"
+        );
         let r = head("HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n");
         assert!(!r.declares_hop_headers);
         let r = head("HTTP/1.1 200 OK\r\nConnection: close, X-Hop\r\nX-Hop: 1\r\n\r\n");
