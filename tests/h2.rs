@@ -276,6 +276,30 @@ fn cookies_and_hop_headers_cross_between_http2_and_http11() {
     );
 }
 
+/// A backend answer whose framing breaks before any of its body went out is the gateway's to
+/// answer, on HTTP/2 as on HTTP/1.1: the stream gets the 502, not an empty reset.
+#[test]
+fn a_stream_whose_backend_answer_breaks_before_its_body_gets_a_502() {
+    let backend = Backend::with(|_| {
+        Action::Raw(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{\"status_code\":200}".to_vec(),
+        )
+    });
+    let gw = Gateway::start(&[backend.addr]);
+    let answers = streams(
+        gw.proxy,
+        json!([{"method": "GET", "path": STATUS_V1, "headers": h2_headers(&AUTH)}]),
+    );
+    assert_eq!(answers[0]["status"], json!(502), "{answers:?}");
+    let body: Value = serde_json::from_str(answers[0]["body"].as_str().unwrap()).unwrap();
+    assert_eq!(body["message_code"], 50201, "{body}");
+    let line = gw.wait_for_access_log(1).pop().unwrap();
+    assert_eq!(
+        (&line["status"], &line["protocol"]),
+        (&json!(502), &json!("h2"))
+    );
+}
+
 #[test]
 fn h2load_many_concurrent_streams_reach_the_backend_exactly_once_each() {
     let backend = Backend::start();

@@ -504,6 +504,20 @@ fn failing_backends_never_get_a_post_twice_and_the_gateway_keeps_serving() {
         ("silent past the read timeout", Action::Hang, Some(504)),
         ("closed mid-body", Action::CloseMidBody, None),
         ("stalled mid-body", Action::StallMidBody, None),
+        // Broken before any of the body could go out: the gateway answers for it.
+        (
+            "broken chunked framing from the first byte",
+            Action::Raw(
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{\"status_code\":200}"
+                    .to_vec(),
+            ),
+            Some(502),
+        ),
+        (
+            "a head, then silent past the read timeout",
+            Action::Raw(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n".to_vec()),
+            Some(504),
+        ),
     ];
     for (name, action, status) in cases {
         let action = Arc::new(std::sync::Mutex::new(Some(action)));

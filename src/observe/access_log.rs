@@ -97,6 +97,10 @@ pub fn json_line(out: &mut Vec<u8>, ex: &Exchange, elapsed: Duration, now: Syste
     line.key(key!("client_aborted"));
     line.0
         .extend_from_slice(if ex.client_aborted { b"true" } else { b"false" });
+    if ex.upstream.answer_broken {
+        line.key(key!("answer_broken"));
+        line.0.extend_from_slice(b"true");
+    }
     if let Some(id) = ex.trace_id() {
         line.key(key!("trace_id"));
         let _ = write!(line.0, "\"{id}\"");
@@ -242,6 +246,8 @@ pub fn event(ex: &Exchange, elapsed: Duration) {
         bytes_out = ex.bytes_out,
         auth = ex.auth_outcome(),
         client_aborted = ex.client_aborted,
+        // Only when the backend broke its answer off after its head went out.
+        answer_broken = ex.upstream.answer_broken.then_some(true),
         // Joins the line to the request's trace (absent when tracing is off).
         trace_id = ex.trace_id().map(tracing::field::display),
         client_addr = %ex.client_addr.map_or_else(String::new, |ip| ip.to_string()),
@@ -377,10 +383,16 @@ mod tests {
             ex.status = 400;
             ex
         };
+        let broken = {
+            let mut ex = forwarded();
+            ex.upstream.answer_broken = true;
+            ex
+        };
         for (ex, elapsed) in [
             (forwarded(), Duration::from_nanos(520_694_999)),
             (refused, Duration::from_micros(29)),
             (unreadable, Duration::from_micros(3)),
+            (broken, Duration::from_micros(7)),
         ] {
             let (text, hand) = by_hand(&ex, elapsed);
             assert!(text.ends_with("}\n") && text.matches('\n').count() == 1);

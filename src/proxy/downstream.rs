@@ -47,8 +47,9 @@ pub trait Downstream: Send {
     /// The body read by [`Self::read_body`].
     fn body(&self) -> &[u8];
 
-    /// Sends one of the gateway's own answers, whole: `headers` then `body`. An error means
-    /// the client went away.
+    /// Sends one of the gateway's own answers, whole: `headers` then `body`. It takes the
+    /// place of an answer started with [`Self::start_response`] that nothing was sent of. An
+    /// error means the client went away.
     fn send_answer(
         &mut self,
         status: u16,
@@ -56,8 +57,9 @@ pub trait Downstream: Send {
         body: &[u8],
     ) -> impl Future<Output = std::io::Result<()>> + Send;
 
-    /// Whether a chunked answer from the backend must reach this client decoded.
-    fn wants_decoded(&self) -> bool;
+    /// Whether this client reads chunked framing (HTTP/1.1). One that does not gets a
+    /// chunked answer decoded, and an answer of unknown length ends at the end of the stream.
+    fn reads_chunked(&self) -> bool;
 
     /// Starts relaying the backend's answer: its status and the headers to pass on. `body`
     /// says how the body that follows in [`Self::out`] ends.

@@ -609,9 +609,9 @@ impl Downstream for H1Connection {
         self.send_out().await
     }
 
-    fn wants_decoded(&self) -> bool {
-        // An HTTP/1.0 client cannot read chunked framing: it gets the data, then a close.
-        self.head.http10
+    fn reads_chunked(&self) -> bool {
+        // An HTTP/1.0 client cannot: it gets the data, then a close.
+        !self.head.http10
     }
 
     fn start_response<'h>(

@@ -410,6 +410,9 @@ impl Downstream for H2Stream {
         let head = Self::response_head(status, headers.iter().copied(), Some(body.len() as u64))
             .ok_or(std::io::ErrorKind::InvalidData)?;
         let bodiless = self.head_only || body.is_empty() || is_bodiless_status(status);
+        // An answer started and not sent is replaced.
+        self.pending_head = None;
+        self.out.clear();
         self.ended = true;
         self.session
             .write_response_header(head, bodiless)
@@ -423,9 +426,9 @@ impl Downstream for H2Stream {
         Ok(())
     }
 
-    fn wants_decoded(&self) -> bool {
+    fn reads_chunked(&self) -> bool {
         // DATA frames frame the body: chunked coding has no place on HTTP/2.
-        true
+        false
     }
 
     fn start_response<'h>(

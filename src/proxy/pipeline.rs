@@ -17,7 +17,7 @@ use super::downstream::{header_bytes, Downstream};
 use super::forwarding::UpstreamRequest;
 use super::relay;
 use super::ProxyApp;
-use crate::api::failure::{Chain, UnreadableHead};
+use crate::api::failure::{Chain, Failure, UnreadableHead};
 use crate::api::reply::Reply;
 use crate::api::{route, schema};
 use crate::config::{Snapshot, ValidationMode};
@@ -217,12 +217,17 @@ impl ProxyApp {
         // The record keeps the path sent: the request has no more use for it.
         ex.upstream.path =
             Some(rebased.unwrap_or_else(|| std::mem::take(&mut forward.upstream_path)));
-        match exchanged {
-            Ok(up) => relay::relay(self.upstream.pool(), d, up, snap, ex, retirement).await,
-            Err(e) => {
-                let reply = ex.failed(e);
-                self.answer(d, ex, reply, None, retirement).await;
-            }
+        // An answer that broke before any of its body went out is answered as a failed
+        // exchange is.
+        let relayed = match exchanged {
+            Ok(up) => relay::relay(self.upstream.pool(), d, up, snap, ex, retirement)
+                .await
+                .map_err(Failure::from),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = relayed {
+            let reply = ex.failed(e);
+            self.answer(d, ex, reply, None, retirement).await;
         }
     }
 

@@ -1,7 +1,12 @@
 //! Relaying the backend's answer to the client: a pure filter decides which of its headers
-//! pass ([`relayed_headers`]), then the body moves as it arrives from the backend's buffer
-//! into the client's, decoded when the client needs it so ([`BodyMover`]). The backend's
-//! connection goes back to the pool as soon as its part is over.
+//! pass ([`relayed_headers`]) and how its body is framed for the client ([`client_framing`]),
+//! then the body moves as it arrives from the backend's buffer into the client's, decoded or
+//! chunked on the way when the client needs it so ([`BodyMover`]). The backend's connection
+//! goes back to the pool as soon as its part is over.
+//!
+//! An answer that breaks before any of its body has gone to the client is answered by the
+//! gateway instead (502, 504), as a failed exchange is; after, the client's connection is
+//! aborted, and the framing the client got shows the answer cut short.
 
 use bytes::{Buf, BytesMut};
 use tokio::io::AsyncReadExt;
@@ -9,7 +14,7 @@ use tokio::io::AsyncReadExt;
 use super::downstream::Downstream;
 use super::pool::{UpstreamConn, UpstreamPool};
 use super::upstream::UpstreamResponse;
-use crate::api::failure::UpstreamErrorKind;
+use crate::api::failure::{UpstreamError, UpstreamErrorKind};
 use crate::config::Snapshot;
 use crate::http1::{
     reserve_for_read, ChunkError, ChunkedDecoder, Framing, ResponseHead, READ_CHUNK,
@@ -32,21 +37,45 @@ pub fn relayed_headers<'a>(
     })
 }
 
+/// What the relay does to the body's bytes between the backend's framing and the client's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recode {
+    /// They pass as they came.
+    Pass,
+    /// Chunked framing taken off, for a client that cannot read it.
+    Decode,
+    /// Chunked framing put on a body that ends with the backend's connection, so that the
+    /// client can tell a whole body from one cut short, and keep its connection.
+    Encode,
+}
+
+/// How the client gets a body the backend framed `backend`, and what that takes: an
+/// HTTP/1.1 client reads chunked framing; an HTTP/1.0 client, or an HTTP/2 stream (whose
+/// frames end the body), reads the data until its end.
+pub fn client_framing(backend: Framing, reads_chunked: bool) -> (Framing, Recode) {
+    match (backend, reads_chunked) {
+        (Framing::Chunked, false) => (Framing::UntilClose, Recode::Decode),
+        (Framing::UntilClose, true) => (Framing::Chunked, Recode::Encode),
+        (framing, _) => (framing, Recode::Pass),
+    }
+}
+
 /// Moves a response body from the backend's read buffer to the client's output as it
-/// arrives: as framed (chunked bytes pass through) or decoded.
+/// arrives, recoded as [`client_framing`] decided.
 pub struct BodyMover {
     framing: Framing,
-    decode: bool,
+    recode: Recode,
     decoder: ChunkedDecoder,
     /// Bytes still to come of a body of known length.
     left: u64,
 }
 
 impl BodyMover {
-    pub fn new(framing: Framing, decode: bool) -> Self {
+    /// A mover of a body the backend framed `framing`.
+    pub fn new(framing: Framing, recode: Recode) -> Self {
         BodyMover {
             framing,
-            decode,
+            recode,
             decoder: ChunkedDecoder::default(),
             left: match framing {
                 Framing::Length(n) => n,
@@ -69,7 +98,7 @@ impl BodyMover {
                 Ok(self.left == 0)
             }
             Framing::Chunked => {
-                let (used, done) = if self.decode {
+                let (used, done) = if self.recode == Recode::Decode {
                     self.decoder
                         .decode(input, |data| out.extend_from_slice(data))?
                 } else {
@@ -81,15 +110,38 @@ impl BodyMover {
                 Ok(done)
             }
             Framing::UntilClose => {
-                out.extend_from_slice(input);
+                if self.recode == Recode::Encode && !input.is_empty() {
+                    chunk(out, input);
+                } else {
+                    out.extend_from_slice(input);
+                }
                 input.clear();
                 Ok(false)
             }
         }
     }
+
+    /// Ends a body that ended with the backend's connection: its last chunk, when it was
+    /// chunked on the way.
+    pub fn finish(&self, out: &mut BytesMut) {
+        if self.recode == Recode::Encode {
+            out.extend_from_slice(b"0\r\n\r\n");
+        }
+    }
 }
 
-/// Relays the answer whose head `response` holds, with the request id and the `retirement` headers added.
+/// Writes `data` as one chunk: its size in hex, then the data, each line ended.
+fn chunk(out: &mut BytesMut, data: &[u8]) {
+    use std::fmt::Write;
+    // A usize's hex digits always fit: writing to a BytesMut does not fail.
+    let _ = write!(out, "{:x}\r\n", data.len());
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Relays the answer whose head `response` holds, with the request id and the `retirement`
+/// headers added. `Err` when the answer broke before any of its body went to the client:
+/// nothing of it was sent, and the failure is the gateway's to answer.
 pub(super) async fn relay<D: Downstream>(
     pool: &UpstreamPool,
     d: &mut D,
@@ -97,63 +149,65 @@ pub(super) async fn relay<D: Downstream>(
     snap: &Snapshot,
     ex: &mut Exchange<'_>,
     retirement: &RetirementHeaders<'_>,
-) {
+) -> Result<(), UpstreamError> {
     let UpstreamResponse { mut conn, started } = response;
-    let framing = conn.head.framing;
-    let decode = framing == Framing::Chunked && d.wants_decoded();
+    let (to_client, recode) = client_framing(conn.head.framing, d.reads_chunked());
     ex.status = conn.head.status;
     {
         let up = &conn;
         let headers = relayed_headers(&up.head, &up.buf)
             .chain([(request_id::HEADER.as_bytes(), ex.request_id.as_bytes())])
             .chain(retirement.headers());
-        // A decoded body has no framing left for the client: it ends when the connection does.
-        let to_client = if decode { Framing::UntilClose } else { framing };
         d.start_response(up.head.status, up.head.reason(&up.buf), headers, to_client);
     }
     conn.buf.advance(conn.head.len);
     // Only body bytes count as sent; the head goes out with the first of them.
     let mut head_bytes = d.out().len();
-    let mut body = BodyMover::new(framing, decode);
+    let mut sent = false;
+    let mut body = BodyMover::new(conn.head.framing, recode);
     let read_timeout = snap.upstream.read_timeout;
     loop {
         let done = match body.step(&mut conn.buf, d.out()) {
             Ok(done) => done,
             Err(ChunkError) => {
-                ex.upstream.errors.push(UpstreamErrorKind::Other);
-                ex.upstream.answer_broken = true;
-                tracing::warn!(request_id = %ex.request_id, "upstream sent broken chunked framing; closing client connection");
-                d.abort();
-                return;
+                let broken = UpstreamError::new(
+                    UpstreamErrorKind::Other,
+                    "the backend's answer has broken chunked framing",
+                );
+                return broke(d, ex, sent, broken);
             }
         };
         if done {
             break;
         }
-        // Counted once sent: a client gone mid-response got none of them.
-        let body_bytes = d.out().len() - head_bytes;
-        head_bytes = 0;
-        if let Err(e) = d.send(false).await {
-            tracing::debug!(request_id = %ex.request_id, error = %e, "client went away mid-response");
-            ex.client_aborted = true;
-            return;
+        // The head waits for the first of the body: an answer that breaks before it is
+        // still the gateway's to answer whole.
+        if sent || d.out().len() > head_bytes {
+            // Counted once sent: a client gone mid-response got none of them.
+            let body_bytes = d.out().len() - head_bytes;
+            head_bytes = 0;
+            if let Err(e) = d.send(false).await {
+                tracing::debug!(request_id = %ex.request_id, error = %e, "client went away mid-response");
+                ex.client_aborted = true;
+                return Ok(());
+            }
+            sent = true;
+            ex.bytes_out += body_bytes;
         }
-        ex.bytes_out += body_bytes;
         match read_more(&mut conn, read_timeout).await {
             Ok(true) => {}
-            Ok(false) if framing == Framing::UntilClose => break,
-            result => {
-                // The head is already out: the only honest signal left is to close.
-                let kind = match result {
-                    Err(kind) => kind,
-                    Ok(_) => UpstreamErrorKind::Reset,
-                };
-                ex.upstream.errors.push(kind);
-                ex.upstream.answer_broken = true;
-                tracing::warn!(request_id = %ex.request_id, kind = kind.as_str(), "upstream broke mid-response; closing client connection");
-                d.abort();
-                return;
+            Ok(false) if conn.head.framing == Framing::UntilClose => {
+                body.finish(d.out());
+                break;
             }
+            Ok(false) => {
+                let cut = UpstreamError::new(
+                    UpstreamErrorKind::Reset,
+                    "the backend closed the connection before the end of its answer",
+                );
+                return broke(d, ex, sent, cut);
+            }
+            Err(failure) => return broke(d, ex, sent, failure),
         }
     }
     // The backend's part is over: its connection goes back to the pool before the client
@@ -171,13 +225,34 @@ pub(super) async fn relay<D: Downstream>(
             ex.client_aborted = true;
         }
     }
+    Ok(())
+}
+
+/// The backend broke its answer off (`failure`). Before any of it was `sent`, the failure
+/// is handed back for the gateway to answer; after, the only honest signal left is to abort
+/// the client's connection. The backend's connection is dropped either way.
+fn broke<D: Downstream>(
+    d: &mut D,
+    ex: &mut Exchange<'_>,
+    sent: bool,
+    failure: UpstreamError,
+) -> Result<(), UpstreamError> {
+    ex.upstream.errors.push(failure.kind);
+    if !sent {
+        tracing::warn!(request_id = %ex.request_id, kind = failure.kind.as_str(), error = %failure, "upstream answer broke before its body; answering for it");
+        return Err(failure);
+    }
+    ex.upstream.answer_broken = true;
+    tracing::warn!(request_id = %ex.request_id, kind = failure.kind.as_str(), error = %failure, "upstream broke mid-response; aborting the client connection");
+    d.abort();
+    Ok(())
 }
 
 /// Reads more of the answer: `Ok(false)` when the backend closed the connection.
 async fn read_more(
     conn: &mut UpstreamConn,
     read_timeout: std::time::Duration,
-) -> Result<bool, UpstreamErrorKind> {
+) -> Result<bool, UpstreamError> {
     // The answer goes on past its head's buffer: read it a chunk at a time.
     reserve_for_read(&mut conn.buf, READ_CHUNK);
     match conn
@@ -186,8 +261,11 @@ async fn read_more(
         .await
     {
         Ok(Ok(n)) => Ok(n > 0),
-        Ok(Err(_)) => Err(UpstreamErrorKind::Reset),
-        Err(_) => Err(UpstreamErrorKind::Timeout),
+        Ok(Err(e)) => Err(UpstreamError::io("reading the response body", e)),
+        Err(_) => Err(UpstreamError::new(
+            UpstreamErrorKind::Timeout,
+            "the rest of the response body not in time",
+        )),
     }
 }
 
@@ -221,10 +299,11 @@ mod tests {
         assert_eq!(relayed(raw), ["X-Kept: y"]);
     }
 
-    /// Feeds `wire` in pieces of `piece` bytes; returns what reached the client and whether
-    /// the mover saw the end.
-    fn moved(framing: Framing, decode: bool, wire: &[u8], piece: usize) -> (Vec<u8>, bool) {
-        let mut mover = BodyMover::new(framing, decode);
+    /// Feeds `wire` in pieces of `piece` bytes, as a client that reads chunked framing
+    /// (`reads_chunked`) or not would get it; returns what reached the client, and whether
+    /// the mover saw the end (a body until close ends with the backend's connection then).
+    fn moved(framing: Framing, reads_chunked: bool, wire: &[u8], piece: usize) -> (Vec<u8>, bool) {
+        let mut mover = BodyMover::new(framing, client_framing(framing, reads_chunked).1);
         let (mut input, mut out) = (BytesMut::new(), BytesMut::new());
         for part in wire.chunks(piece) {
             input.extend_from_slice(part);
@@ -232,23 +311,45 @@ mod tests {
                 return (out.to_vec(), true);
             }
         }
+        if framing == Framing::UntilClose {
+            mover.finish(&mut out);
+        }
         (out.to_vec(), false)
     }
 
     #[test]
-    fn bodies_move_as_framed_or_decoded_whatever_the_pieces() {
+    fn a_client_gets_a_body_in_framing_it_reads() {
+        for (backend, reads_chunked, client) in [
+            (Framing::Length(5), true, Framing::Length(5)),
+            (Framing::Length(5), false, Framing::Length(5)),
+            (Framing::Chunked, true, Framing::Chunked),
+            (Framing::Chunked, false, Framing::UntilClose),
+            // Chunked for HTTP/1.1: a cut body shows as one, and the connection is kept.
+            (Framing::UntilClose, true, Framing::Chunked),
+            (Framing::UntilClose, false, Framing::UntilClose),
+        ] {
+            assert_eq!(
+                client_framing(backend, reads_chunked).0,
+                client,
+                "{backend:?}, reads chunked: {reads_chunked}"
+            );
+        }
+    }
+
+    #[test]
+    fn bodies_move_as_framed_decoded_or_chunked_whatever_the_pieces() {
         let chunked = b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n";
         for piece in [1, 4, chunked.len()] {
             assert_eq!(
-                moved(Framing::Chunked, false, chunked, piece),
+                moved(Framing::Chunked, true, chunked, piece),
                 (chunked.to_vec(), true)
             );
             assert_eq!(
-                moved(Framing::Chunked, true, chunked, piece),
+                moved(Framing::Chunked, false, chunked, piece),
                 (b"abcde".to_vec(), true)
             );
             assert_eq!(
-                moved(Framing::Length(5), false, b"hello", piece.min(5)),
+                moved(Framing::Length(5), true, b"hello", piece.min(5)),
                 (b"hello".to_vec(), true)
             );
         }
@@ -256,11 +357,21 @@ mod tests {
             moved(Framing::UntilClose, false, b"to the end", 3),
             (b"to the end".to_vec(), false)
         );
+        let (out, _) = moved(Framing::UntilClose, true, b"to the end", 4);
+        assert_eq!(out, b"4\r\nto t\r\n4\r\nhe e\r\n2\r\nnd\r\n0\r\n\r\n");
+        let mut decoder = ChunkedDecoder::default();
+        let mut data = Vec::new();
+        assert_eq!(
+            decoder.decode(&out, |d| data.extend_from_slice(d)),
+            Ok((out.len(), true)),
+            "the gateway's own chunks read back whole"
+        );
+        assert_eq!(data, b"to the end");
     }
 
     #[test]
     fn bytes_after_a_body_of_known_length_stay_in_the_input() {
-        let mut mover = BodyMover::new(Framing::Length(2), false);
+        let mut mover = BodyMover::new(Framing::Length(2), Recode::Pass);
         let (mut input, mut out) = (BytesMut::from(&b"okEXTRA"[..]), BytesMut::new());
         assert_eq!(mover.step(&mut input, &mut out), Ok(true));
         assert_eq!((&out[..], &input[..]), (&b"ok"[..], &b"EXTRA"[..]));

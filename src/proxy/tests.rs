@@ -536,6 +536,39 @@ async fn a_backend_that_breaks_mid_answer_closes_the_client_connection() {
 }
 
 #[tokio::test]
+async fn a_backend_connection_whose_answer_says_close_on_any_line_is_not_reused() {
+    let h = Harness::new(testing::config(), |_| {
+        Act::Answer(
+            b"HTTP/1.1 200 OK\r\nConnection: close\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\n{}"
+                .to_vec(),
+        )
+    });
+    let mut c = h.connect();
+    for _ in 0..2 {
+        let a = c.exchange(&get("/api/v1/transaction/t/status")).await;
+        assert_eq!((a.status, a.body.as_str()), (200, "{}"));
+    }
+    assert_eq!(
+        h.connects(),
+        2,
+        "a later keep-alive line does not undo close"
+    );
+}
+
+#[tokio::test]
+async fn an_answer_that_breaks_before_its_body_is_the_gateways_to_answer() {
+    let h = Harness::new(testing::config(), |_| {
+        Act::AnswerThenClose(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n".to_vec())
+    });
+    let mut c = h.connect();
+    let a = c.exchange(&post("/api/v1/verify/request", VERIFY)).await;
+    assert_eq!(a.status, 502);
+    assert!(a.body.contains("50201"), "{}", a.body);
+    assert!(a.keep_alive, "the client's connection serves on");
+    assert_eq!(h.seen().len(), 1, "the POST is not sent again");
+}
+
+#[tokio::test]
 async fn a_chunked_request_body_is_decoded_checked_and_sent_with_its_length() {
     let h = Harness::new(testing::config(), |s| Act::Answer(ok(s)));
     let mut c = h.connect();
