@@ -20,8 +20,9 @@
 #                  model, one thread, CONNS connections, POST v1 verify only) right after wrk's
 #                  max run, on the same CPU and target; its req/s over wrk's, per round
 #                  (LOAD_VS_WRK=0 skips it)
-# and prints medians over the rounds with each one's ratio to nginx. `direct` is wrk straight
-# to the backend: the ceiling any proxy can reach here (the backend shares LOAD_CPU with wrk).
+# and prints medians over the rounds with each one's ratio to nginx, and the gateway's CPU over
+# nginx's round by round (median and quartiles). `direct` is wrk straight to the backend: the
+# ceiling any proxy can reach here (the backend shares LOAD_CPU with wrk).
 #
 # Environment (defaults): ROUNDS (3) DURATION (10) LAT_RATE (5000; 0 skips the fixed rate)
 #   LAT_DURATION (15: p99 then rests on 750 samples per round rather than 250 at 5 s, which
@@ -617,9 +618,10 @@ if base in targets and traced:
             a, b = med.get((t, k)), med.get((base, k))
             cells.append((f"{a / b:.3f}x" if a is not None and b else "-").rjust(w + 4))
         print(t.ljust(nw) + "".join(cells))
-# Each variant against the build or setting it is compared with, round by round: each
-# round's two figures were taken moments apart, so their ratio varies less than either.
-for a_name, b_name in [(base, "agent-gateway-b"), ("nginx", "nginx-log")]:
+# Each variant against the build or setting it is compared with, and the gateway against
+# nginx, round by round: each round's two figures were taken moments apart, so their ratio
+# varies less than either.
+for a_name, b_name in [("nginx", base), (base, "agent-gateway-b"), ("nginx", "nginx-log")]:
     if a_name not in targets or b_name not in targets:
         continue
     for k, h, _ in [c for c in cols if c[0].startswith("cpu_s_per_100k")]:
