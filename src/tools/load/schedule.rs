@@ -2,8 +2,10 @@
 //! linearly from stage to stage (`--stages`), and when each request is due.
 //!
 //! The rate integrated over time is the number of requests called for so far, `N(t)`; request
-//! `i` is due at the moment `N(t)` reaches `i`. On a linear piece `N` is quadratic, so the due
-//! time of every request has a closed form and the dispatcher never drifts from the schedule.
+//! `i` is due at the moment `N(t)` reaches `i`, except request 0: `N` is 0 from the start, yet
+//! nothing is called for until the rate leaves zero, so it is due then (the start, unless
+//! ramps open on a pause). On a linear piece `N` is quadratic, so the due time of every
+//! request has a closed form and the dispatcher never drifts from the schedule.
 
 use std::time::Duration;
 
@@ -73,6 +75,8 @@ pub struct Schedule {
     stages: Vec<Stage>,
     pieces: Vec<Piece>,
     total: u64,
+    /// When the rate first leaves zero: request 0 is due then.
+    first: Duration,
 }
 
 /// What a schedule is built from.
@@ -130,10 +134,17 @@ impl Schedule {
             from = stage.target;
             pieces.push(piece);
         }
+        // The start of the first piece whose rate is above zero past its start (a piece of
+        // no length jumps, so the next one starts at the same time); the end without one.
+        let first = pieces
+            .iter()
+            .find(|p| p.from > 0.0 || (p.len > 0.0 && p.to > 0.0))
+            .map_or(start, |p| p.start);
         Schedule {
             start_rate,
             stages,
             pieces,
+            first: secs_to_duration(first),
             // Rounded, as a flat run of 0.5 req/s over 3 s sends 2. Every request below the
             // total is due within the run: total - 1 <= N(end) - 0.5.
             total: before.round() as u64,
@@ -145,7 +156,7 @@ impl Schedule {
         self.total
     }
 
-    /// From the first request's due time to the end of the last stage.
+    /// From the start of the run to the end of the last stage.
     pub fn duration(&self) -> Duration {
         self.stages.iter().map(|s| s.duration).sum()
     }
@@ -186,6 +197,9 @@ impl Schedule {
 
     /// When request `i` is due, relative to the start of the run.
     pub fn due_at(&self, i: u64) -> Duration {
+        if i == 0 {
+            return self.first;
+        }
         let n = i as f64;
         // The first moment N reaches n: in the first piece whose end count does.
         let k = self
@@ -196,11 +210,14 @@ impl Schedule {
             Some(p) => p.start + p.time_of(n - p.before),
             None => 0.0,
         };
-        Duration::from_nanos((secs * 1e9).round() as u64)
+        secs_to_duration(secs)
     }
 
     /// How many requests are due `elapsed` into the run (requests `0..n`), at most the total.
     pub fn due_by(&self, elapsed: Duration) -> u64 {
+        if elapsed < self.first {
+            return 0;
+        }
         let n = self.called_for(elapsed).floor() as u64 + 1;
         n.min(self.total)
     }
@@ -211,4 +228,9 @@ impl Schedule {
         let at = |s: u64| self.called_for(Duration::from_secs(s));
         at(s + 1) - at(s)
     }
+}
+
+/// Seconds from the start as a due time, to the nanosecond.
+fn secs_to_duration(secs: f64) -> Duration {
+    Duration::from_nanos((secs * 1e9).round() as u64)
 }

@@ -257,6 +257,24 @@ fn stages_of_zero_length_jump_and_a_zero_rate_pauses() {
     assert_eq!(s.due_by(Duration::from_millis(2500)), 201);
 }
 
+#[test]
+fn a_leading_pause_holds_the_first_request_until_it_ends() {
+    // 2 s at 0 req/s, then 0 -> 100 over 10 s: N(t) = 5 (t - 2)² after the pause.
+    let s = Schedule::ramps(stages("2s:0,10s:100"));
+    assert_eq!(s.total(), 500);
+    assert_eq!(s.due_at(0), Duration::from_secs(2));
+    assert_eq!(s.due_by(Duration::ZERO), 0);
+    assert_eq!(s.due_by(Duration::from_millis(1999)), 0);
+    assert_eq!(s.due_by(Duration::from_secs(2)), 1);
+    let t = s.due_at(5).as_secs_f64();
+    assert!((t - 3.0).abs() < 1e-6, "{t}");
+    // A pause then a jump: the first request goes with the jump.
+    let s = Schedule::ramps(stages("1s:0,0s:10,1s:10"));
+    assert_eq!(s.due_at(0), Duration::from_secs(1));
+    assert_eq!(s.due_at(1), Duration::from_millis(1100));
+    assert_eq!(s.due_by(Duration::from_millis(500)), 0);
+}
+
 fn threshold(s: &str) -> Threshold {
     s.parse().unwrap()
 }
@@ -1457,6 +1475,18 @@ async fn a_ramp_sends_every_request_its_stages_call_for() {
     assert_eq!(r.stages.as_ref().map(Vec::len), Some(2));
     assert_eq!(r.timeline.iter().map(|s| s.responses).sum::<u64>(), 200);
     assert_eq!(r.timeline[0].target_rps, Some(200.0));
+    server.abort();
+}
+
+#[tokio::test]
+async fn nothing_is_sent_during_a_leading_pause() {
+    // 1 s at 0 req/s, then 0 -> 200 over 0.5 s: 50 requests, none due before 1 s, so none can
+    // end in second 0.
+    let (addr, server) = fixed_server().await;
+    let plan = sample_plan(Load::Open(Schedule::ramps(stages("1s:0,500ms:200"))), addr);
+    let r = execute(plan, no_stop(), None).await.unwrap();
+    assert_eq!(r.responses, 50, "{r:?}");
+    assert_eq!(r.timeline[0].responses, 0, "{:?}", r.timeline[0]);
     server.abort();
 }
 
