@@ -219,8 +219,15 @@
         t += s.duration_s;
       });
     }
-    run.report.timeline.forEach(function (s) { seconds.push({ x: offset + s.t, s: s, run: run }); });
-    offset += Math.max(run.report.timeline.length, Math.ceil(run.report.elapsed_s));
+    // An entry covers span_s seconds (more than 1 in a run too long to keep each); its counts
+    // are drawn per second, at its middle. Older reports have no span_s: 1.
+    var tl = run.report.timeline, end = 0;
+    tl.forEach(function (s) {
+      var w = s.span_s || 1;
+      seconds.push({ x: offset + s.t, w: w, s: s, run: run });
+      end = s.t + w;
+    });
+    offset += Math.max(end, Math.ceil(run.report.elapsed_s));
   });
   var span = Math.max(offset, 1);
   var xTime = { lo: 0, hi: span, title: "seconds since the start" };
@@ -316,16 +323,16 @@
   var peakTarget = 0, peakDone = 0;
   seconds.forEach(function (p) {
     peakTarget = Math.max(peakTarget, p.s.target_rps || 0);
-    peakDone = Math.max(peakDone, p.s.responses);
+    peakDone = Math.max(peakDone, p.s.responses / p.w);
   });
   // The target first, so the measured line is drawn over it.
   var tLines = [];
   if (seconds.some(function (p) { return p.s.target_rps !== null; })) {
     tLines.push({ name: "target (the schedule)", color: "#ff7f0e", dash: true, width: 4,
-      points: seconds.map(function (p) { return [p.x + 0.5, p.s.target_rps]; }) });
+      points: seconds.map(function (p) { return [p.x + p.w / 2, p.s.target_rps]; }) });
   }
   tLines.push({ name: "responses per second", color: "#1f77b4",
-    points: seconds.map(function (p) { return [p.x + 0.5, p.s.responses]; }) });
+    points: seconds.map(function (p) { return [p.x + p.w / 2, p.s.responses / p.w]; }) });
   root.appendChild(el("h2", {}, "Over time"));
   root.appendChild(chart({
     id: "throughput", title: "Throughput", x: xTime,
@@ -350,7 +357,7 @@
     y: { log: true, lo: lo / 1.5, hi: hi * 1.5, title: "latency (ms)" },
     lines: pcts.map(function (q) {
       return { name: q[0], color: q[2], width: q[0] === "p50" || q[0] === "p99" ? 2 : 1.5,
-        points: seconds.map(function (p) { return [p.x + 0.5, p.s.latency_ms ? p.s.latency_ms[q[1]] : null]; }) };
+        points: seconds.map(function (p) { return [p.x + p.w / 2, p.s.latency_ms ? p.s.latency_ms[q[1]] : null]; }) };
     }),
     markers: markers,
   }));
@@ -378,9 +385,9 @@
     var color = palettes[family][used[family]++ % palettes[family].length];
     var values = [];
     seconds.forEach(function (p, i) {
-      var n = c.error ? p.s.errors[c.error] || 0 : p.s.statuses[String(c.status)] || 0;
+      var n = (c.error ? p.s.errors[c.error] || 0 : p.s.statuses[String(c.status)] || 0) / p.w;
       if (!n) return;
-      values.push([p.x + 0.08, p.x + 0.92, [stack[i], stack[i] + n]]);
+      values.push([p.x + 0.08 * p.w, p.x + 0.92 * p.w, [stack[i], stack[i] + n]]);
       stack[i] += n;
       peakStack = Math.max(peakStack, stack[i]);
     });
@@ -451,7 +458,7 @@
       y: { log: true, lo: olo / 1.5, hi: ohi * 1.5, title: "p99 (ms)" },
       lines: ops.map(function (op) {
         return { name: op, color: OP_COLORS[op],
-          points: seconds.map(function (p) { var l = (p.s.latency_by_operation || {})[op]; return [p.x + 0.5, l ? l.p99 : null]; }) };
+          points: seconds.map(function (p) { var l = (p.s.latency_by_operation || {})[op]; return [p.x + p.w / 2, l ? l.p99 : null]; }) };
       }),
       markers: markers,
     }));

@@ -57,16 +57,19 @@ pub struct StageReport {
     pub target_rps: f64,
 }
 
-/// What completed in one second of the run.
+/// What completed in one second of the run (in a span of seconds, in a long run).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SecondReport {
-    /// Seconds since the start: this second covers `[t, t + 1)`.
+    /// Seconds since the start: this entry covers `[t, t + span_s)`.
     pub t: u64,
-    /// Open model: the requests the schedule called for in this second.
+    /// The seconds it covers: 1, or a power of two in a run too long to keep every second
+    /// (see the timeline's module doc). Its counts are over all of them.
+    pub span_s: u64,
+    /// Open model: the requests the schedule called for in each of its seconds, on average.
     pub target_rps: Option<f64>,
-    /// Ramps: the stage running at the start of the second, from 1.
+    /// Ramps: the stage running at its start, from 1.
     pub stage: Option<usize>,
-    /// Answers (any status) that completed in this second.
+    /// Answers (any status) that completed in it.
     pub responses: u64,
     /// Of those answers; null when there were none.
     pub latency_ms: Option<Latency>,
@@ -351,19 +354,21 @@ fn agent_report(id: &str, weight: u32, counts: AgentCounts) -> AgentReport {
     }
 }
 
-/// The timeline as reported: one entry per second, with the schedule's target beside it.
+/// The timeline as reported: one entry per second (or per span of seconds), with the
+/// schedule's target beside it.
 fn timeline_report(
     schedule: Option<&Schedule>,
     ramps: bool,
     timeline: &Timeline,
 ) -> Vec<SecondReport> {
     let planned = schedule.map_or(0, |s| s.duration().as_secs_f64().ceil() as u64);
+    let span = timeline.span();
     timeline
-        .seconds()
+        .entries()
         .iter()
         .enumerate()
-        .map(|(t, second)| {
-            let t = t as u64;
+        .map(|(i, second)| {
+            let t = i as u64 * span;
             let responses: u64 = second.statuses.values().sum();
             let mut errors: BTreeMap<&'static str, u64> = second
                 .conn_errors
@@ -375,9 +380,10 @@ fn timeline_report(
             }
             SecondReport {
                 t,
+                span_s: span,
                 target_rps: schedule
                     .filter(|_| t < planned)
-                    .map(|s| s.target_in_second(t)),
+                    .map(|s| s.target_rate(t, span)),
                 stage: schedule
                     .filter(|_| ramps && t < planned)
                     .map(|s| s.stage_at(Duration::from_secs(t)) + 1),

@@ -225,8 +225,13 @@ impl Schedule {
     /// Requests called for in whole second `s` of the run (`N(s + 1) - N(s)`): the target a
     /// per-second count is compared with.
     pub fn target_in_second(&self, s: u64) -> f64 {
+        self.target_rate(s, 1)
+    }
+
+    /// Requests called for per second, on average, over the `span` seconds from second `s`.
+    pub fn target_rate(&self, s: u64, span: u64) -> f64 {
         let at = |s: u64| self.called_for(Duration::from_secs(s));
-        at(s + 1) - at(s)
+        (at(s + span) - at(s)) / span as f64
     }
 }
 

@@ -930,6 +930,7 @@ fn the_timeline_reports_each_second_against_the_schedule() {
     let t = &r.timeline;
     assert_eq!(t.len(), 4);
     assert_eq!(t.iter().map(|s| s.t).collect::<Vec<_>>(), [0, 1, 2, 3]);
+    assert!(t.iter().all(|s| s.span_s == 1));
     assert_eq!(t[0].responses, 3);
     assert_eq!(t[0].statuses[&200], 3);
     let l = t[0].latency_ms.as_ref().unwrap();
@@ -961,6 +962,45 @@ fn the_timeline_reports_each_second_against_the_schedule() {
         .iter()
         .all(|s| s.target_rps.is_none() && s.stage.is_none()));
     assert!(closed.stages.is_none());
+}
+
+#[test]
+fn a_year_long_timeline_keeps_a_bounded_number_of_entries() {
+    // A second is a few KiB: one per second of a year-long run would be ~100 GB.
+    let at = |second: u64| Record {
+        start_us: second * 1_000_000,
+        ..answer(200, 1_000)
+    };
+    let mut t = Timeline::default();
+    assert!(t.entries().is_empty());
+    for s in 0..5 {
+        t.record(&at(s));
+    }
+    assert_eq!((t.entries().len(), t.span()), (5, 1));
+    // Past MAX_ENTRIES seconds, neighbours merge, nothing lost.
+    t.record(&at(20_000));
+    assert_eq!((t.entries().len(), t.span()), (2501, 8));
+    assert_eq!(t.entries()[0].statuses[&200], 5);
+    assert_eq!(t.entries()[2500].statuses[&200], 1);
+    // The whole of a year-long run, and past it by a year's timeout.
+    t.extend_to(LONGEST.as_secs() as usize);
+    assert_eq!(t.span(), 8192);
+    t.record(&at(2 * LONGEST.as_secs()));
+    let first = t.entries()[0].clone();
+    t.add(3, &first);
+    assert!(t.entries().len() <= MAX_ENTRIES, "{}", t.entries().len());
+    let answers: u64 = t.entries().iter().flat_map(|e| e.statuses.get(&200)).sum();
+    assert_eq!(answers, 12);
+
+    // The report says what each entry covers; the target is still a rate.
+    let mut m = Measured::new(std::time::SystemTime::now());
+    m.timeline.record(&at(4_999));
+    m.timeline.extend_to(5_000);
+    let r = make_report(&setup(flat(100.0, 5_000_000)), &m);
+    assert_eq!(r.timeline.len(), 2_500);
+    let last = &r.timeline[2_499];
+    assert_eq!((last.t, last.span_s, last.responses), (4_998, 2, 1));
+    assert_eq!(last.target_rps, Some(100.0));
 }
 
 #[test]
@@ -2070,7 +2110,7 @@ fn a_saved_count_of_unsent_is_read_as_that_many() {
     assert_eq!(saved.measured.stats.ended.unsent, 7);
     assert_eq!(saved.measured.stats.agents[0].unanswered, 7);
     assert_eq!(saved.measured.stats.agents[0].sent, 0);
-    assert_eq!(saved.measured.timeline.seconds()[2].unsent, 7);
+    assert_eq!(saved.measured.timeline.entries()[2].unsent, 7);
     for bad in [
         line(",\"count\":7", "timeout"),
         line(",\"count\":0", "unsent"),

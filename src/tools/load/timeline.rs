@@ -1,11 +1,16 @@
-//! The run second by second: what completed in each whole second since the start (latencies,
+//! The run over time: what completed in each whole second since the start (latencies,
 //! statuses, errors), for the report's charts over time.
 //!
 //! One [`Timeline`] per run, shared by the connections behind a mutex; each connection keeps
 //! only its current second ([`SecondRecorder`]) and adds it to the timeline when its second
-//! changes, so the lock is taken about once a second per connection and memory grows with the
-//! run's length, not with its connections. A saved run read back records straight into the
-//! timeline.
+//! changes, so the lock is taken about once a second per connection and memory does not grow
+//! with the run's connections. A saved run read back records straight into the timeline.
+//!
+//! Nor does it grow with the run's length past [`MAX_ENTRIES`]: a second is a few KiB, and a
+//! year-long run (the longest allowed) kept second by second would need ~100 GB. An entry
+//! covers one second until the run outgrows them; then neighbours merge and each covers twice
+//! as many (2, 4, 8 … s), so a run of an hour and its tail is still seen second by second, and
+//! a year in entries of 8192 s. The report gives each entry's span.
 
 use std::sync::Mutex;
 
@@ -15,51 +20,91 @@ use super::stats::{Record, Tally};
 /// and keeps an operation's second at a few KiB (3 digits would be ten times as much).
 const SECOND_SIGFIG: u8 = 2;
 
-/// What completed in one second.
+/// The most entries a timeline keeps: an hour (and a tail of timeouts) at one second each.
+pub const MAX_ENTRIES: usize = 4096;
+
+/// What completed in one second (or in one entry's seconds).
 pub type Second = Tally<u32>;
 
 fn empty_second() -> Second {
     Tally::new(SECOND_SIGFIG)
 }
 
-/// The whole run, second `i` at index `i`.
-#[derive(Debug, Clone, Default)]
+/// The whole run: entry `i` covers seconds `[i * span, (i + 1) * span)`. Grows only to the
+/// last second counted in (or asked for by [`Timeline::extend_to`]).
+#[derive(Debug, Clone)]
 pub struct Timeline {
-    seconds: Vec<Second>,
+    /// Seconds an entry covers: 1, or a power of two once the run outgrew [`MAX_ENTRIES`].
+    span: u64,
+    entries: Vec<Second>,
+}
+
+impl Default for Timeline {
+    fn default() -> Self {
+        Timeline {
+            span: 1,
+            entries: Vec::new(),
+        }
+    }
 }
 
 impl Timeline {
     /// Adds what a connection counted in second `index`.
     pub fn add(&mut self, index: usize, second: &Second) {
-        if self.seconds.len() <= index {
-            self.seconds.resize_with(index + 1, empty_second);
-        }
-        self.seconds[index].merge(second);
+        self.entry(index).merge(second);
     }
 
     /// Counts `r` in the second it ended in.
     pub fn record(&mut self, r: &Record) {
-        let index = r.second();
-        self.extend_to(index + 1);
-        self.seconds[index].record(r);
+        self.entry(r.second()).record(r);
     }
 
     /// Counts `n` requests never sent, in the second `r` (one of them) ended in.
     pub fn record_unsent(&mut self, r: &Record, n: u64) {
-        let index = r.second();
-        self.extend_to(index + 1);
-        self.seconds[index].unsent += n;
+        self.entry(r.second()).unsent += n;
     }
 
-    pub fn seconds(&self) -> &[Second] {
-        &self.seconds
+    /// The entries, each [`Timeline::span`] seconds from the previous.
+    pub fn entries(&self) -> &[Second] {
+        &self.entries
     }
 
-    /// Makes the timeline at least `len` seconds long (quiet seconds are seconds too).
-    pub fn extend_to(&mut self, len: usize) {
-        if self.seconds.len() < len {
-            self.seconds.resize_with(len, empty_second);
+    /// Seconds each entry covers.
+    pub fn span(&self) -> u64 {
+        self.span
+    }
+
+    /// Makes the timeline cover at least the first `secs` seconds (quiet seconds are seconds
+    /// too).
+    pub fn extend_to(&mut self, secs: usize) {
+        if let Some(last) = secs.checked_sub(1) {
+            self.entry(last);
         }
+    }
+
+    /// The entry second `index` falls in, made (with the quiet ones before it) if need be.
+    fn entry(&mut self, index: usize) -> &mut Second {
+        let index = index as u64;
+        while index / self.span >= MAX_ENTRIES as u64 {
+            self.coarsen();
+        }
+        let i = (index / self.span) as usize;
+        if self.entries.len() <= i {
+            self.entries.resize_with(i + 1, empty_second);
+        }
+        &mut self.entries[i]
+    }
+
+    /// Doubles the span, each entry merged with its neighbour.
+    fn coarsen(&mut self) {
+        let mut old = std::mem::take(&mut self.entries).into_iter();
+        while let Some(mut even) = old.next() {
+            if let Some(odd) = old.next() {
+                even.merge(&odd);
+            }
+            self.entries.push(even);
+        }
+        self.span *= 2;
     }
 }
 
