@@ -19,6 +19,11 @@ use super::LoadError;
 /// an `Instant` can hold, where a longer one panicked every connection.
 pub const LONGEST: Duration = Duration::from_secs(365 * 24 * 3600);
 
+/// The highest `--rate` and `--stages` target, far past what one client sends. A year of it
+/// (3.2e15 requests) stays a whole number in an `f64` and within a semaphore's permits (2^61),
+/// so the dispatcher's counts cannot overflow; an unbounded rate made it panic.
+pub const MAX_RATE: f64 = 100_000_000.0;
+
 /// The default operation mix, in percent.
 pub const DEFAULT_MIX: &str = "verify_request=50,verify_response=20,connection_invitation=10,credential_offer=10,transaction_status=10";
 
@@ -243,7 +248,7 @@ impl FromStr for Rate {
             return Ok(Rate::Max);
         }
         match s.parse::<f64>() {
-            Ok(r) if r.is_finite() && r > 0.0 => Ok(Rate::PerSecond(r)),
+            Ok(r) if r > 0.0 && r <= MAX_RATE => Ok(Rate::PerSecond(r)),
             _ => Err(LoadError::Rate(s.to_owned())),
         }
     }
@@ -302,7 +307,13 @@ impl FromStr for Stages {
                 .filter(|d| *d <= LONGEST)
                 .ok_or_else(|| bad(item, "the duration is longer than a year (8760h)"))?;
             let target = match target.trim().parse::<f64>() {
-                Ok(r) if r.is_finite() && r >= 0.0 => r,
+                Ok(r) if r > MAX_RATE => {
+                    return Err(bad(
+                        item,
+                        &format!("the rate is more than {MAX_RATE} requests per second"),
+                    ))
+                }
+                Ok(r) if r >= 0.0 => r,
                 _ => {
                     return Err(bad(
                         item,

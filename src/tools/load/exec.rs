@@ -123,6 +123,7 @@ pub async fn execute(
             let shared = shared.clone();
             let schedule = schedule.clone();
             Some(std::thread::spawn(move || {
+                let _end = EndOnPanic(&shared);
                 dispatch(&shared, &schedule, start);
             }))
         }
@@ -185,12 +186,15 @@ pub async fn execute(
     }
     measured.elapsed = Instant::now().saturating_duration_since(start);
     shared.over.store(true, Ordering::Relaxed);
-    if let Some(d) = dispatcher {
+    let dispatched = dispatcher.map(|d| {
         d.thread().unpark();
-        let _ = d.join();
-    }
+        d.join()
+    });
     if let Some(r) = reporter {
         r.abort();
+    }
+    if let Some(Err(panic)) = dispatched {
+        return Err(LoadError::Dispatcher(panic_message(&*panic)));
     }
     if let Some(saver) = save {
         saver.end(measured.elapsed, measured.interrupted);
@@ -229,6 +233,27 @@ fn dispatch(shared: &Shared, schedule: &Schedule, start: Instant) {
     // One more permit per connection (each asks for one request at a time, whatever its
     // streams): each takes an index past the end and stops.
     shared.gate.add_permits(shared.plan.setup.connections);
+}
+
+/// Ends the run if the dispatcher panics: the workers would wait on the gate for ever, or
+/// send what was released before and report it as the run.
+struct EndOnPanic<'a>(&'a Shared);
+
+impl Drop for EndOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.end_run();
+        }
+    }
+}
+
+/// What a panic said, when it said it with text.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+        (Some(s), _) => (*s).to_owned(),
+        (_, Some(s)) => s.clone(),
+        _ => "no message".to_owned(),
+    }
 }
 
 async fn report_progress(shared: Arc<Shared>, start: Instant) {

@@ -1,8 +1,10 @@
 //! `--find-max`: the stepping logic of the search for the highest rate that holds the SLO,
 //! what people do by hand with wrk. It doubles the rate from the first step until a step
-//! breaks the SLO (or halves it until one holds), then bisects between the highest rate that
+//! breaks the SLO (or halves it until one holds), never past [`MAX_RATE`], then bisects between the highest rate that
 //! held and the lowest that broke until they are within [`PRECISION`] of each other. Pure: the
 //! shell runs each step and tells the search whether it held.
+
+use super::args::MAX_RATE;
 
 /// The search stops when the lowest broken rate is within this fraction above the highest
 /// rate that held.
@@ -27,7 +29,7 @@ impl KneeSearch {
     /// A search whose first step runs at `start` req/s, at most `max_steps` steps.
     pub fn new(start: f64, max_steps: usize) -> KneeSearch {
         KneeSearch {
-            start: start.round().max(MIN_RATE),
+            start: start.round().clamp(MIN_RATE, MAX_RATE),
             max_steps,
             steps: 0,
             held: None,
@@ -43,7 +45,7 @@ impl KneeSearch {
         }
         match (self.held, self.broke) {
             (None, None) => Some(self.start),
-            (Some(held), None) => Some(held * 2.0),
+            (Some(held), None) => (held < MAX_RATE).then(|| (held * 2.0).min(MAX_RATE)),
             (None, Some(broke)) => {
                 let next = (broke / 2.0).floor();
                 (next >= MIN_RATE).then_some(next)

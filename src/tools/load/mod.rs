@@ -64,7 +64,7 @@ use transport::ConnectError;
 pub enum LoadError {
     #[error("bad --target {0:?}: {1}")]
     Target(String, &'static str),
-    #[error("bad --rate {0:?}: give requests per second (> 0) or `max`")]
+    #[error("bad --rate {0:?}: give requests per second (> 0, at most {max}) or `max`", max = args::MAX_RATE)]
     Rate(String),
     #[error("bad duration {0:?}: use e.g. 10s, 500ms, 2m or plain seconds")]
     Duration(String),
@@ -114,6 +114,9 @@ pub enum LoadError {
     Connect(SocketAddr, ConnectError),
     #[error("cannot start the runtime: {0}")]
     Runtime(std::io::Error),
+    /// What was measured is no report: requests due were never released.
+    #[error("the run failed: its dispatcher panicked ({0}); no report")]
+    Dispatcher(String),
     #[error("cannot write the saved run {path}: {source}")]
     Save {
         path: String,

@@ -1988,6 +1988,47 @@ async fn a_worker_that_panics_ends_the_run_with_its_panic() {
 }
 
 #[test]
+fn rates_past_what_a_run_can_count_are_refused() {
+    for bad in ["1e300", "100000001"] {
+        let e = bad.parse::<Rate>().unwrap_err();
+        assert!(matches!(e, LoadError::Rate(_)), "{bad}: {e}");
+        assert!(e.to_string().contains("at most 100000000"), "{e}");
+    }
+    assert_eq!(
+        "100000000".parse::<Rate>().unwrap(),
+        Rate::PerSecond(100_000_000.0)
+    );
+    for bad in ["1s:1e300", "1s:10,1s:100000001"] {
+        let e = bad.parse::<Stages>().unwrap_err();
+        assert!(e.to_string().contains("100000000"), "{bad}: {e}");
+    }
+    // The knee search does not double past it either.
+    let (rates, best) = search(60_000_000.0, 20, f64::MAX);
+    assert_eq!(rates, [60_000_000.0, 100_000_000.0]);
+    assert_eq!(best, Some(100_000_000.0));
+}
+
+#[tokio::test]
+async fn a_dispatcher_that_panics_ends_the_run_with_an_error() {
+    // A rate the arguments refuse: within a second more requests are due than a semaphore
+    // can hold, and the dispatcher panics releasing them. The workers used to send what it
+    // had released and report that as the run, or with nothing released wait for ever. (The
+    // timeout only stops a hang.)
+    let (addr, server) = fixed_server().await;
+    let mut plan = sample_plan(flat(1e19, 1000), addr);
+    plan.setup.timeout = Duration::from_secs(1);
+    let run = tokio::time::timeout(Duration::from_secs(60), execute(plan, no_stop(), None))
+        .await
+        .expect("the run ends rather than hangs");
+    // Nor does it report what the workers took before the panic as a run that went fine.
+    match run {
+        Ok(r) => panic!("reported as a run: {} answers", r.responses),
+        Err(e) => assert!(matches!(e, LoadError::Dispatcher(_)), "{e}"),
+    }
+    server.abort();
+}
+
+#[test]
 fn latencies_as_long_as_a_run_can_make_are_kept_whole() {
     // 90 s (the cap was a minute), and the longest a run can make: a request due at the start
     // of a year-long run, taken just before its hard deadline, waiting out a year's timeout.
