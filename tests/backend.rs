@@ -301,6 +301,42 @@ fn an_address_that_dies_is_tried_by_at_most_eject_after_failures_requests() {
     );
 }
 
+/// An answer that breaks before any of its body (here, chunked framing broken from its first
+/// byte) is answered with the gateway's 502, and counts against its address as a failed
+/// exchange does: an address that only sends such answers is ejected.
+#[test]
+fn an_address_whose_answers_break_before_their_body_is_ejected() {
+    let alive = Backend::start();
+    let broken = Backend::with(|_| {
+        Action::Raw(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{\"status_code\":200}".to_vec(),
+        )
+    });
+    let mut cfg = test_config(&[alive.addr, broken.addr]);
+    cfg.upstream.health_check_interval_ms = 3_600_000;
+    cfg.upstream.eject_after_failures = 2;
+    cfg.upstream.eject_ms = 60_000;
+    let gw = Gateway::builder(cfg).start();
+    let ejections = format!(
+        "agent_gateway_upstream_ejections_total{{address=\"{}\"}}",
+        broken.addr
+    );
+    let mut statuses = Vec::new();
+    for _ in 0..8 {
+        statuses.push(post(gw.proxy, VERIFY_V1, VERIFY_BODY).status);
+    }
+    assert_eq!(gw.metric(&ejections), 1.0, "{statuses:?}\n{}", gw.log());
+    assert_eq!(broken.count(), 2, "ejected after its second broken answer");
+    assert_eq!(
+        statuses.iter().filter(|&&s| s == 502).count(),
+        2,
+        "{statuses:?}"
+    );
+    for _ in 0..4 {
+        assert_eq!(post(gw.proxy, VERIFY_V1, VERIFY_BODY).status, 200);
+    }
+}
+
 #[test]
 fn a_check_that_only_connects_does_not_end_an_ejection_for_resets() {
     // Accepts every connection, and closes each that sends a request without answering.

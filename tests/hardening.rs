@@ -558,6 +558,46 @@ fn failing_backends_never_get_a_post_twice_and_the_gateway_keeps_serving() {
     }
 }
 
+/// What RFC 9112 says, read as it says: `close` on any `Connection` line of a backend's answer
+/// ends its connection, and a length with leading zeros, from either side, is its number.
+#[test]
+fn close_on_any_connection_line_and_lengths_with_leading_zeros() {
+    let backend = Backend::with(|r| {
+        Action::Raw(if r.target.contains("/status") {
+            b"HTTP/1.1 200 OK\r\nConnection: close\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\n{}".to_vec()
+        } else {
+            b"HTTP/1.1 200 OK\r\nContent-Length: 0000000000000000019\r\n\r\n{\"status_code\":200}"
+                .to_vec()
+        })
+    });
+    let gw = Gateway::start(&[backend.addr]);
+    for _ in 0..2 {
+        assert_eq!(get(gw.proxy, "/api/v1/transaction/t/status").status, 200);
+        assert_eq!(
+            backend.last().on_connection,
+            0,
+            "a later keep-alive line does not undo close: never reused"
+        );
+    }
+    let mut c = Connection::open(gw.proxy);
+    // Twenty zeros, then the length: the 18 digits a length may have come after them.
+    c.send(verify_with(
+        &format!("Content-Length: {:0>22}\r\n", BODY.len()),
+        BODY.as_bytes(),
+    ));
+    let resp = c.response();
+    assert_eq!(
+        (resp.status, resp.text().as_str()),
+        (200, r#"{"status_code":200}"#)
+    );
+    let seen = backend.last();
+    assert_eq!(seen.body, BODY.as_bytes());
+    assert_eq!(
+        seen.header("content-length"),
+        Some(BODY.len().to_string().as_str())
+    );
+}
+
 /// The race the notes on pingora warn of: a kept-alive upstream connection the backend closes
 /// after reading the next request, without answering. The POST must not be resent (it may
 /// have been acted on); the idempotent GET status read is resent once, on a fresh connection.

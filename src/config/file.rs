@@ -208,7 +208,8 @@ pub struct UpstreamFile {
     pub max_pending: usize,
     /// The longest a request waits for a connection before it is answered 503.
     pub pending_timeout_ms: u64,
-    /// Consecutive failures (connect, reset, protocol) that eject an address; 0: never.
+    /// Consecutive failures (connect, reset, protocol, an answer broken before its body) that
+    /// eject an address; 0: never.
     pub eject_after_failures: u32,
     /// How long a first ejection lasts; each repeat doubles it, up to a cap.
     pub eject_ms: u64,

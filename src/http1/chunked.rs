@@ -12,6 +12,29 @@
 //! trailer lines are field lines, and every line ends in CRLF. Extensions and trailers are
 //! read and dropped.
 
+/// The last chunk of a chunked body with no trailers: what ends it.
+pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
+
+/// Writes `data` (not empty: an empty chunk is the [`LAST_CHUNK`]) as one chunk: its size in
+/// hex, then the data, each line ended.
+pub fn write_chunk(out: &mut impl bytes::BufMut, data: &[u8]) {
+    debug_assert!(!data.is_empty(), "an empty chunk ends the body");
+    let mut digits = [0u8; 2 * std::mem::size_of::<usize>()];
+    let (mut n, mut at) = (data.len(), digits.len());
+    loop {
+        at -= 1;
+        digits[at] = b"0123456789abcdef"[n & 0xf];
+        n >>= 4;
+        if n == 0 {
+            break;
+        }
+    }
+    out.put_slice(&digits[at..]);
+    out.put_slice(b"\r\n");
+    out.put_slice(data);
+    out.put_slice(b"\r\n");
+}
+
 /// Why a chunked body cannot be decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("invalid chunked encoding")]
@@ -249,6 +272,11 @@ mod tests {
         );
         let widest = b"000000000000000000000fffffffffffffff\r\n";
         assert_eq!(decode_all(widest), Ok((vec![], widest.len(), false)));
+        assert_eq!(
+            decode_all(b"0001000000000000000\r\n"),
+            Err(ChunkError),
+            "16 digits"
+        );
         // Zeros alone are bounded like any line.
         let endless = [b'0'; MAX_CHUNK_LINE + 1];
         assert_eq!(decode_all(&endless), Err(ChunkError));
@@ -301,11 +329,10 @@ mod tests {
         ) {
             let mut encoded = Vec::new();
             for c in body.chunks(chunk) {
-                encoded.extend_from_slice(format!("{:x}\r\n", c.len()).as_bytes());
-                encoded.extend_from_slice(c);
-                encoded.extend_from_slice(b"\r\n");
+                write_chunk(&mut encoded, c);
             }
-            encoded.extend_from_slice(b"0\r\n\r\nrest");
+            encoded.extend_from_slice(LAST_CHUNK);
+            encoded.extend_from_slice(b"rest");
             let mut decoder = ChunkedDecoder::default();
             let mut out = Vec::new();
             let mut at = 0;

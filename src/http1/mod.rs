@@ -19,7 +19,7 @@ use std::ops::Range;
 
 use bytes::BytesMut;
 
-pub use chunked::{ChunkError, ChunkedDecoder};
+pub use chunked::{write_chunk, ChunkError, ChunkedDecoder, LAST_CHUNK};
 pub use request::{split_host, Request, RequestHead};
 pub use response::ResponseHead;
 pub use writer::{escape_html, percent_encode, put_ip, RequestWriter, ResponseWriter};

@@ -388,6 +388,9 @@ mod tests {
             ex.upstream.answer_broken = true;
             ex
         };
+        let field = |ex: &Exchange| by_hand(ex, Duration::ZERO).1.get("answer_broken").cloned();
+        assert_eq!(field(&broken), Some(serde_json::Value::Bool(true)));
+        assert_eq!(field(&forwarded()), None, "present only when true");
         for (ex, elapsed) in [
             (forwarded(), Duration::from_nanos(520_694_999)),
             (refused, Duration::from_micros(29)),

@@ -34,7 +34,8 @@ pub struct UpstreamRecord {
     pub errors: Vec<UpstreamErrorKind>,
     /// From sending the request to the backend's response header.
     pub header_time: Option<Duration>,
-    /// From sending the request to the end of the backend's response body.
+    /// From sending the request to the end of the backend's response body, or to the
+    /// failure that broke the body off.
     pub duration: Option<Duration>,
     /// The backend address of the last attempt.
     pub address: Option<SocketAddr>,
@@ -44,7 +45,8 @@ pub struct UpstreamRecord {
     pub reused: bool,
     /// How long the last attempt's new connection took to open (none when reused).
     pub connect_time: Option<Duration>,
-    /// The backend broke off its answer after its head had gone to the client.
+    /// The backend broke off its answer after its head and some of its body had gone to
+    /// the client.
     pub answer_broken: bool,
 }
 

@@ -160,18 +160,26 @@ fn events(ex: &Exchange) -> Vec<(&'static str, SystemTime)> {
         if let Some(t) = up.connect_time {
             events.push(("upstream.connected", started + t));
         }
-        // The gateway's own 5xx: the backend failed where an answer's head was expected.
+        // The gateway's own 5xx: the backend failed where an answer's head was expected
+        // (then the header time is the failure's, and there is no answer to end), or its
+        // answer broke off before any of the body went out.
         let failed = ex.refused.is_some_and(|r| r.status() >= 500);
         if let Some(t) = up.header_time {
-            let name = if failed {
+            let name = if failed && up.duration.is_none() {
                 "upstream.failed"
             } else {
                 "upstream.response_head"
             };
             events.push((name, started + t));
         }
+        // An answer whose body broke off ends where it failed.
         if let Some(t) = up.duration {
-            events.push(("upstream.response_end", started + t));
+            let name = if failed || up.answer_broken {
+                "upstream.failed"
+            } else {
+                "upstream.response_end"
+            };
+            events.push((name, started + t));
         }
     }
     events
@@ -277,6 +285,42 @@ mod tests {
                 ("upstream.response_end", at0 + ms(10)),
             ]
         );
+    }
+
+    #[test]
+    fn an_answer_broken_off_ends_where_it_failed() {
+        let ms = Duration::from_millis;
+        let timed = |ex: &mut Exchange| {
+            ex.upstream.started = Some(ex.started);
+            ex.upstream.header_time = Some(ms(5));
+        };
+        let names = |ex: &Exchange| {
+            outline_of(ex)
+                .events
+                .iter()
+                .map(|(name, _)| *name)
+                .collect::<Vec<_>>()
+        };
+        // No head came: the header time is the failure's.
+        let mut no_head = routed(502);
+        timed(&mut no_head);
+        no_head.refused = Some(Reply::UpstreamBroken);
+        assert_eq!(names(&no_head), ["upstream.failed"]);
+        // A head, then the body broke before any of it went out: the gateway's 502.
+        let mut replaced = routed(502);
+        timed(&mut replaced);
+        replaced.upstream.duration = Some(ms(9));
+        replaced.refused = Some(Reply::UpstreamBroken);
+        assert_eq!(
+            names(&replaced),
+            ["upstream.response_head", "upstream.failed"]
+        );
+        // A head and part of the body went out, then it broke: the client's answer is cut.
+        let mut cut = routed(200);
+        timed(&mut cut);
+        cut.upstream.duration = Some(ms(9));
+        cut.upstream.answer_broken = true;
+        assert_eq!(names(&cut), ["upstream.response_head", "upstream.failed"]);
     }
 
     #[test]

@@ -75,6 +75,9 @@ pub(super) struct H1Connection {
     body: BodyState,
     /// The connection stays open after the current exchange.
     keep_alive: bool,
+    /// What `keep_alive` was before a relayed answer whose body ends with the connection
+    /// turned it off: restored when the gateway's own answer takes that one's place.
+    kept_before_answer: Option<bool>,
     /// The current request is a HEAD: its answers have no body.
     head_only: bool,
     /// Requests served on the connection so far.
@@ -182,6 +185,7 @@ impl H1Connection {
             first_read: FIRST_BUFFER,
             body: BodyState::Broken,
             keep_alive: false,
+            kept_before_answer: None,
             head_only: false,
             requests: 0,
             send_timeout: Duration::ZERO,
@@ -599,6 +603,9 @@ impl Downstream for H1Connection {
         headers: &[(&[u8], &[u8])],
         body: &[u8],
     ) -> std::io::Result<()> {
+        if let Some(kept) = self.kept_before_answer.take() {
+            self.keep_alive = kept;
+        }
         self.skip_unread_body().await;
         let length = Framing::Length(body.len() as u64);
         self.write_head(status, b"", headers.iter().copied(), length);
@@ -622,6 +629,7 @@ impl Downstream for H1Connection {
         body: Framing,
     ) {
         if body == Framing::UntilClose {
+            self.kept_before_answer = Some(self.keep_alive);
             self.keep_alive = false;
         }
         self.write_head(status, reason, headers, body);
@@ -632,6 +640,8 @@ impl Downstream for H1Connection {
     }
 
     async fn send(&mut self, _end: bool) -> std::io::Result<()> {
+        // The answer's head goes out now: its `Connection` stands.
+        self.kept_before_answer = None;
         self.send_out().await
     }
 

@@ -220,7 +220,7 @@ impl ProxyApp {
         // An answer that broke before any of its body went out is answered as a failed
         // exchange is.
         let relayed = match exchanged {
-            Ok(up) => relay::relay(self.upstream.pool(), d, up, snap, ex, retirement)
+            Ok(up) => relay::relay(&self.upstream, d, up, snap, ex, retirement)
                 .await
                 .map_err(Failure::from),
             Err(e) => Err(e),

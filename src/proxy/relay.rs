@@ -4,20 +4,23 @@
 //! chunked on the way when the client needs it so ([`BodyMover`]). The backend's connection
 //! goes back to the pool as soon as its part is over.
 //!
-//! An answer that breaks before any of its body has gone to the client is answered by the
-//! gateway instead (502, 504), as a failed exchange is; after, the client's connection is
-//! aborted, and the framing the client got shows the answer cut short.
+//! An answer that breaks before any of its body's data has gone to the client is answered by
+//! the gateway instead (502, 504), as a failed exchange is; after, the client's connection
+//! (or HTTP/2 stream) is aborted, and the framing the client got shows the answer cut short.
+
+use std::time::Instant;
 
 use bytes::{Buf, BytesMut};
 use tokio::io::AsyncReadExt;
 
 use super::downstream::Downstream;
-use super::pool::{UpstreamConn, UpstreamPool};
-use super::upstream::UpstreamResponse;
+use super::pool::UpstreamConn;
+use super::upstream::{Upstream, UpstreamResponse};
 use crate::api::failure::{UpstreamError, UpstreamErrorKind};
 use crate::config::Snapshot;
 use crate::http1::{
-    reserve_for_read, ChunkError, ChunkedDecoder, Framing, ResponseHead, READ_CHUNK,
+    reserve_for_read, write_chunk, ChunkError, ChunkedDecoder, Framing, ResponseHead, LAST_CHUNK,
+    READ_CHUNK,
 };
 use crate::observe::exchange::Exchange;
 use crate::policy::admit::RetirementHeaders;
@@ -61,27 +64,39 @@ pub fn client_framing(backend: Framing, reads_chunked: bool) -> (Framing, Recode
 }
 
 /// Moves a response body from the backend's read buffer to the client's output as it
-/// arrives, recoded as [`client_framing`] decided.
+/// arrives, recoded as [`client_framing`] decided, and counts its data.
 pub struct BodyMover {
+    /// The backend's framing.
     framing: Framing,
     recode: Recode,
     decoder: ChunkedDecoder,
     /// Bytes still to come of a body of known length.
     left: u64,
+    /// The body's data moved so far, framing left out.
+    data: u64,
 }
 
 impl BodyMover {
-    /// A mover of a body the backend framed `framing`.
-    pub fn new(framing: Framing, recode: Recode) -> Self {
-        BodyMover {
-            framing,
+    /// A mover of a body the backend framed `backend` to a client that reads chunked framing
+    /// or not, and the framing the client gets it in.
+    pub fn for_client(backend: Framing, reads_chunked: bool) -> (Framing, Self) {
+        let (to_client, recode) = client_framing(backend, reads_chunked);
+        let mover = BodyMover {
+            framing: backend,
             recode,
             decoder: ChunkedDecoder::default(),
-            left: match framing {
+            left: match backend {
                 Framing::Length(n) => n,
                 _ => u64::MAX,
             },
-        }
+            data: 0,
+        };
+        (to_client, mover)
+    }
+
+    /// The body's data moved so far (what the access log's `bytes_out` counts once sent).
+    pub fn data(&self) -> u64 {
+        self.data
     }
 
     /// Moves what `input` holds of the body into `out`, taking it out of `input`; says
@@ -95,14 +110,18 @@ impl BodyMover {
                 out.extend_from_slice(&input[..n]);
                 input.advance(n);
                 self.left -= n as u64;
+                self.data += n as u64;
                 Ok(self.left == 0)
             }
             Framing::Chunked => {
+                let data = &mut self.data;
                 let (used, done) = if self.recode == Recode::Decode {
-                    self.decoder
-                        .decode(input, |data| out.extend_from_slice(data))?
+                    self.decoder.decode(input, |d| {
+                        *data += d.len() as u64;
+                        out.extend_from_slice(d);
+                    })?
                 } else {
-                    let (used, done) = self.decoder.decode(input, |_| {})?;
+                    let (used, done) = self.decoder.decode(input, |d| *data += d.len() as u64)?;
                     out.extend_from_slice(&input[..used]);
                     (used, done)
                 };
@@ -110,11 +129,15 @@ impl BodyMover {
                 Ok(done)
             }
             Framing::UntilClose => {
-                if self.recode == Recode::Encode && !input.is_empty() {
-                    chunk(out, input);
+                if input.is_empty() {
+                    return Ok(false);
+                }
+                if self.recode == Recode::Encode {
+                    write_chunk(out, input);
                 } else {
                     out.extend_from_slice(input);
                 }
+                self.data += input.len() as u64;
                 input.clear();
                 Ok(false)
             }
@@ -125,25 +148,16 @@ impl BodyMover {
     /// chunked on the way.
     pub fn finish(&self, out: &mut BytesMut) {
         if self.recode == Recode::Encode {
-            out.extend_from_slice(b"0\r\n\r\n");
+            out.extend_from_slice(LAST_CHUNK);
         }
     }
 }
 
-/// Writes `data` as one chunk: its size in hex, then the data, each line ended.
-fn chunk(out: &mut BytesMut, data: &[u8]) {
-    use std::fmt::Write;
-    // A usize's hex digits always fit: writing to a BytesMut does not fail.
-    let _ = write!(out, "{:x}\r\n", data.len());
-    out.extend_from_slice(data);
-    out.extend_from_slice(b"\r\n");
-}
-
 /// Relays the answer whose head `response` holds, with the request id and the `retirement`
-/// headers added. `Err` when the answer broke before any of its body went to the client:
-/// nothing of it was sent, and the failure is the gateway's to answer.
+/// headers added. `Err` when the answer broke before any of its body's data went to the
+/// client: nothing of it was sent, and the failure is the gateway's to answer.
 pub(super) async fn relay<D: Downstream>(
-    pool: &UpstreamPool,
+    upstream: &Upstream,
     d: &mut D,
     response: UpstreamResponse,
     snap: &Snapshot,
@@ -151,7 +165,7 @@ pub(super) async fn relay<D: Downstream>(
     retirement: &RetirementHeaders<'_>,
 ) -> Result<(), UpstreamError> {
     let UpstreamResponse { mut conn, started } = response;
-    let (to_client, recode) = client_framing(conn.head.framing, d.reads_chunked());
+    let (to_client, mut body) = BodyMover::for_client(conn.head.framing, d.reads_chunked());
     ex.status = conn.head.status;
     {
         let up = &conn;
@@ -161,90 +175,81 @@ pub(super) async fn relay<D: Downstream>(
         d.start_response(up.head.status, up.head.reason(&up.buf), headers, to_client);
     }
     conn.buf.advance(conn.head.len);
-    // Only body bytes count as sent; the head goes out with the first of them.
-    let mut head_bytes = d.out().len();
-    let mut sent = false;
-    let mut body = BodyMover::new(conn.head.framing, recode);
+    // The data counted as sent: a client gone mid-response got none of what was not.
+    let mut sent = 0;
     let read_timeout = snap.upstream.read_timeout;
-    loop {
+    let moved = loop {
         let done = match body.step(&mut conn.buf, d.out()) {
             Ok(done) => done,
             Err(ChunkError) => {
-                let broken = UpstreamError::new(
+                break Err(UpstreamError::new(
                     UpstreamErrorKind::Other,
                     "the backend's answer has broken chunked framing",
-                );
-                return broke(d, ex, sent, broken);
+                ))
             }
         };
         if done {
-            break;
+            break Ok(());
         }
-        // The head waits for the first of the body: an answer that breaks before it is
-        // still the gateway's to answer whole.
-        if sent || d.out().len() > head_bytes {
-            // Counted once sent: a client gone mid-response got none of them.
-            let body_bytes = d.out().len() - head_bytes;
-            head_bytes = 0;
+        // The head waits for the first of the body's data: an answer that breaks before it
+        // is still the gateway's to answer whole.
+        if body.data() > 0 {
             if let Err(e) = d.send(false).await {
                 tracing::debug!(request_id = %ex.request_id, error = %e, "client went away mid-response");
                 ex.client_aborted = true;
                 return Ok(());
             }
-            sent = true;
-            ex.bytes_out += body_bytes;
+            ex.bytes_out += (body.data() - sent) as usize;
+            sent = body.data();
         }
         match read_more(&mut conn, read_timeout).await {
             Ok(true) => {}
             Ok(false) if conn.head.framing == Framing::UntilClose => {
                 body.finish(d.out());
-                break;
+                break Ok(());
             }
             Ok(false) => {
-                let cut = UpstreamError::new(
+                break Err(UpstreamError::new(
                     UpstreamErrorKind::Reset,
                     "the backend closed the connection before the end of its answer",
-                );
-                return broke(d, ex, sent, cut);
+                ))
             }
-            Err(failure) => return broke(d, ex, sent, failure),
+            Err(failure) => break Err(failure),
         }
-    }
-    // The backend's part is over: its connection goes back to the pool before the client
-    // has the last bytes, so the client's next request can have it.
-    let ended = std::time::Instant::now();
+    };
+    let ended = Instant::now();
     ex.upstream.duration = Some(ended - started);
-    if conn.head.keep_alive {
-        pool.put(conn, ended.into());
+    if let Err(failure) = moved {
+        ex.upstream.errors.push(failure.kind);
+        let kind = failure.kind.as_str();
+        if sent == 0 {
+            // Nothing of it went out: the gateway answers for it, and it counts against the
+            // address as a failed exchange does.
+            tracing::warn!(request_id = %ex.request_id, kind, error = %failure, "upstream answer broke before its body; answering for it");
+            upstream.answer_broke(snap, conn.slot.address(), failure.kind);
+            return Err(failure);
+        }
+        // The head is out: the only honest signal left is to abort the client's connection
+        // (HTTP/1.1) or stream (HTTP/2).
+        ex.upstream.answer_broken = true;
+        tracing::warn!(request_id = %ex.request_id, kind, error = %failure, "upstream broke mid-response; aborting the client connection");
+        d.abort();
+        return Ok(());
     }
-    let body_bytes = d.out().len() - head_bytes;
+    // The backend's part is over, and whole: its address's streak of failures ends, and its
+    // connection goes back to the pool before the client has the last bytes, so the
+    // client's next request can have it.
+    conn.slot.address().succeeded();
+    if conn.head.keep_alive {
+        upstream.pool().put(conn, ended.into());
+    }
     match d.send(true).await {
-        Ok(()) => ex.bytes_out += body_bytes,
+        Ok(()) => ex.bytes_out += (body.data() - sent) as usize,
         Err(e) => {
             tracing::debug!(request_id = %ex.request_id, error = %e, "client went away at the end of the response");
             ex.client_aborted = true;
         }
     }
-    Ok(())
-}
-
-/// The backend broke its answer off (`failure`). Before any of it was `sent`, the failure
-/// is handed back for the gateway to answer; after, the only honest signal left is to abort
-/// the client's connection. The backend's connection is dropped either way.
-fn broke<D: Downstream>(
-    d: &mut D,
-    ex: &mut Exchange<'_>,
-    sent: bool,
-    failure: UpstreamError,
-) -> Result<(), UpstreamError> {
-    ex.upstream.errors.push(failure.kind);
-    if !sent {
-        tracing::warn!(request_id = %ex.request_id, kind = failure.kind.as_str(), error = %failure, "upstream answer broke before its body; answering for it");
-        return Err(failure);
-    }
-    ex.upstream.answer_broken = true;
-    tracing::warn!(request_id = %ex.request_id, kind = failure.kind.as_str(), error = %failure, "upstream broke mid-response; aborting the client connection");
-    d.abort();
     Ok(())
 }
 
@@ -300,37 +305,44 @@ mod tests {
     }
 
     /// Feeds `wire` in pieces of `piece` bytes, as a client that reads chunked framing
-    /// (`reads_chunked`) or not would get it; returns what reached the client, and whether
-    /// the mover saw the end (a body until close ends with the backend's connection then).
-    fn moved(framing: Framing, reads_chunked: bool, wire: &[u8], piece: usize) -> (Vec<u8>, bool) {
-        let mut mover = BodyMover::new(framing, client_framing(framing, reads_chunked).1);
+    /// (`reads_chunked`) or not would get it; returns what reached the client, the data
+    /// counted, and whether the mover saw the end (a body until close ends with the backend's
+    /// connection then).
+    fn moved(
+        framing: Framing,
+        reads_chunked: bool,
+        wire: &[u8],
+        piece: usize,
+    ) -> (Vec<u8>, u64, bool) {
+        let (_, mut mover) = BodyMover::for_client(framing, reads_chunked);
         let (mut input, mut out) = (BytesMut::new(), BytesMut::new());
         for part in wire.chunks(piece) {
             input.extend_from_slice(part);
             if mover.step(&mut input, &mut out).unwrap() {
-                return (out.to_vec(), true);
+                return (out.to_vec(), mover.data(), true);
             }
         }
         if framing == Framing::UntilClose {
             mover.finish(&mut out);
         }
-        (out.to_vec(), false)
+        (out.to_vec(), mover.data(), false)
     }
 
     #[test]
     fn a_client_gets_a_body_in_framing_it_reads() {
-        for (backend, reads_chunked, client) in [
-            (Framing::Length(5), true, Framing::Length(5)),
-            (Framing::Length(5), false, Framing::Length(5)),
-            (Framing::Chunked, true, Framing::Chunked),
-            (Framing::Chunked, false, Framing::UntilClose),
+        use Framing::*;
+        for (backend, reads_chunked, client, recode) in [
+            (Length(5), true, Length(5), Recode::Pass),
+            (Length(5), false, Length(5), Recode::Pass),
+            (Chunked, true, Chunked, Recode::Pass),
+            (Chunked, false, UntilClose, Recode::Decode),
             // Chunked for HTTP/1.1: a cut body shows as one, and the connection is kept.
-            (Framing::UntilClose, true, Framing::Chunked),
-            (Framing::UntilClose, false, Framing::UntilClose),
+            (UntilClose, true, Chunked, Recode::Encode),
+            (UntilClose, false, UntilClose, Recode::Pass),
         ] {
             assert_eq!(
-                client_framing(backend, reads_chunked).0,
-                client,
+                client_framing(backend, reads_chunked),
+                (client, recode),
                 "{backend:?}, reads chunked: {reads_chunked}"
             );
         }
@@ -342,36 +354,49 @@ mod tests {
         for piece in [1, 4, chunked.len()] {
             assert_eq!(
                 moved(Framing::Chunked, true, chunked, piece),
-                (chunked.to_vec(), true)
+                (chunked.to_vec(), 5, true)
             );
             assert_eq!(
                 moved(Framing::Chunked, false, chunked, piece),
-                (b"abcde".to_vec(), true)
+                (b"abcde".to_vec(), 5, true)
             );
             assert_eq!(
                 moved(Framing::Length(5), true, b"hello", piece.min(5)),
-                (b"hello".to_vec(), true)
+                (b"hello".to_vec(), 5, true)
             );
         }
         assert_eq!(
             moved(Framing::UntilClose, false, b"to the end", 3),
-            (b"to the end".to_vec(), false)
+            (b"to the end".to_vec(), 10, false)
         );
-        let (out, _) = moved(Framing::UntilClose, true, b"to the end", 4);
+        let (out, data, _) = moved(Framing::UntilClose, true, b"to the end", 4);
         assert_eq!(out, b"4\r\nto t\r\n4\r\nhe e\r\n2\r\nnd\r\n0\r\n\r\n");
+        assert_eq!(data, 10, "the data, not its framing");
         let mut decoder = ChunkedDecoder::default();
-        let mut data = Vec::new();
+        let mut decoded = Vec::new();
         assert_eq!(
-            decoder.decode(&out, |d| data.extend_from_slice(d)),
+            decoder.decode(&out, |d| decoded.extend_from_slice(d)),
             Ok((out.len(), true)),
             "the gateway's own chunks read back whole"
         );
-        assert_eq!(data, b"to the end");
+        assert_eq!(decoded, b"to the end");
+        // A body of no length that was empty: the last chunk alone.
+        assert_eq!(
+            moved(Framing::UntilClose, true, b"", 1),
+            (LAST_CHUNK.to_vec(), 0, false)
+        );
+    }
+
+    #[test]
+    fn framing_alone_is_no_data() {
+        // A chunk's size line, its data not yet come: nothing of the body to send yet.
+        let (out, data, done) = moved(Framing::Chunked, true, b"1f4\r\n", 5);
+        assert_eq!((out.len(), data, done), (5, 0, false));
     }
 
     #[test]
     fn bytes_after_a_body_of_known_length_stay_in_the_input() {
-        let mut mover = BodyMover::new(Framing::Length(2), Recode::Pass);
+        let (_, mut mover) = BodyMover::for_client(Framing::Length(2), true);
         let (mut input, mut out) = (BytesMut::from(&b"okEXTRA"[..]), BytesMut::new());
         assert_eq!(mover.step(&mut input, &mut out), Ok(true));
         assert_eq!((&out[..], &input[..]), (&b"ok"[..], &b"EXTRA"[..]));

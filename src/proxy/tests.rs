@@ -569,6 +569,27 @@ async fn an_answer_that_breaks_before_its_body_is_the_gateways_to_answer() {
 }
 
 #[tokio::test]
+async fn an_http10_client_keeps_its_connection_when_a_broken_answer_is_replaced() {
+    // Chunked framing broken at once: an HTTP/1.0 client would have had it decoded, ended by
+    // the close; the 502 in its place keeps the connection the client asked to keep.
+    let h = Harness::new(testing::config(), |_| {
+        Act::Answer(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{}".to_vec())
+    });
+    let mut c = h.connect();
+    let request = format!(
+        "GET /api/v1/transaction/t/status HTTP/1.0\r\nConnection: keep-alive\r\n\
+         X-Service-Agent-Id: {}\r\nX-Auth-Token: {}\r\n\r\n",
+        testing::AGENT_ID,
+        testing::TOKEN
+    );
+    let a = c.exchange(request.as_bytes()).await;
+    assert_eq!(a.status, 502);
+    assert_eq!(a.header("connection"), Some("keep-alive"));
+    let again = c.exchange(request.as_bytes()).await;
+    assert_eq!(again.status, 502, "the connection served a second request");
+}
+
+#[tokio::test]
 async fn a_chunked_request_body_is_decoded_checked_and_sent_with_its_length() {
     let h = Harness::new(testing::config(), |s| Act::Answer(ok(s)));
     let mut c = h.connect();

@@ -89,6 +89,20 @@ impl Upstream {
         in_rotation(&self.health, address)
     }
 
+    /// The answer that `address` began broke off (`kind`) before any of its data reached
+    /// the client: it counts against the address as an answer that is not HTTP does.
+    pub fn answer_broke(&self, snap: &Snapshot, address: &Address, kind: UpstreamErrorKind) {
+        if counts_against(kind, false) {
+            let backend = self.backend();
+            self.backends.failed(
+                &backend.addresses,
+                address,
+                |a| self.health.is_up(&a.addr),
+                &snap.upstream,
+            );
+        }
+    }
+
     /// A connection to `address` under `budget`: an idle one when `reuse` allows and no
     /// request waits before this one, else the place to open one, else a wait in the
     /// address's queue; refused when the queue is full or the wait too long. `started` is
@@ -207,19 +221,15 @@ impl Upstream {
             };
             match send_and_read_head(&mut conn, request, upstream.read_timeout).await {
                 Ok(()) => {
+                    // The address's streak of failures ends with the whole answer
+                    // (`relay`), not its head: a body that breaks off counts too.
                     record.header_time = Some(started.elapsed());
-                    address.succeeded();
                     return Ok(UpstreamResponse { conn, started });
                 }
                 Err(failure) => {
                     record.errors.push(failure.kind);
                     tracing::warn!(request_id = %request_id, peer = %peer, reused, error = %Chain(&failure), "upstream exchange failed");
-                    // A new connection that broke, or an answer that is not HTTP, counts
-                    // against the address; a kept-alive one the backend had closed, or a
-                    // slow answer, does not.
-                    if failure.kind != UpstreamErrorKind::Timeout
-                        && !(reused && failure.kind == UpstreamErrorKind::Reset)
-                    {
+                    if counts_against(failure.kind, reused) {
                         self.backends.failed(
                             set,
                             address,
@@ -250,6 +260,14 @@ impl Upstream {
 }
 
 /// Whether `address` takes requests: it passed its last check and is not ejected.
+/// Whether a failure of kind `kind` counts against its address toward ejection: a new
+/// connection that broke, or an answer that is not HTTP, does; a slow answer does not, nor a
+/// reset on a kept-alive connection before its answer began (`reused_before_head`: the
+/// backend had closed it while it was idle).
+fn counts_against(kind: UpstreamErrorKind, reused_before_head: bool) -> bool {
+    kind != UpstreamErrorKind::Timeout && !(reused_before_head && kind == UpstreamErrorKind::Reset)
+}
+
 fn in_rotation(health: &UpstreamHealth, address: &Address) -> bool {
     health.is_up(&address.addr) && !address.is_ejected()
 }

@@ -1,8 +1,9 @@
 //! `--find-max`: the stepping logic of the search for the highest rate that holds the SLO,
 //! what people do by hand with wrk. It doubles the rate from the first step until a step
-//! breaks the SLO (or halves it until one holds), never past [`MAX_RATE`], then bisects between the highest rate that
-//! held and the lowest that broke until they are within [`PRECISION`] of each other. Pure: the
-//! shell runs each step and tells the search whether it held.
+//! breaks the SLO (or halves it until one holds), never past [`MAX_RATE`], then bisects
+//! between the highest rate that held and the lowest that broke until they are within
+//! [`PRECISION`] of each other. Pure: the shell runs each step and tells the search whether
+//! it held.
 
 use super::args::MAX_RATE;
 
@@ -38,7 +39,8 @@ impl KneeSearch {
     }
 
     /// The rate of the next step (whole requests per second), or `None` when the search is
-    /// done: close enough, out of steps, or nothing holds even at [`MIN_RATE`].
+    /// done: close enough, out of steps, nothing holds even at [`MIN_RATE`], or [`MAX_RATE`]
+    /// held.
     pub fn next_rate(&self) -> Option<f64> {
         if self.steps >= self.max_steps {
             return None;
