@@ -89,7 +89,11 @@ impl RequestHead {
 
     /// [`Self::wants_keep_alive`], read from the version and headers (at parse).
     fn read_keep_alive(&self, buf: &[u8]) -> bool {
-        ConnectionTokens::of_all(self.headers.named(buf, b"connection")).persistent(self.http10)
+        let mut connection = ConnectionTokens::default();
+        for value in self.headers.named(buf, b"connection") {
+            connection.add(value);
+        }
+        connection.persistent(self.http10)
     }
 
     /// How the body is framed ([`Request::framing`]), read without a view of the head.

@@ -61,7 +61,10 @@ impl ResponseHead {
         }
         self.headers.fill(buf, resp.headers);
         let named = |name: &'static str| self.headers.named(buf, name.as_bytes());
-        let connection = ConnectionTokens::of_all(named("connection"));
+        let mut connection = ConnectionTokens::default();
+        for value in named("connection") {
+            connection.add(value);
+        }
         let length = content_length(named("content-length")).map_err(|_| HeadError::Malformed)?;
         let coding = transfer_coding(named("transfer-encoding"));
         // RFC 9112 §6.3, with one coding spoken: chunked. A body declared two ways, or by a
