@@ -12,24 +12,23 @@
 //! trailer lines are field lines, and every line ends in CRLF. Extensions and trailers are
 //! read and dropped.
 
+use bytes::BufMut;
+
+use super::put_hex;
+
 /// The last chunk of a chunked body with no trailers: what ends it.
 pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
 
 /// Writes `data` (not empty: an empty chunk is the [`LAST_CHUNK`]) as one chunk: its size in
 /// hex, then the data, each line ended.
-pub fn write_chunk(out: &mut impl bytes::BufMut, data: &[u8]) {
+pub fn write_chunk(out: &mut impl BufMut, data: &[u8]) {
     debug_assert!(!data.is_empty(), "an empty chunk ends the body");
-    let mut digits = [0u8; 2 * std::mem::size_of::<usize>()];
-    let (mut n, mut at) = (data.len(), digits.len());
-    loop {
-        at -= 1;
-        digits[at] = b"0123456789abcdef"[n & 0xf];
-        n >>= 4;
-        if n == 0 {
-            break;
-        }
-    }
-    out.put_slice(&digits[at..]);
+    let size = data.len() as u64;
+    // As few digits as the size takes: no leading zeros for a strict reader to count.
+    let width = (u64::BITS - size.leading_zeros()).div_ceil(4).max(1) as usize;
+    let mut digits = [0u8; 16];
+    put_hex(&mut digits[..width], size);
+    out.put_slice(&digits[..width]);
     out.put_slice(b"\r\n");
     out.put_slice(data);
     out.put_slice(b"\r\n");
@@ -315,6 +314,19 @@ mod tests {
                 "{:?}",
                 String::from_utf8_lossy(bad)
             );
+        }
+    }
+
+    #[test]
+    fn a_chunk_size_is_written_in_as_few_hex_digits_as_it_takes() {
+        for (len, size_line) in [(1, "1"), (15, "f"), (16, "10"), (255, "ff"), (4096, "1000")] {
+            let mut out = Vec::new();
+            write_chunk(&mut out, &vec![b'x'; len]);
+            assert!(
+                out.starts_with(format!("{size_line}\r\n").as_bytes()),
+                "{len}"
+            );
+            assert_eq!(out.len(), size_line.len() + 2 + len + 2);
         }
     }
 

@@ -22,7 +22,7 @@ use bytes::BytesMut;
 pub use chunked::{write_chunk, ChunkError, ChunkedDecoder, LAST_CHUNK};
 pub use request::{split_host, Request, RequestHead};
 pub use response::ResponseHead;
-pub use writer::{escape_html, percent_encode, put_ip, RequestWriter, ResponseWriter};
+pub use writer::{escape_html, percent_encode, put_hex, put_ip, RequestWriter, ResponseWriter};
 
 /// The most header lines a head may have; `limits.max_headers` cannot go above it.
 pub const MAX_HEADERS: usize = 256;

@@ -101,6 +101,16 @@ impl<'a> RequestWriter<'a> {
     }
 }
 
+/// Fills `out` with the low hex digits of `v`, zero-padded, one digit a byte: hex written by
+/// hand, with no formatter (request ids, chunk sizes).
+#[inline]
+pub fn put_hex(out: &mut [u8], mut v: u64) {
+    for digit in out.iter_mut().rev() {
+        *digit = b"0123456789abcdef"[(v & 0xf) as usize];
+        v >>= 4;
+    }
+}
+
 /// Writes an address's text, as `Display` writes it. An IPv4 address, the usual client, is
 /// four numbers written straight in: the formatting machinery cost more than all of a
 /// request's other headers. IPv6 goes through `Display`.

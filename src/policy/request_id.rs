@@ -5,6 +5,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::request::RequestView;
+use crate::http1::put_hex;
 
 pub const HEADER: &str = "x-request-id";
 
@@ -59,14 +60,6 @@ impl RequestIds {
         put_hex(&mut id[17..len], n);
         // Hex digits and a dash: ASCII, so never the default.
         String::from_utf8(id[..len].to_vec()).unwrap_or_default()
-    }
-}
-
-/// Fills `out` with the low hex digits of `v`, zero-padded, one digit a byte.
-fn put_hex(out: &mut [u8], mut v: u64) {
-    for digit in out.iter_mut().rev() {
-        *digit = b"0123456789abcdef"[(v & 0xf) as usize];
-        v >>= 4;
     }
 }
 
