@@ -678,3 +678,96 @@ fn a_request_waiting_for_a_connection_through_a_move_keeps_its_backend_s_base() 
     assert_eq!(post(gw.proxy, VERIFY_V1, BODY).status, 200);
     assert_eq!(b.last().target, "/b/api/verify/ORG_DEFAULT/request");
 }
+
+/// The agents file is rewritten in place (truncated, then written) by a writer that pauses
+/// half-way, longer than the watcher's debounce (a tool writing as it renders, a slow disk):
+/// what is there in the meantime is a file cut short, and valid. It is never applied: an
+/// agent further down keeps its access, and a token whose `not_after` is still to come in
+/// the file is not accepted without it. The file as its writer closed it is applied.
+#[test]
+fn an_agents_file_read_half_way_through_an_in_place_write_is_not_applied() {
+    use agent_gateway::config::file::TokenFile;
+    use agent_gateway::config::TokenDigest;
+    use std::io::Write;
+
+    let backend = Backend::start();
+    let dir = tempfile::tempdir().unwrap();
+    let agents = dir.path().join("agents.toml");
+    let mut first = AgentFile::new("filed-1", TOKEN);
+    first.tokens = vec![TokenFile {
+        sha256: TokenDigest::of(b"expired-token").to_hex(),
+        not_after: Some("2020-01-01T00:00:00Z".into()),
+    }];
+    let file = |last: &str| {
+        let file = AgentsFile {
+            agents: vec![first.clone(), AgentFile::new(last, TOKEN)],
+        };
+        toml::to_string(&file).unwrap()
+    };
+    std::fs::write(&agents, file("filed-2")).unwrap();
+    let mut cfg = config_with_code(backend.addr, "KEPT");
+    cfg.auth.agents.clear();
+    cfg.auth.agents_file = Some(agents.display().to_string());
+    let gw = Gateway::builder(cfg).start();
+    gw.wait_until("the watcher to watch both directories", || {
+        gw.log().matches("watching the config directory").count() == 2
+    });
+    let status = |id: &str, token: &str| {
+        let headers = [
+            ("X-Service-Agent-Id", id),
+            ("X-Auth-Token", token),
+            ("Content-Type", "application/json"),
+        ];
+        request(gw.proxy, "POST", VERIFY_V1, &headers, BODY.as_bytes()).status
+    };
+    assert_eq!(status("filed-2", TOKEN), 200);
+    assert_eq!(status("filed-1", "expired-token"), 401);
+
+    // The same agents, the last one renamed, written in two steps: up to the expired token's
+    // `not_after`, then the rest.
+    let text = file("filed-3");
+    let cut = text.find("not_after").unwrap();
+    let mut writer = std::fs::File::create(&agents).unwrap();
+    writer.write_all(&text.as_bytes()[..cut]).unwrap();
+    thread::sleep(Duration::from_millis(800));
+    let meanwhile = (status("filed-2", TOKEN), status("filed-1", "expired-token"));
+    writer.write_all(&text.as_bytes()[cut..]).unwrap();
+    drop(writer);
+    gw.wait_until("the whole file to apply", || {
+        status("filed-3", TOKEN) == 200
+    });
+    assert_eq!(
+        meanwhile,
+        (200, 401),
+        "the file cut short was applied; log:\n{}",
+        gw.log()
+    );
+    assert_eq!(status("filed-2", TOKEN), 401);
+    assert_eq!(status("filed-1", "expired-token"), 401);
+
+    // Deleted: refused (the file cannot be read), the agents in service keep serving. Then
+    // made again, by a writer that pauses half-way: read at its close only.
+    std::fs::remove_file(&agents).unwrap();
+    let failures = "agent_gateway_config_reloads_total{result=\"failure\"}";
+    gw.wait_for_metric(failures, 1.0);
+    assert_eq!(status("filed-3", TOKEN), 200);
+    let text = file("filed-5");
+    let mut writer = std::fs::File::create(&agents).unwrap();
+    writer.write_all(&text.as_bytes()[..cut]).unwrap();
+    thread::sleep(Duration::from_millis(800));
+    let meanwhile = (status("filed-3", TOKEN), status("filed-1", "expired-token"));
+    writer.write_all(&text.as_bytes()[cut..]).unwrap();
+    drop(writer);
+    gw.wait_until("the made-again file to apply", || {
+        status("filed-5", TOKEN) == 200
+    });
+    assert_eq!(meanwhile, (200, 401), "log:\n{}", gw.log());
+
+    // A writer that keeps the file open: what it wrote is read a little later all the same.
+    let mut writer = std::fs::File::create(&agents).unwrap();
+    writer.write_all(file("filed-4").as_bytes()).unwrap();
+    gw.wait_until("a write never closed to apply", || {
+        status("filed-4", TOKEN) == 200
+    });
+    drop(writer);
+}

@@ -6,7 +6,8 @@
 //! (listeners, threads) keep their running values and are reported as needing a restart.
 //!
 //! Triggers: [`ConfigWatcher`] (the file's parent directory, so in-place writes, renames over
-//! the file and Kubernetes' `..data` symlink swap all count), SIGHUP (in [`crate::app::signals`])
+//! the file and Kubernetes' `..data` symlink swap all count; an in-place write is read once
+//! its writer closes the file, never half-way), SIGHUP (in [`crate::app::signals`])
 //! and `POST /-/reload` on the admin listener. All three call [`ConfigStore::reload`], and the
 //! watcher watches the files each reading names, whichever trigger made it. Parts
 //! that are built from the config rather than read per request (the span export pipeline)
@@ -30,6 +31,11 @@ use crate::config::{directory_of, ConfigError, Inputs, Problem, Snapshot, Startu
 
 /// How long the watcher waits for a burst of file events to settle before reloading.
 const DEBOUNCE: Duration = Duration::from_millis(150);
+
+/// How long a write its writer has not closed yet holds back the reading of its file: a file
+/// truncated and written over is read once it is closed, or, from a writer that keeps it
+/// open (or a `truncate`, which closes nothing), this long after its first change.
+const UNCLOSED_WRITE: Duration = Duration::from_secs(2);
 
 listed_enum! {
     /// What asked for a reload (for logs).
@@ -325,6 +331,14 @@ fn may_change_the_file(kind: &EventKind) -> bool {
     }
 }
 
+/// Whether an event is a write whose writer has not closed the file yet (inotify's
+/// `IN_MODIFY`): the file may hold only the start of what is being written, a valid file cut
+/// short (fewer agents, a token without its `not_after`). It is read at the close
+/// (`Close(Write)`), not at each write.
+fn is_a_write_under_way(kind: &EventKind) -> bool {
+    matches!(kind, EventKind::Modify(ModifyKind::Data(_)))
+}
+
 /// Whether an event that names `paths` is about one of the watched files, known by their
 /// `names`: it names one of them, or an entry of Kubernetes' atomic writer (`..data`, its
 /// timestamped directories), whose swap changes every file of a mounted ConfigMap or Secret
@@ -362,6 +376,8 @@ struct Followed {
 enum Heard {
     /// A watched file may have changed.
     Change,
+    /// A watched file is being written ([`is_a_write_under_way`]): read at its close.
+    Writing,
     /// A watched directory was removed or moved away, and its watch with it.
     DirectoryGone(PathBuf),
 }
@@ -485,7 +501,12 @@ impl BackgroundService for ConfigWatcher {
                 }
             }
             if names_a_watched_file(&event.paths, &followed.names) {
-                let _ = tx.send(Heard::Change);
+                let heard = if is_a_write_under_way(&event.kind) {
+                    Heard::Writing
+                } else {
+                    Heard::Change
+                };
+                let _ = tx.send(heard);
             }
         });
         let mut watcher = match watcher {
@@ -496,6 +517,8 @@ impl BackgroundService for ConfigWatcher {
             }
         };
         let mut missing = Vec::new();
+        // When a write not closed yet is read anyway ([`UNCLOSED_WRITE`]).
+        let mut unclosed: Option<tokio::time::Instant> = None;
         loop {
             let (began, renamed) = self.watch_new_files(&mut watcher, &followed, &mut missing);
             if !began.is_empty() || renamed {
@@ -508,16 +531,23 @@ impl BackgroundService for ConfigWatcher {
                     tracing::info!(dir = %dir.display(), "watching the config directory");
                 }
             }
+            let held_until = unclosed.unwrap_or_else(tokio::time::Instant::now);
             tokio::select! {
                 _ = shutdown.changed() => return,
                 // A reading by any trigger (this watcher's own included): watch what it named.
                 _ = self.store.readings.notified() => continue,
                 // A directory not there to watch: it may be now.
                 _ = tokio::time::sleep(RETRY), if !missing.is_empty() => continue,
+                // A write never closed: read what it left.
+                _ = tokio::time::sleep_until(held_until), if unclosed.is_some() => {}
                 heard = rx.recv() => match heard {
                     None => return,
                     Some(Heard::DirectoryGone(dir)) => {
                         lost(&dir, &mut watcher, &followed, &mut missing);
+                        continue;
+                    }
+                    Some(Heard::Writing) => {
+                        unclosed.get_or_insert_with(|| tokio::time::Instant::now() + UNCLOSED_WRITE);
                         continue;
                     }
                     Some(Heard::Change) => {}
@@ -525,11 +555,21 @@ impl BackgroundService for ConfigWatcher {
             }
             // Debounce: editors and ConfigMap swaps write in bursts.
             tokio::time::sleep(DEBOUNCE).await;
+            // A write begun after the last change (and not closed yet) is read at its close.
+            let mut writing = false;
             while let Ok(heard) = rx.try_recv() {
-                if let Heard::DirectoryGone(dir) = heard {
-                    lost(&dir, &mut watcher, &followed, &mut missing);
+                match heard {
+                    Heard::DirectoryGone(dir) => lost(&dir, &mut watcher, &followed, &mut missing),
+                    Heard::Writing => writing = true,
+                    Heard::Change => writing = false,
                 }
             }
+            let overdue = unclosed.is_some_and(|at| at <= tokio::time::Instant::now());
+            if writing && !overdue {
+                unclosed.get_or_insert_with(|| tokio::time::Instant::now() + UNCLOSED_WRITE);
+                continue;
+            }
+            unclosed = None;
             self.look().await;
         }
     }
@@ -676,6 +716,23 @@ mod tests {
             EventKind::Modify(ModifyKind::Metadata(MetadataKind::AccessTime)),
         ] {
             assert!(!may_change_the_file(&kind), "{kind:?}");
+        }
+    }
+
+    /// A write is read at its close: in between, the file may hold a valid part of it.
+    #[test]
+    fn a_write_is_under_way_until_its_close() {
+        use notify::event::{CreateKind, DataChange, RenameMode};
+        assert!(is_a_write_under_way(&EventKind::Modify(ModifyKind::Data(
+            DataChange::Any
+        ))));
+        for kind in [
+            EventKind::Access(AccessKind::Close(AccessMode::Write)),
+            EventKind::Modify(ModifyKind::Name(RenameMode::Both)),
+            EventKind::Create(CreateKind::File),
+            EventKind::Any,
+        ] {
+            assert!(!is_a_write_under_way(&kind), "{kind:?}");
         }
     }
 
