@@ -479,6 +479,30 @@ mod tests {
         );
     }
 
+    /// A token pasted where its digest goes (unquoted digits read as an integer) stays out
+    /// of the report, in either digest key.
+    #[test]
+    fn a_digest_of_another_type_is_refused_without_its_value() {
+        let text = "[listen]\nproxy = \"127.0.0.1:8080\"\n[upstream]\naddresses = []\n\
+                    [[auth.agents]]\nid = \"a\"\ntoken_sha256 = 48151623429\n\
+                    [[auth.agents]]\nid = \"b\"\n[[auth.agents.tokens]]\nsha256 = 48151623429\n";
+        let found = problems(text);
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(
+            found[0].starts_with("auth.agents[0].token_sha256 "),
+            "{found:?}"
+        );
+        assert!(
+            found[1].starts_with("auth.agents[1].tokens[0].sha256 "),
+            "{found:?}"
+        );
+        assert!(
+            found[1].ends_with("must be a hex SHA-256 digest"),
+            "{found:?}"
+        );
+        assert!(!found.concat().contains("48151623429"), "{found:?}");
+    }
+
     #[test]
     fn a_duration_sibling_becomes_its_ms_key() {
         let text = "[listen]\nproxy = \"127.0.0.1:8080\"\n[upstream]\naddresses = []\n\

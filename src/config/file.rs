@@ -281,6 +281,12 @@ impl Default for AuthFile {
     }
 }
 
+/// A hex SHA-256 digest, as `[[auth.agents.tokens]] sha256` takes it. Of a value of another
+/// type the message never repeats the value, as for [`Digests`].
+fn one_digest<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    String::deserialize(d).map_err(|_: D::Error| de::Error::custom("must be a hex SHA-256 digest"))
+}
+
 /// One SHA-256 digest or a list of them, as `token_sha256` takes: `"ab12.."` or
 /// `["ab12..", "cd34.."]` (written back the way it came: one as a string).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -368,7 +374,7 @@ pub struct AgentFile {
 #[serde(deny_unknown_fields)]
 pub struct TokenFile {
     /// The SHA-256 of the token, in hex (required).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "one_digest")]
     pub sha256: String,
     /// RFC 3339 time: from then on the token fails as a wrong one does.
     #[serde(skip_serializing_if = "Option::is_none")]
