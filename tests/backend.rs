@@ -27,12 +27,17 @@ fn two_backends_on_one_port() -> (Backend, Backend) {
     (first, Backend::listening(second))
 }
 
-/// A gateway whose one upstream address is `NAME` at `port`, asked of `dns`.
-fn gateway_on_name(dns: &Dns, port: u16) -> Gateway {
+/// The config of a gateway whose one upstream address is `NAME` at `port`, asked of `dns`.
+fn config_on_name(dns: &Dns, port: u16) -> agent_gateway::config::FileConfig {
     let mut cfg = test_config(&[]);
     cfg.upstream.addresses = vec![format!("{NAME}:{port}")];
     cfg.upstream.resolvers = vec![dns.addr.to_string()];
-    Gateway::builder(cfg).start()
+    cfg
+}
+
+/// A gateway whose one upstream address is `NAME` at `port`, asked of `dns`.
+fn gateway_on_name(dns: &Dns, port: u16) -> Gateway {
+    Gateway::builder(config_on_name(dns, port)).start()
 }
 
 #[test]
@@ -380,4 +385,123 @@ fn a_check_that_only_connects_does_not_end_an_ejection_for_resets() {
     for _ in 0..6 {
         assert_eq!(post(gw.proxy, VERIFY_V1, VERIFY_BODY).status, 200);
     }
+}
+
+/// A backend on `listener` that reads each request's head, holds it until `gate` opens, then
+/// closes the connection unanswered (a reset, as the gateway sees it); how many requests it
+/// has read. A health check's bare connect carries none.
+fn unanswering(listener: TcpListener, gate: Gate) -> Arc<AtomicUsize> {
+    let read = Arc::new(AtomicUsize::new(0));
+    let counted = read.clone();
+    thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { return };
+            let (counted, gate) = (counted.clone(), gate.clone());
+            thread::spawn(move || {
+                let mut reader = BufReader::new(conn);
+                let mut line = String::new();
+                while reader.read_line(&mut line).unwrap_or(0) > 0 {
+                    if line == "\r\n" {
+                        counted.fetch_add(1, Ordering::SeqCst);
+                        gate.wait();
+                        return;
+                    }
+                    line.clear();
+                }
+            });
+        }
+    });
+    read
+}
+
+/// `NAME` answering 127.0.0.1 and 127.0.0.2 on one port, where 127.0.0.1 holds every request
+/// until the gate opens and then closes it unanswered, and 127.0.0.2 answers; ejection after
+/// one failure, active checks off in effect. Returns with one GET held at 127.0.0.1.
+struct HeldAtOne {
+    gw: Gateway,
+    dns: Dns,
+    gate: Gate,
+    port: u16,
+    held: thread::JoinHandle<Response>,
+    _answering: Backend,
+}
+
+fn a_request_held_at_127_0_0_1() -> HeldAtOne {
+    let gate = Gate::new();
+    let failing = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = failing.local_addr().unwrap().port();
+    let answering =
+        Backend::listening(TcpListener::bind(SocketAddr::new(ip("127.0.0.2"), port)).unwrap());
+    let read = unanswering(failing, gate.clone());
+    let dns = Dns::start(&[(NAME, ip("127.0.0.1")), (NAME, ip("127.0.0.2"))]);
+    let mut cfg = config_on_name(&dns, port);
+    cfg.upstream.eject_after_failures = 1;
+    cfg.upstream.health_check_interval_ms = 3_600_000;
+    cfg.upstream.read_timeout_ms = 60_000;
+    let gw = Gateway::builder(cfg).start();
+    // The rotation alternates: one of the first two requests is held at 127.0.0.1.
+    let held = loop {
+        let proxy = gw.proxy;
+        let call = thread::spawn(move || get(proxy, TARGET));
+        wait_until("the request answered or held", || {
+            call.is_finished() || read.load(Ordering::SeqCst) > 0
+        });
+        if read.load(Ordering::SeqCst) > 0 {
+            break call;
+        }
+        assert_eq!(call.join().unwrap().status, 200);
+    };
+    HeldAtOne {
+        gw,
+        dns,
+        gate,
+        port,
+        held,
+        _answering: answering,
+    }
+}
+
+impl HeldAtOne {
+    /// Waits until the gateway's set is `ip` alone.
+    fn wait_for_set(&self, ip: &str, other: &str) {
+        let (port, gw) = (self.port, &self.gw);
+        wait_until(&format!("the set to be {ip} alone"), || {
+            let metrics = gw.scrape();
+            metrics.contains(&format!(
+                "agent_gateway_upstream_address_up{{address=\"{ip}:{port}\"}}"
+            )) && !metrics.contains(&format!("address=\"{other}:{port}\""))
+        });
+    }
+
+    /// Lets the held request fail; its answer.
+    fn fail_the_held_request(self) -> (Gateway, Response) {
+        self.gate.open();
+        let answer = self.held.join().unwrap();
+        drop(self.dns);
+        (self.gw, answer)
+    }
+}
+
+/// An address that leaves the name while a request to it is in flight, and fails that
+/// request, is not ejected: it is in no rotation to leave, and its ejection series, removed
+/// when it left, would come back and stay for good (one more per address DNS ever gave).
+#[test]
+fn a_failure_after_its_address_left_the_name_leaves_no_series_behind() {
+    let held = a_request_held_at_127_0_0_1();
+    held.dns.answer(&[(NAME, ip("127.0.0.2"))]);
+    held.wait_for_set("127.0.0.2", "127.0.0.1");
+    let port = held.port;
+    let (gw, answer) = held.fail_the_held_request();
+    assert_eq!(answer.status, 502);
+    let metrics = gw.settled_scrape();
+    let left = format!("address=\"127.0.0.1:{port}\"");
+    assert!(
+        !metrics.lines().any(|l| l.contains(&left)),
+        "a series of the address that left:\n{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains(&left))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 }

@@ -511,7 +511,9 @@ impl Backends {
     }
 
     /// Counts a failure of `address`, in `set`, and ejects it when they are enough in a row
-    /// and another address would still take requests.
+    /// and another address would still take requests. An address that has left the set (a
+    /// request still in flight to it failed) is in no rotation to be ejected from: ejecting
+    /// it would bring back its ejection series, removed when it left, for good.
     pub fn failed(
         &self,
         set: &[Arc<Address>],
@@ -519,9 +521,17 @@ impl Backends {
         is_up: impl Fn(&Address) -> bool,
         upstream: &UpstreamConfig,
     ) {
+        if address.is_retired() {
+            return;
+        }
         let failures = address.failures.fetch_add(1, Ordering::Relaxed) + 1;
         let config = &upstream.ejection;
         if config.after_failures == 0 || failures < config.after_failures {
+            return;
+        }
+        // Held to the end: a rebuild retires addresses, and drops their series, under it.
+        let _following = self.following();
+        if address.is_retired() {
             return;
         }
         let others = set
