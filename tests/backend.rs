@@ -505,3 +505,18 @@ fn a_failure_after_its_address_left_the_name_leaves_no_series_behind() {
             .join("\n")
     );
 }
+
+/// An address whose request fails after DNS made it the only one is not ejected: the
+/// addresses that would take requests instead are those of the set now, not of the set the
+/// request started with.
+#[test]
+fn the_last_address_of_a_name_is_not_ejected_for_the_set_a_request_started_with() {
+    let held = a_request_held_at_127_0_0_1();
+    held.dns.answer(&[(NAME, ip("127.0.0.1"))]);
+    held.wait_for_set("127.0.0.1", "127.0.0.2");
+    let port = held.port;
+    let (gw, answer) = held.fail_the_held_request();
+    assert_eq!(answer.status, 502);
+    let up = format!("agent_gateway_upstream_address_up{{address=\"127.0.0.1:{port}\"}}");
+    assert_eq!(gw.metric(&up), 1.0, "{}", gw.log());
+}

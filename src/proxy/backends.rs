@@ -510,13 +510,14 @@ impl Backends {
             .collect()
     }
 
-    /// Counts a failure of `address`, in `set`, and ejects it when they are enough in a row
-    /// and another address would still take requests. An address that has left the set (a
+    /// Counts a failure of `address` and ejects it when they are enough in a row and another
+    /// address of the set now would still take requests: not of the set the request started
+    /// with, which DNS or a reload may have changed since (its other addresses gone, the
+    /// failing one the last left). An address that has left the set (a
     /// request still in flight to it failed) is in no rotation to be ejected from: ejecting
     /// it would bring back its ejection series, removed when it left, for good.
     pub fn failed(
         &self,
-        set: &[Arc<Address>],
         address: &Address,
         is_up: impl Fn(&Address) -> bool,
         upstream: &UpstreamConfig,
@@ -534,7 +535,9 @@ impl Backends {
         if address.is_retired() {
             return;
         }
-        let others = set
+        let others = self
+            .current()
+            .addresses
             .iter()
             .any(|a| a.addr != address.addr && is_up(a) && !a.is_ejected());
         let now = Instant::now();

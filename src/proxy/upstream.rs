@@ -93,13 +93,8 @@ impl Upstream {
     /// the client: it counts against the address as an answer that is not HTTP does.
     pub fn answer_broke(&self, snap: &Snapshot, address: &Address, kind: UpstreamErrorKind) {
         if counts_against(kind, false) {
-            let backend = self.backend();
-            self.backends.failed(
-                &backend.addresses,
-                address,
-                |a| self.health.is_up(&a.addr),
-                &snap.upstream,
-            );
+            self.backends
+                .failed(address, |a| self.health.is_up(&a.addr), &snap.upstream);
         }
     }
 
@@ -206,12 +201,8 @@ impl Upstream {
                                 UpstreamError::caused(classify(&e), "connecting to the backend", e);
                             record.errors.push(failure.kind);
                             tracing::warn!(request_id = %request_id, peer = %peer, error = %Chain(&failure), "upstream connect failed");
-                            self.backends.failed(
-                                set,
-                                address,
-                                |a| self.health.is_up(&a.addr),
-                                upstream,
-                            );
+                            self.backends
+                                .failed(address, |a| self.health.is_up(&a.addr), upstream);
                             last_failure = failure;
                             rotation.next();
                             continue;
@@ -230,12 +221,8 @@ impl Upstream {
                     record.errors.push(failure.kind);
                     tracing::warn!(request_id = %request_id, peer = %peer, reused, error = %Chain(&failure), "upstream exchange failed");
                     if counts_against(failure.kind, reused) {
-                        self.backends.failed(
-                            set,
-                            address,
-                            |a| self.health.is_up(&a.addr),
-                            upstream,
-                        );
+                        self.backends
+                            .failed(address, |a| self.health.is_up(&a.addr), upstream);
                     }
                     // A kept-alive connection the backend had already closed: a read goes
                     // once more, to the next address in rotation (this one just failed), or
