@@ -520,3 +520,42 @@ fn the_last_address_of_a_name_is_not_ejected_for_the_set_a_request_started_with(
     let up = format!("agent_gateway_upstream_address_up{{address=\"127.0.0.1:{port}\"}}");
     assert_eq!(gw.metric(&up), 1.0, "{}", gw.log());
 }
+
+/// A reload that raises `upstream.max_connections_per_address` lets the requests waiting at
+/// the old budget connect at once, and those that come after, rather than queue them all
+/// behind the first, held to the old budget until a connection comes back (or answered 503
+/// at `upstream.pending_timeout_ms`) while the new budget has room.
+#[test]
+fn a_reload_that_raises_the_budget_lets_the_waiting_requests_connect() {
+    let gate = Gate::new();
+    let backend = counting_backend(gate.clone());
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.upstream.max_connections_per_address = Some(1);
+    cfg.upstream.pending_timeout_ms = 4_000;
+    cfg.upstream.read_timeout_ms = 60_000;
+    let gw = Gateway::builder(cfg.clone()).start();
+    let call = || {
+        let proxy = gw.proxy;
+        thread::spawn(move || get(proxy, TARGET))
+    };
+    let mut calls: Vec<_> = (0..3).map(|_| call()).collect();
+    wait_until("one request at the backend, two waiting", || {
+        backend.most.load(Ordering::SeqCst) == 1
+            && metric_value(&gw.scrape(), "agent_gateway_in_flight_requests") == Some(3.0)
+    });
+    cfg.upstream.max_connections_per_address = Some(4);
+    gw.reload(&cfg);
+    calls.push(call());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while backend.most.load(Ordering::SeqCst) < 4 && std::time::Instant::now() < deadline {
+        thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let most = backend.most.load(Ordering::SeqCst);
+    gate.open();
+    let statuses: Vec<u16> = calls
+        .into_iter()
+        .map(|c| c.join().unwrap().status)
+        .collect();
+    assert_eq!(most, 4, "the requests did not connect under the new budget");
+    assert_eq!(statuses, [200; 4]);
+}

@@ -41,6 +41,10 @@ pub struct AddressSet {
     pub addresses: Vec<Arc<Address>>,
     /// `upstream.base_path` of the config followed; `None` before the first.
     pub base: Option<BasePath>,
+    /// The connection budget of the config followed; `None` before the first. A request
+    /// waiting for a connection follows the budget of the set of the moment, not of its own
+    /// snapshot: the budget is the backend's, shared by every request.
+    pub budget: Option<BudgetConfig>,
 }
 
 /// One address of the rotation and its state.
@@ -235,6 +239,15 @@ impl Address {
     /// A connection went back to the pool: the oldest waiting request may take it.
     pub fn returned(&self) {
         wake_oldest(&mut self.slots());
+    }
+
+    /// The budget became `max`: wakes as many of the oldest waiting requests as it has room
+    /// for now, to open their connections.
+    fn budget_changed(&self, max: Option<usize>) {
+        let mut slots = self.slots();
+        for _ in 0..budget::room(slots.open, max, slots.queue.len()) {
+            wake_oldest(&mut slots);
+        }
     }
 
     /// Whether requests may go to it at `now`: not while it is ejected.
@@ -433,10 +446,26 @@ impl Backends {
             self.metrics.address_left(&gone.addr.to_string());
             tracing::info!(address = %gone.addr, "upstream address left the set; its connections drain and close");
         }
+        let max = upstream.budget.max_connections_per_address;
+        let budget_changed = self
+            .set
+            .load()
+            .budget
+            .is_some_and(|was| was.max_connections_per_address != max);
         self.set.store(Arc::new(AddressSet {
             addresses,
             base: Some(base.clone()),
+            budget: Some(upstream.budget),
         }));
+        if budget_changed {
+            // Requests waiting at the old budget look again under the new one (retired
+            // addresses' too: those waiting for one still go to it).
+            let set = self.set.load();
+            let retired = retired.0.iter().filter_map(Weak::upgrade);
+            for address in set.addresses.iter().cloned().chain(retired) {
+                address.budget_changed(max);
+            }
+        }
     }
 
     /// The names due for a lookup at `now` and the DNS settings, and when the next one is due.
@@ -789,6 +818,47 @@ mod tests {
         drop(busy);
         backends.follow_snapshot(&config(&[a, b]));
         assert_eq!(address_of(a).open(), 0, "nothing open: a fresh start");
+    }
+
+    /// A reload that raises the budget wakes as many waiting requests as it has room for,
+    /// and the set carries the new budget for them to look again under.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_raised_budget_wakes_the_requests_it_has_room_for() {
+        let backend: SocketAddr = "10.0.0.1:80".parse().unwrap();
+        let config = |max| {
+            let mut cfg = FileConfig::for_test("127.0.0.1:0".parse().unwrap(), &[backend]);
+            cfg.upstream.max_connections_per_address = Some(max);
+            cfg.snapshot()
+        };
+        let backends = backends();
+        backends.follow_snapshot(&config(1));
+        let address = backends.current_full().addresses[0].clone();
+        let budget = backends.current_full().budget.unwrap();
+        let Ok(Admit::Connect(_busy)) = address.admit(&budget, false) else {
+            panic!("the first connection is within the budget");
+        };
+        let mut waiting: Vec<Waiter> = (0..3)
+            .map(|_| match address.admit(&budget, false) {
+                Ok(Admit::Wait(w)) => w,
+                _ => panic!("the others wait"),
+            })
+            .collect();
+        backends.follow_snapshot(&config(3));
+        let woken: Vec<bool> = waiting
+            .iter_mut()
+            .map(|w| w.woken.try_recv().is_ok())
+            .collect();
+        assert_eq!(
+            woken,
+            [true, true, false],
+            "room for two more, oldest first"
+        );
+        let budget = backends.current_full().budget.unwrap();
+        assert_eq!(budget.max_connections_per_address, Some(3));
+        assert!(matches!(
+            address.admit(&budget, true),
+            Ok(Admit::Connect(_))
+        ));
     }
 
     /// A shorter idle timeout closes what it makes expired at once: the sweeper is woken.

@@ -105,7 +105,7 @@ impl Upstream {
     async fn acquire(
         &self,
         address: &Arc<Address>,
-        budget: &BudgetConfig,
+        mut budget: BudgetConfig,
         idle_timeout: Duration,
         reuse: bool,
         started: Instant,
@@ -121,7 +121,7 @@ impl Upstream {
                     return Ok(Acquired::Reused(conn));
                 }
             }
-            let admitted = address.admit(budget, woken);
+            let admitted = address.admit(&budget, woken);
             // A resend may not reuse an idle connection, but on its turn it takes the place of
             // one (closing it) rather than wait: woken by each connection that comes back, it
             // would wait for one to close while the idle ones piled up and the queue behind it
@@ -143,6 +143,11 @@ impl Upstream {
             }
             woken = true;
             now = tokio::time::Instant::now();
+            // A reload may have changed the budget while it waited (and woke it, if it gave
+            // room): the address's budget is the one of now.
+            if let Some(latest) = self.backends.current().budget {
+                budget = latest;
+            }
         }
     }
 
@@ -179,7 +184,7 @@ impl Upstream {
             let acquired = self
                 .acquire(
                     address,
-                    &upstream.budget,
+                    backend.budget.unwrap_or(upstream.budget),
                     upstream.idle_timeout,
                     !resent,
                     started,
@@ -448,7 +453,7 @@ mod tests {
             (self.upstream)
                 .acquire(
                     &self.set.addresses[0],
-                    &up.budget,
+                    up.budget,
                     up.idle_timeout,
                     false,
                     started,

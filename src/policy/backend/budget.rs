@@ -26,6 +26,13 @@ pub fn admit(open: usize, max: Option<usize>, waiting: usize) -> Admission {
     }
 }
 
+/// How many of `waiting` requests may open a connection now to an address with `open`, under
+/// `max` (`None`: unlimited): those a reload that raised the budget wakes, which would
+/// otherwise wait for a connection to come back while the new budget has room.
+pub fn room(open: usize, max: Option<usize>, waiting: usize) -> usize {
+    max.map_or(waiting, |max| max.saturating_sub(open).min(waiting))
+}
+
 /// Whether an idle connection may be reused: not while others wait for one.
 pub fn may_reuse(waiting: usize) -> bool {
     waiting == 0
@@ -110,6 +117,10 @@ mod tests {
             "no jumping the queue"
         );
         assert!(may_reuse(0) && !may_reuse(2));
+        assert_eq!(room(1, Some(4), 2), 2);
+        assert_eq!(room(1, Some(4), 5), 3);
+        assert_eq!(room(6, Some(4), 5), 0, "over a lowered budget");
+        assert_eq!(room(1, None, 5), 5);
         assert!(may_wait(0, 1) && !may_wait(1, 1) && !may_wait(0, 0));
     }
 
