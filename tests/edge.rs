@@ -803,3 +803,41 @@ fn an_admin_request_is_refused_before_its_body_is_read_and_a_long_body_is_refuse
     assert_eq!(reloaded.status, 200, "{}", reloaded.text());
     assert_ne!(generation(), before);
 }
+
+/// Headers other than `X-Forwarded-Proto` and `X-Forwarded-For` by which frameworks learn the
+/// scheme (Rack and Spring read `X-Forwarded-Ssl: on` and `X-Forwarded-Scheme`, Rack before
+/// `X-Forwarded-Proto`), the path prefix (`X-Forwarded-Prefix`: Spring, Werkzeug, ASP.NET) or
+/// the client's address (`Client-IP`: Rails; `True-Client-IP`, `X-Client-IP`,
+/// `X-Cluster-Client-IP`) are a client's own word, as `Forwarded` and `X-Real-IP` are: a
+/// client of a plain-HTTP listener would be served as if it had come over TLS, or with links
+/// under a prefix of its choosing.
+#[test]
+fn a_client_s_word_on_its_scheme_prefix_or_address_does_not_reach_the_backend() {
+    let backend = Backend::start();
+    let gw = Gateway::start(&[backend.addr]);
+    let claims = [
+        ("X-Forwarded-Ssl", "on"),
+        ("X-Forwarded-Scheme", "https"),
+        ("X-Forwarded-Prefix", "/evil"),
+        ("Client-IP", "10.0.0.1"),
+        ("True-Client-IP", "10.0.0.1"),
+        ("X-Client-IP", "10.0.0.1"),
+        ("X-Cluster-Client-IP", "10.0.0.1"),
+    ];
+    let mut head = String::new();
+    for (name, value) in claims {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    let answer = raw(gw.proxy, &status_request(TOKEN, &head)).expect("an answer");
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let seen = backend.last();
+    for (name, _) in claims {
+        assert_eq!(seen.header(name), None, "{name} reached the backend");
+    }
+    assert_eq!(seen.header("x-forwarded-proto"), Some("http"));
+    // Written with underscores, as CGI reads them, they are refused as the others are.
+    let aliased = status_request(TOKEN, "X_Forwarded_Ssl: on\r\n");
+    let refused = raw(gw.proxy, &aliased).expect("an answer");
+    assert_eq!(refused.status, 400, "{}", refused.text());
+    assert_eq!(refused.json()["message_code"], 40004);
+}

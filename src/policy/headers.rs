@@ -10,7 +10,7 @@ use crate::http1::list_elements;
 /// Request headers that describe one hop, not the request, that the gateway sets itself, or
 /// that would tell the backend something other than what the gateway decided on; never
 /// forwarded as sent.
-pub const NOT_FORWARDED: HeaderNames<21> = HeaderNames::new([
+pub const NOT_FORWARDED: HeaderNames<28> = HeaderNames::new([
     // The client's hop and its framing.
     "connection",
     "keep-alive",
@@ -40,6 +40,17 @@ pub const NOT_FORWARDED: HeaderNames<21> = HeaderNames::new([
     "x-real-ip",
     "x-forwarded-host",
     "x-forwarded-port",
+    // The same, by the other names frameworks read: the scheme (`X-Forwarded-Ssl: on`, which
+    // Rack and Spring read before or beside `X-Forwarded-Proto`, and `X-Forwarded-Scheme`), the
+    // path prefix the client called under (Spring, Werkzeug, ASP.NET), and its address (Rails
+    // reads `Client-IP`; CDNs write the others).
+    "x-forwarded-ssl",
+    "x-forwarded-scheme",
+    "x-forwarded-prefix",
+    "client-ip",
+    "true-client-ip",
+    "x-client-ip",
+    "x-cluster-client-ip",
 ]);
 
 /// The W3C trace context (`traceparent`, `tracestate`). When the gateway traces, the backend
@@ -76,8 +87,8 @@ pub fn connection_lists_decided(value: &[u8]) -> bool {
 
 /// Up to this many names, a set compares a name with each: constants once inlined, which
 /// the compiler compares length first, then byte by byte. Past it, the table by length costs
-/// less. Measured with benches/instructions.sh: the 21 names [`NOT_FORWARDED`] has now cost
-/// some 450 instructions a request compared one by one, about 100 by the table; the 7 of
+/// less. Measured with benches/instructions.sh, when [`NOT_FORWARDED`] had 21 names: they
+/// cost some 450 instructions a request compared one by one, about 100 by the table; the 7 of
 /// [`NOT_RELAYED`] cost some 280 more by the table than one by one.
 const SMALL: usize = 8;
 
@@ -256,6 +267,8 @@ mod tests {
             (b"Proxy_Connection", true),
             (b"X_Original_URL", true),
             (b"x_real_ip", true),
+            (b"X_Forwarded_Ssl", true),
+            (b"true_client_ip", true),
             (b"Transfer-Encoding", false),
             (b"X_Custom", false),
             (b"X_Auth_Token_2", false),
