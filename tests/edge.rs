@@ -841,3 +841,21 @@ fn a_client_s_word_on_its_scheme_prefix_or_address_does_not_reach_the_backend() 
     assert_eq!(refused.status, 400, "{}", refused.text());
     assert_eq!(refused.json()["message_code"], 40004);
 }
+
+/// An empty `X-Forwarded-For` line is ignored wherever it is: the backend gets no empty entry
+/// (and the client on its right), and the gateway, too, takes the client from the entries.
+#[test]
+fn an_empty_x_forwarded_for_after_the_client_does_not_make_the_proxy_the_client() {
+    let backend = Backend::start();
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.listen.trusted_proxies = vec!["127.0.0.0/8".into()];
+    let gw = Gateway::builder(cfg).start();
+    let head = "X-Forwarded-For: 198.51.100.1\r\nX-Forwarded-For:\r\nX-Request-Id: xff-empty\r\n";
+    let answer = raw(gw.proxy, &status_request(TOKEN, head)).expect("an answer");
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    assert_eq!(
+        backend.last().header("x-forwarded-for"),
+        Some("198.51.100.1, 127.0.0.1")
+    );
+    assert_eq!(gw.access_line("xff-empty")["client_addr"], "198.51.100.1");
+}

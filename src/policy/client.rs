@@ -24,6 +24,8 @@ pub fn is_trusted(ip: IpAddr, trusted: &[IpNet]) -> bool {
 /// of the `X-Forwarded-For` headers (`forwarded_for`, in the order they came) that is not
 /// trusted. A list that is all trusted proxies gives its left-most; an entry that is not an
 /// address stops the walk at the last trusted one (nothing left of a broken entry is believed).
+/// An empty header (`X-Forwarded-For:`) is no entry: the backend gets none for it
+/// (`proxy::forwarding`), so it must not stop the walk here either.
 pub fn client_address<'h>(
     peer: IpAddr,
     forwarded_for: impl Iterator<Item = &'h [u8]>,
@@ -36,6 +38,9 @@ pub fn client_address<'h>(
     // Read only from a trusted peer: collected then, to be walked from the right.
     let headers: Vec<&[u8]> = forwarded_for.collect();
     for header in headers.into_iter().rev() {
+        if header.trim_ascii().is_empty() {
+            continue;
+        }
         for entry in header.rsplit(|&b| b == b',') {
             let Some(ip) = std::str::from_utf8(entry.trim_ascii())
                 .ok()
@@ -108,6 +113,12 @@ mod tests {
         assert_eq!(
             client("10.0.0.2", &["10.9.9.9, 10.1.1.1"], &trusted),
             ip("10.9.9.9")
+        );
+        // An empty header, wherever it is, is no entry.
+        let empty_last = ["198.51.100.1", "", " "];
+        assert_eq!(
+            client("10.0.0.2", &empty_last, &trusted),
+            ip("198.51.100.1")
         );
         // A broken entry stops the walk at the last trusted address.
         let broken = "198.51.100.1, unknown, 10.1.1.1";
