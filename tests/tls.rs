@@ -482,3 +482,51 @@ fn v1_usage_reads_a_prometheus_over_https_with_a_token_or_basic_auth() {
     );
     assert!(!text(&out).contains("wrong"), "{}", text(&out));
 }
+
+/// A client that opens a TLS connection and sends its ClientHello a byte now and then (or
+/// nothing at all) is cut off within `limits.client_header_timeout_ms`, as a slow request head
+/// is: before, the handshake had 60 s, so each such connection held its place six times as
+/// long as a slowloris on a plain listener.
+#[tokio::test(start_paused = true)]
+async fn a_slow_tls_handshake_is_cut_off_as_a_slow_head_is() {
+    use common::paused::{PausedBackend, PausedGateway};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let pki = TestPki::localhost("slow");
+    let backend = PausedBackend::start().await;
+    let mut cfg = test_config(&[backend.addr]);
+    pki.serve_on(&mut cfg);
+    cfg.limits.client_header_timeout_ms = 3000;
+    let gw = PausedGateway::start(&cfg).await;
+    let started = tokio::time::Instant::now();
+    // A handshake record announced 16 KiB long, its bytes sent one every 100 ms.
+    let mut slow = tokio::net::TcpStream::connect(gw.proxy).await.unwrap();
+    slow.write_all(&[0x16, 0x03, 0x01, 0x40, 0x00])
+        .await
+        .unwrap();
+    let mut silent = tokio::net::TcpStream::connect(gw.proxy).await.unwrap();
+    let slow_cut = async {
+        loop {
+            let mut buf = [0u8; 64];
+            tokio::select! {
+                read = slow.read(&mut buf) => if !matches!(read, Ok(n) if n > 0) { break },
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {
+                    if slow.write_all(&[0x01]).await.is_err() { break }
+                }
+            }
+        }
+        started.elapsed()
+    };
+    let silent_cut = async {
+        let mut rest = Vec::new();
+        let _ = silent.read_to_end(&mut rest).await;
+        started.elapsed()
+    };
+    let bound = Duration::from_secs(10);
+    let (slow_after, silent_after) =
+        tokio::time::timeout(bound, async { tokio::join!(slow_cut, silent_cut) })
+            .await
+            .expect("a slow or silent TLS client was not cut off within 10 s");
+    for after in [slow_after, silent_after] {
+        assert!(after < Duration::from_millis(3500), "{after:?}");
+    }
+}

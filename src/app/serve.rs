@@ -56,9 +56,6 @@ impl BeforeExit {
     }
 }
 
-/// The longest a TLS handshake may take: pingora's own bound for its listeners.
-const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(60);
-
 /// How often a draining gateway looks whether its last request has ended.
 const DRAIN_POLL: Duration = Duration::from_millis(20);
 
@@ -213,13 +210,17 @@ async fn accept_proxy(
                     }
                 }
             }
+            // The handshake is bounded as a request head is: a client that sends its
+            // ClientHello a byte now and then (or nothing) holds its connection no longer
+            // than a slowloris on a plain listener.
+            let handshake_timeout = snap.limits.client_header_timeout;
             drop(snap);
             // An IPv4 client on a dual-stack (`[::]`) listener, or named so by a PROXY header,
             // arrives as `::ffff:a.b.c.d`: every later layer (the log, the throttle, the
             // forwarded `X-Forwarded-For`) sees its IPv4 address.
             let client = client.map(|ip| ip.to_canonical());
             let stream = match tls {
-                Some(tls) => match handshake(&tls, *stream, peer).await {
+                Some(tls) => match handshake(&tls, *stream, peer, handshake_timeout).await {
                     Some(stream) => stream,
                     None => return,
                 },
@@ -231,12 +232,17 @@ async fn accept_proxy(
     .await;
 }
 
-/// The TLS handshake of a client connection from `peer`; `None` (logged) when it fails or
-/// stalls.
-async fn handshake(tls: &Acceptor, stream: TcpConn, peer: SocketAddr) -> Option<Stream> {
+/// The TLS handshake of a client connection from `peer`, within `timeout`
+/// (`limits.client_header_timeout`); `None` (logged) when it fails or stalls.
+async fn handshake(
+    tls: &Acceptor,
+    stream: TcpConn,
+    peer: SocketAddr,
+    timeout: Duration,
+) -> Option<Stream> {
     // Boxed: the handshake's state would otherwise size the connection's task for its whole
     // life, long after the handshake is over.
-    match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, Box::pin(tls.tls_handshake(stream))).await {
+    match tokio::time::timeout(timeout, Box::pin(tls.tls_handshake(stream))).await {
         Ok(Ok(tls)) => Some(Box::new(tls)),
         Ok(Err(e)) => {
             tracing::debug!(peer = %peer, error = %e, "TLS handshake failed");
