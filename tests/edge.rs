@@ -859,3 +859,53 @@ fn an_empty_x_forwarded_for_after_the_client_does_not_make_the_proxy_the_client(
     );
     assert_eq!(gw.access_line("xff-empty")["client_addr"], "198.51.100.1");
 }
+
+/// The admin listener answers everyone its probes: a client that sends a request head a
+/// byte now and then, or nothing, must not hold a connection (a file descriptor the proxy
+/// listener shares) for longer than a slow head on the proxy listener may.
+#[tokio::test(start_paused = true)]
+async fn a_slow_head_on_the_admin_listener_is_cut_off() {
+    use common::paused::{PausedBackend, PausedGateway};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let backend = PausedBackend::start().await;
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.limits.client_header_timeout_ms = 3000;
+    let gw = PausedGateway::start(&cfg).await;
+    let started = tokio::time::Instant::now();
+    let mut slow = tokio::net::TcpStream::connect(gw.admin).await.unwrap();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Slow: ")
+        .await
+        .unwrap();
+    let cut = async {
+        loop {
+            let mut buf = [0u8; 512];
+            tokio::select! {
+                read = slow.read(&mut buf) => if !matches!(read, Ok(n) if n > 0) { break },
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {
+                    if slow.write_all(b"x").await.is_err() { break }
+                }
+            }
+        }
+        started.elapsed()
+    };
+    let after = tokio::time::timeout(Duration::from_secs(30), cut)
+        .await
+        .expect("a slow head on the admin listener was not cut off within 30 s");
+    assert!(after < Duration::from_millis(3500), "{after:?}");
+
+    // A connection that sends nothing is cut off as soon.
+    let mut silent = common::paused::PausedClient::open(gw.admin).await;
+    let started = tokio::time::Instant::now();
+    assert!(silent.closed().await);
+    assert!(started.elapsed() < Duration::from_millis(3500));
+
+    // A kept-alive connection between requests is not a slow head: its next request, longer
+    // than the timeout after its last, is answered.
+    let probe = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    let mut kept = common::paused::PausedClient::open(gw.admin).await;
+    kept.send(probe).await;
+    assert_eq!(kept.status().await.unwrap(), 200);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    kept.send(probe).await;
+    assert_eq!(kept.status().await.unwrap(), 200);
+}

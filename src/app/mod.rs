@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod board;
+pub mod head_deadline;
 pub mod listeners;
 pub mod logging;
 pub mod proxy_protocol;

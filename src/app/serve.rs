@@ -22,6 +22,7 @@ use pingora::apps::http_app::HttpServer;
 use pingora::services::background::BackgroundService;
 
 use crate::app::admin::AdminApp;
+use crate::app::head_deadline::HeadDeadline;
 use crate::app::listeners::Listeners;
 use crate::app::proxy_protocol;
 use crate::app::reload::ConfigStore;
@@ -118,7 +119,8 @@ pub async fn serve(listeners: Listeners, gateway: Gateway, shutdown: impl Future
         stopped.clone(),
     ));
     if let Some((l, app)) = paired("admin", listeners.admin, admin) {
-        tasks.spawn(accept_app(listener_of(l), app, admin_stopped));
+        let config = store.current().clone();
+        tasks.spawn(accept_admin(listener_of(l), app, config, admin_stopped));
     }
     if let Some((l, app)) = paired("mock backend", listeners.mock_backend, mock_backend) {
         tasks.spawn(accept_app(listener_of(l), app, stopped.clone()));
@@ -272,16 +274,47 @@ where
     let _ = accepting.await;
 }
 
-/// Accepts connections for a pingora app (the admin listener, the mock backend), serving each
+/// Accepts connections for a pingora app (the mock backend, tests' backends), serving each
 /// kept-alive connection's requests one after another.
 async fn accept_app<A>(listener: TcpListener, app: Arc<A>, stopped: ShutdownWatch)
 where
     A: ServerApp + Send + Sync + 'static,
 {
+    accept_app_with(listener, app, stopped, |stream| Box::new(stream)).await;
+}
+
+/// Accepts the admin listener's connections: as [`accept_app`], each request head within
+/// `limits.client_header_timeout` (of the snapshot current at the accept), since the admin
+/// listener answers its probes to anyone who reaches it ([`HeadDeadline`]).
+async fn accept_admin<A>(
+    listener: TcpListener,
+    app: Arc<A>,
+    config: Arc<ArcSwap<Snapshot>>,
+    stopped: ShutdownWatch,
+) where
+    A: ServerApp + Send + Sync + 'static,
+{
+    accept_app_with(listener, app, stopped, move |stream| {
+        let timeout = config.load().limits.client_header_timeout;
+        Box::new(HeadDeadline::new(stream, timeout))
+    })
+    .await;
+}
+
+/// Accepts connections for `app`, each stream made by `wrap` of the accepted connection.
+async fn accept_app_with<A>(
+    listener: TcpListener,
+    app: Arc<A>,
+    stopped: ShutdownWatch,
+    wrap: impl Fn(TcpConn) -> Stream,
+) where
+    A: ServerApp + Send + Sync + 'static,
+{
     accept_until_stopped(&listener, stopped.clone(), |stream, _peer| {
         let (app, stopped) = (app.clone(), stopped.clone());
+        let stream = wrap(stream);
         async move {
-            let mut next = app.process_new(Box::new(stream), &stopped).await;
+            let mut next = app.process_new(stream, &stopped).await;
             while let Some(stream) = next {
                 next = app.process_new(stream, &stopped).await;
             }
