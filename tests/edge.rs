@@ -909,3 +909,38 @@ async fn a_slow_head_on_the_admin_listener_is_cut_off() {
     kept.send(probe).await;
     assert_eq!(kept.status().await.unwrap(), 200);
 }
+
+/// A balancer's PROXY v1 header may reach the gateway in pieces, split wherever TCP splits it:
+/// each piece is waited for until the header's line ends. `ppp` takes a line cut just after the
+/// space before the destination port for a malformed one (an empty port), which closed the
+/// connection of a client the balancer had relayed.
+#[test]
+fn a_proxy_v1_header_split_anywhere_is_waited_for() {
+    let backend = Backend::start();
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.listen.proxy_protocol = true;
+    cfg.listen.trusted_proxies = vec!["127.0.0.1".into()];
+    let gw = Gateway::builder(cfg).start();
+    let header = b"PROXY TCP4 203.0.113.9 10.0.0.1 51000 8080\r\n";
+    let cut = header.len() - "8080\r\n".len();
+    for (i, at) in [cut, cut - 1, 6, header.len() - 1].into_iter().enumerate() {
+        let id = format!("pp-split-{i}");
+        let mut stream = TcpStream::connect(gw.proxy).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        stream.write_all(&header[..at]).unwrap();
+        // The first piece is read alone.
+        std::thread::sleep(Duration::from_millis(200));
+        let mut rest = header[at..].to_vec();
+        rest.extend(status_request(TOKEN, &format!("X-Request-Id: {id}\r\n")));
+        let answer = stream
+            .write_all(&rest)
+            .ok()
+            .and_then(|()| read_response(&mut BufReader::new(stream)));
+        let head = String::from_utf8_lossy(&header[..at]);
+        let answer = answer.unwrap_or_else(|| panic!("closed after {head:?}"));
+        assert_eq!(answer.status, 200, "{head:?}: {}", answer.text());
+        assert_eq!(gw.access_line(&id)["client_addr"], "203.0.113.9");
+    }
+}

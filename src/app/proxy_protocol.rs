@@ -26,6 +26,9 @@ use crate::proxy::tcp::TcpConn;
 /// endpoint id, TLS details) stay far below this.
 pub const MAX_HEADER_BYTES: usize = 4096;
 
+/// The longest v1 header, its CRLF included (the spec's 107 bytes).
+const V1_MAX_BYTES: usize = 107;
+
 /// Why a connection was closed at its PROXY protocol header.
 #[derive(Debug, thiserror::Error)]
 pub enum HeaderError {
@@ -57,6 +60,9 @@ pub enum Source {
 /// What a complete header says, and its length; `Ok(None)` while `bytes` could still become
 /// a header.
 pub fn parse(bytes: &[u8]) -> Result<Option<(usize, Source)>, HeaderError> {
+    if v1_line_pending(bytes) {
+        return Ok(None);
+    }
     let header = HeaderResult::parse(bytes);
     if header.is_incomplete() {
         return Ok(None);
@@ -91,6 +97,20 @@ pub fn parse(bytes: &[u8]) -> Result<Option<(usize, Source)>, HeaderError> {
         HeaderResult::V1(Err(e)) => Err(malformed(&e)),
         HeaderResult::V2(Err(e)) => Err(malformed(&e)),
     }
+}
+
+/// Whether `bytes` begin a v1 header whose line has not ended yet. `ppp` is given a v1 header
+/// only whole: it takes some lines cut short for broken ones (one cut just after the space
+/// before the destination port reads as an empty port), and TCP may cut a balancer's header
+/// anywhere.
+fn v1_line_pending(bytes: &[u8]) -> bool {
+    const PREFIX: &[u8] = b"PROXY ";
+    let begins = if bytes.len() < PREFIX.len() {
+        PREFIX.starts_with(bytes)
+    } else {
+        bytes.starts_with(PREFIX)
+    };
+    begins && bytes.len() < V1_MAX_BYTES && memchr::memchr(b'\n', bytes).is_none()
 }
 
 /// Reads the header `stream` from `peer` opens with, within `timeout`: the client's address
@@ -199,6 +219,45 @@ mod tests {
         );
     }
 
+    /// Every piece a header may arrive in, short of the whole, waits for more; the whole is
+    /// the header.
+    #[test]
+    fn a_header_cut_anywhere_waits_for_the_rest() {
+        let addresses: v2::Addresses = (
+            "[2001:db8::7]:443".parse::<SocketAddr>().unwrap(),
+            "[2001:db8::1]:8080".parse::<SocketAddr>().unwrap(),
+        )
+            .into();
+        let v2 = v2::Builder::with_addresses(
+            v2::Version::Two | v2::Command::Proxy,
+            v2::Protocol::Stream,
+            addresses,
+        )
+        .write_tlv(v2::Type::Authority, b"gw.example")
+        .unwrap()
+        .build()
+        .unwrap();
+        for header in [
+            &b"PROXY TCP4 203.0.113.9 10.0.0.1 51000 8080\r\n"[..],
+            b"PROXY TCP6 2001:db8::7 2001:db8::1 443 8080\r\n",
+            b"PROXY UNKNOWN 203.0.113.9 10.0.0.1 51000 8080\r\n",
+            &v2,
+        ] {
+            let shown = String::from_utf8_lossy(header);
+            for cut in 1..header.len() {
+                let piece = &header[..cut];
+                let parsed = parse(piece);
+                assert!(
+                    matches!(parsed, Ok(None)),
+                    "{shown:?} cut at {cut}: {parsed:?}"
+                );
+            }
+            let mut whole = header.to_vec();
+            whole.extend(b"GET / HTTP/1.1\r\n");
+            assert_eq!(parse(&whole).unwrap().unwrap().0, header.len(), "{shown:?}");
+        }
+    }
+
     #[test]
     fn a_partial_header_waits_and_a_broken_one_is_refused() {
         assert!(parse(b"PROXY TCP4 203.0.113.9").unwrap().is_none());
@@ -207,6 +266,8 @@ mod tests {
             &b"GET / HTTP/1.1\r\nHost: gw\r\n\r\n"[..],
             b"PROXY TCP4 999.0.113.9 10.0.0.1 51000 8080\r\n",
             b"PROXY TCP9 203.0.113.9 10.0.0.1 51000 8080\r\n",
+            b"PROXY TCP4 203.0.113.9 10.0.0.1 51000 \r\n",
+            &[b'P'; V1_MAX_BYTES][..],
         ] {
             assert!(parse(bad).is_err(), "{bad:?}");
         }
