@@ -136,15 +136,20 @@ impl<const N: usize> HeaderNames<N> {
                 .iter()
                 .any(|n| name.eq_ignore_ascii_case(n.as_bytes()));
         }
-        let (Some(&(mut candidates)), Some(first)) = (self.by_length.get(name.len()), name.first())
+        let (Some(&(mut candidates)), Some(first), Some(last)) =
+            (self.by_length.get(name.len()), name.first(), name.last())
         else {
             return false;
         };
-        let first = first.to_ascii_lowercase();
+        let (first, last) = (first.to_ascii_lowercase(), last.to_ascii_lowercase());
         while candidates != 0 {
             let listed = self.names[candidates.trailing_zeros() as usize].as_bytes();
-            // The first byte tells most names of one length apart, before a whole compare.
-            if listed[0] == first && name.eq_ignore_ascii_case(listed) {
+            // The first and last bytes tell most names of one length apart (`x-forwarded-*`
+            // and `x-service-agent-id` share their first), before a whole compare.
+            if listed[0] == first
+                && listed[listed.len() - 1] == last
+                && name.eq_ignore_ascii_case(listed)
+            {
                 return true;
             }
             candidates &= candidates - 1;
