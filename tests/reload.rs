@@ -771,3 +771,57 @@ fn an_agents_file_read_half_way_through_an_in_place_write_is_not_applied() {
     });
     drop(writer);
 }
+
+/// A file the config names that could not be read is read again each second until it can be:
+/// a read error can end with no event in a watched directory (too many open files; here the
+/// target of a link, in a directory nobody watches, removed and put back), and a revocation in
+/// the file must not wait for the next change. The retries count no failure of their own.
+#[test]
+fn an_agents_file_that_could_not_be_read_is_read_again_until_it_can_be() {
+    let backend = Backend::start();
+    let dir = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let target = elsewhere.path().join("agents.toml");
+    let file_of = |id: &str| {
+        let file = AgentsFile {
+            agents: vec![AgentFile::new(id, TOKEN)],
+        };
+        toml::to_string(&file).unwrap()
+    };
+    std::fs::write(&target, file_of("before")).unwrap();
+    let link = dir.path().join("agents.toml");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let mut cfg = config_with_code(backend.addr, "KEPT");
+    cfg.auth.agents.clear();
+    cfg.auth.agents_file = Some(link.display().to_string());
+    let gw = Gateway::builder(cfg).start();
+    gw.wait_until("the watcher to watch both directories", || {
+        gw.log().matches("watching the config directory").count() == 2
+    });
+    let status = |id: &str| {
+        let headers = [
+            ("X-Service-Agent-Id", id),
+            ("X-Auth-Token", TOKEN),
+            ("Content-Type", "application/json"),
+        ];
+        request(gw.proxy, "POST", VERIFY_V1, &headers, BODY.as_bytes()).status
+    };
+    assert_eq!(status("before"), 200);
+
+    std::fs::remove_file(&target).unwrap();
+    let refused = request(gw.admin, "POST", "/-/reload", &[], b"");
+    assert_eq!(refused.status, 422, "{}", refused.text());
+    assert!(refused.text().contains("cannot read"), "{}", refused.text());
+    assert_eq!(status("before"), 200, "the agents in service keep serving");
+
+    // Retried each second while unreadable, the same failure is not counted again.
+    thread::sleep(Duration::from_millis(2500));
+    let failures = "agent_gateway_config_reloads_total{result=\"failure\"}";
+    assert_eq!(gw.metric(failures), 1.0);
+
+    // Put back, with the old agent revoked: nothing in a watched directory changes.
+    std::fs::write(&target, file_of("after")).unwrap();
+    gw.wait_until("the file put back to be read", || status("after") == 200);
+    assert_eq!(status("before"), 401);
+    assert_eq!(gw.metric(failures), 1.0);
+}

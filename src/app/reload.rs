@@ -233,6 +233,15 @@ impl ConfigStore {
         self.metrics.generation.get() as u64
     }
 
+    /// Whether the last reading could not read a file the config names: worth reading again
+    /// without an event ([`Inputs::unreadable`]).
+    pub fn unreadable(&self) -> bool {
+        self.seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .unreadable
+    }
+
     /// The files besides the config that the last reading read (the agents file, a password
     /// file): the watcher watches their directories too.
     pub fn named_files(&self) -> Vec<PathBuf> {
@@ -538,6 +547,10 @@ impl BackgroundService for ConfigWatcher {
                 _ = self.store.readings.notified() => continue,
                 // A directory not there to watch: it may be now.
                 _ = tokio::time::sleep(RETRY), if !missing.is_empty() => continue,
+                // A file that could not be read may be readable now, with no event to say so
+                // (a revoked token must not wait for the next change): read again. Nothing is
+                // counted while the reading stays the same.
+                _ = tokio::time::sleep(RETRY), if self.store.unreadable() => {}
                 // A write never closed: read what it left.
                 _ = tokio::time::sleep_until(held_until), if unclosed.is_some() => {}
                 heard = rx.recv() => match heard {

@@ -21,6 +21,10 @@ pub struct Inputs {
     pub fingerprint: [u8; 32],
     /// The files read besides the config, as their paths resolve.
     pub files: Vec<PathBuf>,
+    /// One of them could not be read. Unlike a bad file, a read error can go away with no
+    /// event in a watched directory (too many open files, a link's target elsewhere put
+    /// back): the watcher reads again each second while it lasts.
+    pub unreadable: bool,
 }
 
 /// A directory the config names as a pod sees it (`at`, a Secret's mount), read from another
@@ -54,6 +58,7 @@ pub(super) struct Files {
     mounts: Vec<Mount>,
     fingerprint: Sha256,
     read: Vec<PathBuf>,
+    unreadable: bool,
 }
 
 impl Files {
@@ -67,6 +72,7 @@ impl Files {
             mounts: Vec::new(),
             fingerprint,
             read: Vec::new(),
+            unreadable: false,
         }
     }
 
@@ -113,6 +119,7 @@ impl Files {
                 self.fingerprint.update(bytes);
             }
             Err(e) => {
+                self.unreadable = true;
                 self.fingerprint.update([0]);
                 self.fingerprint.update(e.to_string());
             }
@@ -127,6 +134,7 @@ impl Files {
         Inputs {
             fingerprint: self.fingerprint.finalize().into(),
             files: self.read,
+            unreadable: self.unreadable,
         }
     }
 }
