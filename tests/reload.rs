@@ -754,7 +754,8 @@ fn an_agents_file_read_half_way_through_an_in_place_write_is_not_applied() {
     let text = file("filed-5");
     let mut writer = std::fs::File::create(&agents).unwrap();
     writer.write_all(&text.as_bytes()[..cut]).unwrap();
-    thread::sleep(Duration::from_millis(800));
+    // Past the watcher's retry of a file it could not read (1 s): that is no close either.
+    thread::sleep(Duration::from_millis(1500));
     let meanwhile = (status("filed-3", TOKEN), status("filed-1", "expired-token"));
     writer.write_all(&text.as_bytes()[cut..]).unwrap();
     drop(writer);
@@ -819,9 +820,21 @@ fn an_agents_file_that_could_not_be_read_is_read_again_until_it_can_be() {
     let failures = "agent_gateway_config_reloads_total{result=\"failure\"}";
     assert_eq!(gw.metric(failures), 1.0);
 
+    // The config itself moved away meanwhile: one more failure, and no more while it is gone.
+    let away = gw.config_path.with_extension("away");
+    std::fs::rename(&gw.config_path, &away).unwrap();
+    gw.wait_for_metric(failures, 2.0);
+    thread::sleep(Duration::from_millis(2500));
+    assert_eq!(gw.metric(failures), 2.0);
+    // Back, the agents file still unreadable: a reading of its own, counted once.
+    std::fs::rename(&away, &gw.config_path).unwrap();
+    gw.wait_for_metric(failures, 3.0);
+    thread::sleep(Duration::from_millis(2500));
+    assert_eq!(gw.metric(failures), 3.0);
+
     // Put back, with the old agent revoked: nothing in a watched directory changes.
     std::fs::write(&target, file_of("after")).unwrap();
     gw.wait_until("the file put back to be read", || status("after") == 200);
     assert_eq!(status("before"), 401);
-    assert_eq!(gw.metric(failures), 1.0);
+    assert_eq!(gw.metric(failures), 3.0);
 }

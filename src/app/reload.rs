@@ -27,7 +27,7 @@ use pingora::services::background::BackgroundService;
 use prometheus::{Gauge, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 use serde::Serialize;
 
-use crate::config::{directory_of, ConfigError, Inputs, Problem, Snapshot, StartupConfig};
+use crate::config::{directory_of, ConfigError, Inputs, Problem, Reading, Snapshot, StartupConfig};
 
 /// How long the watcher waits for a burst of file events to settle before reloading.
 const DEBOUNCE: Duration = Duration::from_millis(150);
@@ -261,7 +261,11 @@ impl ConfigStore {
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         let reading = match Snapshot::read(path) {
             Ok(reading) => reading,
-            Err(err) => return Some(self.refuse(trigger, err)),
+            // Remembered as any reading is: the same error again counts nothing more.
+            Err(err) => Reading {
+                inputs: Inputs::of_unreadable_config(&err.to_string(), seen.files.clone()),
+                result: Err(err),
+            },
         };
         if only_if_changed && reading.inputs.fingerprint == seen.fingerprint {
             return None;
@@ -549,8 +553,9 @@ impl BackgroundService for ConfigWatcher {
                 _ = tokio::time::sleep(RETRY), if !missing.is_empty() => continue,
                 // A file that could not be read may be readable now, with no event to say so
                 // (a revoked token must not wait for the next change): read again. Nothing is
-                // counted while the reading stays the same.
-                _ = tokio::time::sleep(RETRY), if self.store.unreadable() => {}
+                // counted while the reading stays the same. Not during a write not closed yet:
+                // it is read at its close.
+                _ = tokio::time::sleep(RETRY), if unclosed.is_none() && self.store.unreadable() => {}
                 // A write never closed: read what it left.
                 _ = tokio::time::sleep_until(held_until), if unclosed.is_some() => {}
                 heard = rx.recv() => match heard {

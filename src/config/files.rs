@@ -21,10 +21,26 @@ pub struct Inputs {
     pub fingerprint: [u8; 32],
     /// The files read besides the config, as their paths resolve.
     pub files: Vec<PathBuf>,
-    /// One of them could not be read. Unlike a bad file, a read error can go away with no
-    /// event in a watched directory (too many open files, a link's target elsewhere put
-    /// back): the watcher reads again each second while it lasts.
+    /// The config or one of them could not be read. Unlike a bad file, a read error can go
+    /// away with no event in a watched directory (too many open files, a link's target
+    /// elsewhere put back): the watcher reads again each second while it lasts.
     pub unreadable: bool,
+}
+
+impl Inputs {
+    /// What a reading of a config that could not be read was: its error (the same error again
+    /// is the same reading, counted once), and the files the reading before named, whose
+    /// directories stay watched.
+    pub fn of_unreadable_config(error: &str, files: Vec<PathBuf>) -> Inputs {
+        let mut fingerprint = Sha256::new();
+        fingerprint.update(b"the config could not be read: ");
+        fingerprint.update(error);
+        Inputs {
+            fingerprint: fingerprint.finalize().into(),
+            files,
+            unreadable: true,
+        }
+    }
 }
 
 /// A directory the config names as a pod sees it (`at`, a Secret's mount), read from another
