@@ -893,6 +893,27 @@ async fn a_slow_head_on_the_admin_listener_is_cut_off() {
         .expect("a slow head on the admin listener was not cut off within 30 s");
     assert!(after < Duration::from_millis(3500), "{after:?}");
 
+    // Nor is one that sends empty lines now and then, which a parser skips before a request
+    // line: they end no head.
+    let started = tokio::time::Instant::now();
+    let mut blank = tokio::net::TcpStream::connect(gw.admin).await.unwrap();
+    let cut = async {
+        loop {
+            let mut buf = [0u8; 512];
+            tokio::select! {
+                read = blank.read(&mut buf) => if !matches!(read, Ok(n) if n > 0) { break },
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {
+                    if blank.write_all(b"\r\n").await.is_err() { break }
+                }
+            }
+        }
+        started.elapsed()
+    };
+    let after = tokio::time::timeout(Duration::from_secs(30), cut)
+        .await
+        .expect("empty lines held an admin connection past 30 s");
+    assert!(after < Duration::from_millis(3500), "{after:?}");
+
     // A connection that sends nothing is cut off as soon.
     let mut silent = common::paused::PausedClient::open(gw.admin).await;
     let started = tokio::time::Instant::now();

@@ -9,6 +9,10 @@
 //! (`\r\n\r\n`), until its end: a kept-alive connection waiting for its next request has no
 //! deadline (pingora's keep-alive timeout closes it). A body is read as the next head would
 //! be, bounded alike: no admin endpoint reads one, and none of its clients sends one slowly.
+//! So a connection whose last request had a body is closed the timeout after the body began,
+//! even while it waits for its next request: a cost only to a client that sends an admin
+//! request a body and keeps the connection. Empty lines before a request line open a head and
+//! end none, as parsers skip them.
 
 use std::future::Future;
 use std::io;
@@ -33,6 +37,10 @@ use crate::proxy::tcp::TcpConn;
 pub struct HeadScan {
     /// The line being read has a byte other than `\r`.
     line: bool,
+    /// The open head has a line that is not empty. Only then does an empty line end it:
+    /// parsers skip empty lines before a request line, so a client sending `\r\n` now and
+    /// then has not ended a head, and must not escape the deadline with them.
+    content: bool,
     /// A head has begun and not ended.
     open: bool,
 }
@@ -51,6 +59,7 @@ impl HeadScan {
     pub fn at_start() -> Self {
         HeadScan {
             line: false,
+            content: false,
             open: true,
         }
     }
@@ -61,13 +70,19 @@ impl HeadScan {
         for &b in bytes {
             self.open = true;
             match b {
-                b'\n' if !self.line => {
+                b'\n' if !self.line && self.content => {
                     self.open = false;
+                    self.content = false;
                     ended = true;
                 }
+                // An empty line before the request line: skipped, the head still open.
+                b'\n' if !self.line => {}
                 b'\n' => self.line = false,
                 b'\r' => {}
-                _ => self.line = true,
+                _ => {
+                    self.line = true;
+                    self.content = true;
+                }
             }
         }
         Scanned {
@@ -261,5 +276,12 @@ mod tests {
         assert!(scan.scan(b"GET / HTTP/1.1\nHost: x\n\n").ended);
         let mut scan = HeadScan::at_start();
         assert!(!scan.scan(b"X\r\r\r").ended);
+        // Empty lines before a request line end nothing, at the start or between requests:
+        // the head they opened stays open.
+        let mut scan = HeadScan::at_start();
+        assert_eq!(scan.scan(b"\r\n\r\n\n"), open);
+        assert!(scan.scan(b"GET / HTTP/1.1\r\n\r\n").ended);
+        assert_eq!(scan.scan(b"\r\n"), open);
+        assert_eq!(scan.scan(b"\r\n"), open);
     }
 }
