@@ -416,8 +416,8 @@ impl Backends {
         else {
             return;
         };
-        let old = self.set.load_full();
-        let old = &old.addresses;
+        let previous = self.set.load_full();
+        let old = &previous.addresses;
         let addresses: Vec<Arc<Address>> = rotation(&upstream.targets, names)
             .into_iter()
             .map(|(target, addr)| {
@@ -447,9 +447,7 @@ impl Backends {
             tracing::info!(address = %gone.addr, "upstream address left the set; its connections drain and close");
         }
         let max = upstream.budget.max_connections_per_address;
-        let budget_changed = self
-            .set
-            .load()
+        let budget_changed = previous
             .budget
             .is_some_and(|was| was.max_connections_per_address != max);
         self.set.store(Arc::new(AddressSet {
@@ -855,10 +853,16 @@ mod tests {
         );
         let budget = backends.current_full().budget.unwrap();
         assert_eq!(budget.max_connections_per_address, Some(3));
-        assert!(matches!(
-            address.admit(&budget, true),
-            Ok(Admit::Connect(_))
-        ));
+        // The two woken take their places, up to the new budget; then there is none.
+        let taken: Vec<_> = (0..2)
+            .map(|_| match address.admit(&budget, true) {
+                Ok(Admit::Connect(slot)) => slot,
+                _ => panic!("a woken request has room under the new budget"),
+            })
+            .collect();
+        assert_eq!(address.open(), 3);
+        assert!(matches!(address.admit(&budget, true), Ok(Admit::Wait(_))));
+        drop(taken);
     }
 
     /// A shorter idle timeout closes what it makes expired at once: the sweeper is woken.

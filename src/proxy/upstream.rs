@@ -135,6 +135,16 @@ impl Upstream {
                 Admit::Connect(slot) => return Ok(Acquired::Connect(slot)),
                 Admit::Wait(waiter) => waiter,
             };
+            // A reload may have changed the budget since this request read it: it then asks
+            // again under the one of now. A reload after this look finds it waiting, and wakes
+            // it if the new budget has room (the set is stored before the waiting are woken).
+            if let Some(latest) = self.backends.current().budget {
+                if latest != budget {
+                    budget = latest;
+                    drop(waiter);
+                    continue;
+                }
+            }
             if tokio::time::timeout_at(deadline, waiter.woken())
                 .await
                 .is_err()
@@ -143,11 +153,6 @@ impl Upstream {
             }
             woken = true;
             now = tokio::time::Instant::now();
-            // A reload may have changed the budget while it waited (and woke it, if it gave
-            // room): the address's budget is the one of now.
-            if let Some(latest) = self.backends.current().budget {
-                budget = latest;
-            }
         }
     }
 
@@ -477,6 +482,32 @@ mod tests {
         assert!(matches!(acquired, Ok(Acquired::Connect(_))));
         assert_eq!(one.pool.idle_count(), 0, "the idle connection was closed");
         assert_eq!(one.set.addresses[0].open(), 1, "its place is the resend's");
+    }
+
+    /// A request that read the budget before a reload raised it, and asks for its place after
+    /// the reload woke those waiting (none then), is admitted under the budget of now rather
+    /// than queued under the old one.
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_request_that_read_the_budget_before_a_reload_is_admitted_under_the_new_one() {
+        let one = one_connection();
+        let (_busy, _backend) = one.open();
+        let read_before = one.snapshot.upstream.budget;
+        let mut raised = one.snapshot.upstream.clone();
+        raised.budget.max_connections_per_address = Some(2);
+        one.upstream
+            .backends
+            .follow(&raised, &one.snapshot.bases.upstream);
+        let acquired = (one.upstream)
+            .acquire(
+                &one.set.addresses[0],
+                read_before,
+                raised.idle_timeout,
+                true,
+                Instant::now(),
+            )
+            .await;
+        assert!(matches!(acquired, Ok(Acquired::Connect(_))));
+        assert_eq!(one.set.addresses[0].open(), 2);
     }
 
     /// A resend behind a request already waiting does not take the idle connection's place
