@@ -261,13 +261,17 @@ mod tests {
     #[test]
     fn a_partial_header_waits_and_a_broken_one_is_refused() {
         assert!(parse(b"PROXY TCP4 203.0.113.9").unwrap().is_none());
+        // Up to the spec's longest line, one with no end yet is waited for.
+        let longest_unended = [&b"PROXY "[..], &[b'1'; V1_MAX_BYTES - 7]].concat();
+        assert!(parse(&longest_unended).unwrap().is_none());
         assert!(parse(b"\r\n\r\n\0\r\nQUIT\n").unwrap().is_none());
         for bad in [
             &b"GET / HTTP/1.1\r\nHost: gw\r\n\r\n"[..],
             b"PROXY TCP4 999.0.113.9 10.0.0.1 51000 8080\r\n",
             b"PROXY TCP9 203.0.113.9 10.0.0.1 51000 8080\r\n",
             b"PROXY TCP4 203.0.113.9 10.0.0.1 51000 \r\n",
-            &[b'P'; V1_MAX_BYTES][..],
+            // A v1 line with no end past the spec's longest is refused, not waited for.
+            &[&b"PROXY "[..], &[b'1'; V1_MAX_BYTES - 6]].concat()[..],
         ] {
             assert!(parse(bad).is_err(), "{bad:?}");
         }
