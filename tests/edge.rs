@@ -865,53 +865,35 @@ fn an_empty_x_forwarded_for_after_the_client_does_not_make_the_proxy_the_client(
 /// listener shares) for longer than a slow head on the proxy listener may.
 #[tokio::test(start_paused = true)]
 async fn a_slow_head_on_the_admin_listener_is_cut_off() {
-    use common::paused::{PausedBackend, PausedGateway};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use common::paused::{slow_client, PausedBackend, PausedGateway};
     let backend = PausedBackend::start().await;
     let mut cfg = test_config(&[backend.addr]);
     cfg.limits.client_header_timeout_ms = 3000;
     let gw = PausedGateway::start(&cfg).await;
     let started = tokio::time::Instant::now();
-    let mut slow = tokio::net::TcpStream::connect(gw.admin).await.unwrap();
-    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Slow: ")
+    let slow = slow_client(
+        gw.admin,
+        b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Slow: ",
+        b"x",
+        Duration::from_millis(100),
+    )
+    .await;
+    tokio::time::timeout(Duration::from_secs(30), slow)
         .await
+        .expect("a slow head on the admin listener was not cut off within 30 s")
         .unwrap();
-    let cut = async {
-        loop {
-            let mut buf = [0u8; 512];
-            tokio::select! {
-                read = slow.read(&mut buf) => if !matches!(read, Ok(n) if n > 0) { break },
-                _ = tokio::time::sleep(Duration::from_millis(100)) => {
-                    if slow.write_all(b"x").await.is_err() { break }
-                }
-            }
-        }
-        started.elapsed()
-    };
-    let after = tokio::time::timeout(Duration::from_secs(30), cut)
-        .await
-        .expect("a slow head on the admin listener was not cut off within 30 s");
+    let after = started.elapsed();
     assert!(after < Duration::from_millis(3500), "{after:?}");
 
     // Nor is one that sends empty lines now and then, which a parser skips before a request
     // line: they end no head.
     let started = tokio::time::Instant::now();
-    let mut blank = tokio::net::TcpStream::connect(gw.admin).await.unwrap();
-    let cut = async {
-        loop {
-            let mut buf = [0u8; 512];
-            tokio::select! {
-                read = blank.read(&mut buf) => if !matches!(read, Ok(n) if n > 0) { break },
-                _ = tokio::time::sleep(Duration::from_millis(500)) => {
-                    if blank.write_all(b"\r\n").await.is_err() { break }
-                }
-            }
-        }
-        started.elapsed()
-    };
-    let after = tokio::time::timeout(Duration::from_secs(30), cut)
+    let blank = slow_client(gw.admin, b"\r\n", b"\r\n", Duration::from_millis(500)).await;
+    tokio::time::timeout(Duration::from_secs(30), blank)
         .await
-        .expect("empty lines held an admin connection past 30 s");
+        .expect("empty lines held an admin connection past 30 s")
+        .unwrap();
+    let after = started.elapsed();
     assert!(after < Duration::from_millis(3500), "{after:?}");
 
     // A connection that sends nothing is cut off as soon.

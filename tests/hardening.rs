@@ -3,7 +3,6 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -353,34 +352,8 @@ fn headers_are_found_by_their_whole_name_in_any_case_never_by_a_name_like_it() {
     assert_eq!(backend.count(), 2);
 }
 
-/// A client on the paused clock that sends `start` and then one byte of `dribble` every
-/// 100 ms, reading whatever comes back, until the gateway closes the connection. Connected
-/// and started when this returns; the task ends with what it read.
-async fn slow_client(
-    addr: SocketAddr,
-    start: &[u8],
-    dribble: &'static [u8],
-) -> tokio::task::JoinHandle<Vec<u8>> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(start).await.unwrap();
-    tokio::spawn(async move {
-        let mut answer = Vec::new();
-        loop {
-            if s.write_all(dribble).await.is_err() {
-                return answer;
-            }
-            let mut buf = [0u8; 512];
-            tokio::select! {
-                read = s.read(&mut buf) => match read {
-                    Ok(n) if n > 0 => answer.extend_from_slice(&buf[..n]),
-                    _ => return answer,
-                },
-                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
-            }
-        }
-    })
-}
+/// How often a slow client sends its next byte.
+const DRIBBLE: Duration = Duration::from_millis(100);
 
 #[tokio::test(start_paused = true)]
 async fn a_slowloris_client_is_cut_off_while_others_are_served() {
@@ -390,15 +363,16 @@ async fn a_slowloris_client_is_cut_off_while_others_are_served() {
     cfg.limits.client_body_timeout_ms = 3000;
     let gw = PausedGateway::start(&cfg).await;
     // A slow header: a few bytes of it, then a byte now and then.
-    let slow_header = slow_client(
+    let slow_header = paused::slow_client(
         gw.proxy,
         b"GET /api/v1/transaction/t/status HTTP/1.1\r\nHost: x\r\n",
         b"X",
+        DRIBBLE,
     )
     .await;
     // A slow body: the whole header, then a byte of the body now and then.
     let body_head = verify_with("Content-Length: 1000\r\n", b"{");
-    let slow_body = slow_client(gw.proxy, &body_head, b" ").await;
+    let slow_body = paused::slow_client(gw.proxy, &body_head, b" ", DRIBBLE).await;
     // Meanwhile normal clients are served, the first while both slow ones are connected.
     assert_eq!(paused::post(gw.proxy, VERIFY_V1, BODY).await, 200);
     assert!(

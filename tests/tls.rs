@@ -489,8 +489,7 @@ fn v1_usage_reads_a_prometheus_over_https_with_a_token_or_basic_auth() {
 /// long as a slowloris on a plain listener.
 #[tokio::test(start_paused = true)]
 async fn a_slow_tls_handshake_is_cut_off_as_a_slow_head_is() {
-    use common::paused::{PausedBackend, PausedGateway};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use common::paused::{slow_client, PausedBackend, PausedClient, PausedGateway};
     let pki = TestPki::localhost("slow");
     let backend = PausedBackend::start().await;
     let mut cfg = test_config(&[backend.addr]);
@@ -499,26 +498,20 @@ async fn a_slow_tls_handshake_is_cut_off_as_a_slow_head_is() {
     let gw = PausedGateway::start(&cfg).await;
     let started = tokio::time::Instant::now();
     // A handshake record announced 16 KiB long, its bytes sent one every 100 ms.
-    let mut slow = tokio::net::TcpStream::connect(gw.proxy).await.unwrap();
-    slow.write_all(&[0x16, 0x03, 0x01, 0x40, 0x00])
-        .await
-        .unwrap();
-    let mut silent = tokio::net::TcpStream::connect(gw.proxy).await.unwrap();
+    let slow = slow_client(
+        gw.proxy,
+        &[0x16, 0x03, 0x01, 0x40, 0x00],
+        &[0x01],
+        Duration::from_millis(100),
+    )
+    .await;
+    let mut silent = PausedClient::open(gw.proxy).await;
     let slow_cut = async {
-        loop {
-            let mut buf = [0u8; 64];
-            tokio::select! {
-                read = slow.read(&mut buf) => if !matches!(read, Ok(n) if n > 0) { break },
-                _ = tokio::time::sleep(Duration::from_millis(100)) => {
-                    if slow.write_all(&[0x01]).await.is_err() { break }
-                }
-            }
-        }
+        slow.await.unwrap();
         started.elapsed()
     };
     let silent_cut = async {
-        let mut rest = Vec::new();
-        let _ = silent.read_to_end(&mut rest).await;
+        silent.closed().await;
         started.elapsed()
     };
     let bound = Duration::from_secs(10);

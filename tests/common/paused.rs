@@ -177,6 +177,35 @@ impl PausedClient {
     }
 }
 
+/// A client that sends `start` and then `dribble` every `every`, reading whatever comes back,
+/// until the gateway closes the connection (a slowloris, of a head, a body or a handshake).
+/// Connected and started when this returns; the task ends with what it read.
+pub async fn slow_client(
+    addr: SocketAddr,
+    start: &[u8],
+    dribble: &'static [u8],
+    every: std::time::Duration,
+) -> tokio::task::JoinHandle<Vec<u8>> {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(start).await.unwrap();
+    tokio::spawn(async move {
+        let mut answer = Vec::new();
+        loop {
+            if s.write_all(dribble).await.is_err() {
+                return answer;
+            }
+            let mut buf = [0u8; 512];
+            tokio::select! {
+                read = s.read(&mut buf) => match read {
+                    Ok(n) if n > 0 => answer.extend_from_slice(&buf[..n]),
+                    _ => return answer,
+                },
+                _ = tokio::time::sleep(every) => {}
+            }
+        }
+    })
+}
+
 /// `POST target` with `body` as the harness's agent, on a connection of its own; the status.
 pub async fn post(addr: SocketAddr, target: &str, body: &str) -> u16 {
     let mut client = PausedClient::open(addr).await;
