@@ -1,6 +1,7 @@
 //! The backend as it really is: names whose addresses change (a real DNS server the test
-//! runs), a connection budget with a bounded queue (connections counted at the backend), and
-//! an address that dies between health checks (passive ejection).
+//! runs), a connection budget with a bounded queue (connections counted at the backend), an
+//! address that dies between health checks (passive ejection), and clients that leave while
+//! their requests wait for a connection.
 
 mod common;
 
@@ -558,4 +559,102 @@ fn a_reload_that_raises_the_budget_lets_the_waiting_requests_connect() {
         .collect();
     assert_eq!(most, 4, "the requests did not connect under the new budget");
     assert_eq!(statuses, [200; 4]);
+}
+
+/// The v1 verify POST with the request id `id`, sent on a thread of its own; its answer.
+fn post_on_a_thread(gw: &Gateway, id: &str) -> thread::JoinHandle<Option<Response>> {
+    let (proxy, request) = (gw.proxy, verify_post_with_id(id));
+    thread::spawn(move || raw(proxy, &request))
+}
+
+fn in_flight(gw: &Gateway) -> Option<f64> {
+    metric_value(&gw.scrape(), "agent_gateway_in_flight_requests")
+}
+
+/// A POST whose client hangs up while the request waits for a backend connection (the
+/// budget spent) is sent nowhere: the backend never carries it out, its place in the queue
+/// goes to the request behind it, and it is counted and logged as nginx logs it, 499.
+#[test]
+fn a_post_whose_client_hung_up_while_it_waited_is_sent_nowhere() {
+    let gate = Gate::new();
+    let (backend, cfg) = held_behind_one_connection(&gate);
+    let gw = Gateway::builder(cfg).start();
+    let first = post_on_a_thread(&gw, "first");
+    gw.wait_until("the first at the backend", || backend.count() == 1);
+    let mut leaving = Connection::open(gw.proxy);
+    leaving.send(verify_post_with_id("gone"));
+    gw.wait_until("the second waiting", || in_flight(&gw) == Some(2.0));
+    drop(leaving);
+
+    let line = gw.access_line("gone");
+    assert_eq!(line["status"], 499, "{line}");
+    assert_eq!(line["client_aborted"], true, "{line}");
+    gate.open();
+    assert_eq!(first.join().unwrap().map(|r| r.status), Some(200));
+    let third = raw(gw.proxy, &verify_post_with_id("third")).unwrap();
+    assert_eq!(third.status, 200, "{}", third.text());
+    assert_eq!(backend.request_ids(), ["first", "third"]);
+    assert_eq!(
+        gw.metric("agent_gateway_requests_total{api_version=\"v1\",code=\"499\",operation=\"verify_request\"}"),
+        1.0
+    );
+}
+
+/// Bytes that come while a request waits (the client's next request, pipelined) are no
+/// hang-up: both requests are sent and answered in order. A hang-up after them still is one.
+#[test]
+fn a_request_pipelined_behind_a_waiting_one_is_no_hang_up_and_a_close_after_it_is() {
+    let gate = Gate::new();
+    let (backend, cfg) = held_behind_one_connection(&gate);
+    let gw = Gateway::builder(cfg).start();
+    let first = post_on_a_thread(&gw, "first");
+    gw.wait_until("the first at the backend", || backend.count() == 1);
+    let mut pipelining = Connection::open(gw.proxy);
+    pipelining.send(verify_post_with_id("second"));
+    gw.wait_until("the second waiting", || in_flight(&gw) == Some(2.0));
+    pipelining.send(verify_post_with_id("third"));
+    let mut leaving = Connection::open(gw.proxy);
+    leaving.send(verify_post_with_id("gone"));
+    gw.wait_until("the gone one waiting too", || in_flight(&gw) == Some(3.0));
+    leaving.send(verify_post_with_id("gone-next"));
+    // The watch sees these bytes before the close: no event tells the test when, so it
+    // gives the gateway a moment.
+    thread::sleep(std::time::Duration::from_millis(200));
+    drop(leaving);
+
+    assert_eq!(gw.access_line("gone")["status"], 499);
+    gate.open();
+    assert_eq!(first.join().unwrap().map(|r| r.status), Some(200));
+    assert_eq!(pipelining.response().status, 200);
+    assert_eq!(pipelining.response().status, 200);
+    assert_eq!(backend.request_ids(), ["first", "second", "third"]);
+}
+
+/// A client that shuts its sending side while its request waits counts as gone, as nginx
+/// counts it: the request is sent nowhere, and the client reads the connection's end, no
+/// answer.
+#[test]
+fn a_client_that_half_closes_while_its_request_waits_counts_as_gone() {
+    let gate = Gate::new();
+    let (backend, cfg) = held_behind_one_connection(&gate);
+    let gw = Gateway::builder(cfg).start();
+    let first = post_on_a_thread(&gw, "first");
+    gw.wait_until("the first at the backend", || backend.count() == 1);
+    let mut half_closing = Connection::open(gw.proxy);
+    half_closing.send(verify_post_with_id("half-closed"));
+    gw.wait_until("the second waiting", || in_flight(&gw) == Some(2.0));
+    half_closing
+        .writer
+        .shutdown(std::net::Shutdown::Write)
+        .unwrap();
+
+    assert_eq!(gw.access_line("half-closed")["status"], 499);
+    assert_eq!(
+        half_closing.rest(),
+        b"",
+        "no answer, and the connection's end"
+    );
+    gate.open();
+    assert_eq!(first.join().unwrap().map(|r| r.status), Some(200));
+    assert_eq!(backend.request_ids(), ["first"]);
 }

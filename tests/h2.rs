@@ -32,6 +32,7 @@ impl H2Client {
             .arg(addr.ip().to_string())
             .arg(addr.port().to_string())
             .args(args)
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -55,6 +56,14 @@ impl H2Client {
                 ),
             }
         }
+    }
+
+    /// Gives a command that waits for a cue (a line on its stdin) its cue.
+    fn cue(&mut self) {
+        use std::io::Write;
+        let stdin = self.child.stdin.as_mut().unwrap();
+        stdin.write_all(b"go\n").unwrap();
+        stdin.flush().unwrap();
     }
 
     /// Its JSON result, once it ends; it must succeed.
@@ -382,6 +391,39 @@ fn streams_reset_as_their_body_ends_are_counted_and_logged_as_499() {
         gw.metric("agent_gateway_requests_total{api_version=\"v1\",code=\"499\",operation=\"verify_request\"}"),
         cancelled as f64
     );
+}
+
+/// A stream reset while its request waits for a backend connection (the budget spent) is
+/// sent nowhere, and logged as 499; its place in the queue goes to the request behind it.
+#[test]
+fn a_stream_reset_while_its_request_waited_is_sent_nowhere() {
+    // The Python tools first (built once, in seconds): the request held at the backend is
+    // not to wait that long.
+    venv_bin();
+    let gate = Gate::new();
+    let (backend, cfg) = held_behind_one_connection(&gate);
+    let gw = Gateway::builder(cfg).start();
+    let proxy = gw.proxy;
+    let first = std::thread::spawn(move || raw(proxy, &verify_post_with_id("first")));
+    gw.wait_until("the first at the backend", || backend.count() == 1);
+    let mut client = H2Client::spawn("reset-on-cue", gw.proxy, &[VERIFY_V1, "gone"]);
+    client.wait_for("sent", 1);
+    gw.wait_until("the stream's request waiting", || {
+        metric_value(&gw.scrape(), "agent_gateway_in_flight_requests") == Some(2.0)
+    });
+    client.cue();
+    client.wait_for("reset", 1);
+
+    let line = gw.access_line("gone");
+    assert_eq!(line["status"], 499, "{line}");
+    assert_eq!(line["client_aborted"], true, "{line}");
+    gate.open();
+    assert_eq!(first.join().unwrap().map(|r| r.status), Some(200));
+    let third = raw(gw.proxy, &verify_post_with_id("third")).unwrap();
+    assert_eq!(third.status, 200, "{}", third.text());
+    assert_eq!(backend.request_ids(), ["first", "third"]);
+    client.cue();
+    client.result();
 }
 
 #[test]

@@ -523,3 +523,47 @@ async fn a_slow_tls_handshake_is_cut_off_as_a_slow_head_is() {
         assert!(after < Duration::from_millis(3500), "{after:?}");
     }
 }
+
+/// A TLS client that closes (its close_notify, then its FIN) while its request waits for a
+/// backend connection has the request sent nowhere, as a plaintext one does: the hang-up is
+/// seen on the socket under the TLS stream, past the close_notify's bytes.
+#[test]
+fn a_tls_client_that_closes_while_its_request_waits_has_it_sent_nowhere() {
+    let pki = TestPki::localhost("leaving");
+    let gate = Gate::new();
+    let (backend, mut cfg) = held_behind_one_connection(&gate);
+    pki.serve_on(&mut cfg);
+    let gw = Gateway::builder(cfg).start();
+    let tls_client = || {
+        let tls = rustls::ClientConnection::new(
+            client_config(&pki.ca),
+            ServerName::try_from("localhost").unwrap(),
+        )
+        .unwrap();
+        let tcp = TcpStream::connect(gw.proxy).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        rustls::StreamOwned::new(tls, tcp)
+    };
+    let mut first = tls_client();
+    first.write_all(&verify_post_with_id("first")).unwrap();
+    gw.wait_until("the first at the backend", || backend.count() == 1);
+    let mut leaving = tls_client();
+    leaving.write_all(&verify_post_with_id("gone")).unwrap();
+    gw.wait_until("the second waiting", || {
+        metric_value(&gw.scrape(), "agent_gateway_in_flight_requests") == Some(2.0)
+    });
+    leaving.conn.send_close_notify();
+    leaving.flush().unwrap();
+    drop(leaving);
+
+    let line = gw.access_line("gone");
+    assert_eq!(line["status"], 499, "{line}");
+    gate.open();
+    let answer = read_response(&mut BufReader::new(first)).expect("the first one's answer");
+    assert_eq!(answer.status, 200);
+    let mut third = tls_client();
+    third.write_all(&verify_post_with_id("third")).unwrap();
+    let answer = read_response(&mut BufReader::new(third)).expect("the third one's answer");
+    assert_eq!(answer.status, 200);
+    assert_eq!(backend.request_ids(), ["first", "third"]);
+}

@@ -116,7 +116,8 @@ pub struct Exchange<'s> {
 }
 
 /// The status of a request whose client gave up on it before it was sent on (an HTTP/2
-/// reset): nginx's 499, "client closed request". Counted and logged, never sent.
+/// reset, or a hang-up while it waited for a backend connection): nginx's 499, "client
+/// closed request". Counted and logged, never sent.
 pub const CLIENT_CLOSED_REQUEST: u16 = 499;
 
 /// A request's `api_version` in metrics and the access log: "none" when it named no operation.
@@ -178,6 +179,12 @@ impl<'s> Exchange<'s> {
     /// The trace the request belongs to, when tracing is on.
     pub fn trace_id(&self) -> Option<TraceId> {
         self.span.as_ref().map(RequestSpan::trace_id)
+    }
+
+    /// Notes that the client gave up on the request before it was sent on.
+    pub fn client_gone(&mut self) {
+        self.client_aborted = true;
+        self.status = CLIENT_CLOSED_REQUEST;
     }
 
     /// Notes how far the request was understood.

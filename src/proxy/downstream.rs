@@ -36,6 +36,18 @@ pub trait Downstream: Send {
         false
     }
 
+    /// The current request's head and body (read by [`Self::read_body`]) as they go upstream,
+    /// with a watch on the client: a future that is ready once the client has gone (hung up
+    /// the connection, reset the stream). It is polled only while the request waits for a
+    /// backend connection, and a request whose client has gone is sent nowhere.
+    fn outgoing(
+        &mut self,
+    ) -> (
+        Self::Request<'_>,
+        &[u8],
+        impl Future<Output = ()> + Send + '_,
+    );
+
     /// Reads the whole request body, refusing it as soon as it is known to exceed
     /// `max_bytes` (the excess is never buffered) or when it is not in within `timeout`.
     fn read_body(

@@ -8,6 +8,7 @@
 //! requests answered in order, and the connection's state (keep-alive, bytes still unread)
 //! kept here rather than passed around.
 
+use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -22,6 +23,7 @@ use tokio::io::AsyncWriteExt;
 
 use super::downstream::Downstream;
 use super::h2::PREFACE;
+use super::hangup;
 use super::tcp::TcpConn;
 use super::timer::{timeout_once_waiting, LazyTimer};
 use super::ProxyApp;
@@ -595,6 +597,11 @@ impl Downstream for H1Connection {
             BodyState::Read { raw, .. } => &self.buf[self.head.len..self.head.len + raw],
             _ => &[],
         }
+    }
+
+    fn outgoing(&mut self) -> (Request<'_>, &[u8], impl Future<Output = ()> + Send + '_) {
+        let this = &*self;
+        (this.view(), this.body(), hangup::hung_up(&this.stream))
     }
 
     async fn send_answer(

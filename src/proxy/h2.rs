@@ -234,6 +234,9 @@ impl StreamSlots {
 /// One HTTP/2 stream: its request, its body, and the answer being written.
 pub(super) struct H2Stream {
     session: HttpSession,
+    /// The request's head, taken from the session so that the request can be sent while the
+    /// session is watched for a reset ([`Downstream::outgoing`]).
+    head: RequestHeader,
     client: Option<IpAddr>,
     /// The request body, read whole by [`Downstream::read_body`].
     body: BytesMut,
@@ -250,9 +253,15 @@ pub(super) struct H2Stream {
 impl H2Stream {
     fn new(mut session: HttpSession, client: Option<IpAddr>, snap: &Snapshot) -> Self {
         session.set_write_timeout(Some(snap.limits.client_send_timeout));
-        let head_only = session.req_header().method == http::Method::HEAD;
+        // What is left in the session is an empty head (allocated nothing): the session reads
+        // its own only to drain a body and to describe itself, neither of which the gateway
+        // asks of it.
+        let empty = RequestHeader::from(http::Request::new(()).into_parts().0);
+        let head = std::mem::replace(session.req_header_mut(), empty);
+        let head_only = head.method == http::Method::HEAD;
         H2Stream {
             session,
+            head,
             client,
             body: BytesMut::new(),
             pending_head: None,
@@ -358,7 +367,7 @@ impl Downstream for H2Stream {
     type Request<'a> = &'a RequestHeader;
 
     fn request(&self) -> &RequestHeader {
-        self.session.req_header()
+        &self.head
     }
 
     fn protocol(&self) -> Protocol {
@@ -399,6 +408,13 @@ impl Downstream for H2Stream {
 
     fn cancelled(&mut self) -> bool {
         self.reset_by_client()
+    }
+
+    fn outgoing(&mut self) -> (&RequestHeader, &[u8], impl Future<Output = ()> + Send + '_) {
+        let reset = self.session.idle();
+        (&self.head, &self.body, async {
+            let _ = reset.await;
+        })
     }
 
     async fn send_answer(

@@ -6,7 +6,8 @@
 //! HTTP/2 chosen by ALPN on TLS or by its preface on plaintext); every request then
 //! goes through the same [`pipeline`]: admission ([`crate::policy::admit`]), the body, the
 //! backend ([`upstream`] over [`connect`] and [`pool`], its addresses followed by
-//! [`backends`] and [`names`], steered by [`health`]) and the answer
+//! [`backends`] and [`names`], steered by [`health`]; a request waiting there is dropped if
+//! its client goes, [`hangup`]) and the answer
 //! ([`relay`]), with the headers that cross each hop decided in [`forwarding`]. Decisions
 //! are made by pure functions elsewhere; this module carries them out.
 
@@ -17,6 +18,7 @@ mod failed_auths;
 mod forwarding;
 mod h1;
 mod h2;
+mod hangup;
 pub mod health;
 pub mod names;
 mod pipeline;

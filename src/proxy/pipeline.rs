@@ -12,16 +12,18 @@
 //! answers, and keeps its own connection state.
 
 use std::net::IpAddr;
+use std::pin::pin;
 
 use super::downstream::{header_bytes, Downstream};
 use super::forwarding::UpstreamRequest;
 use super::relay;
+use super::upstream::Unanswered;
 use super::ProxyApp;
 use crate::api::failure::{Chain, Failure, UnreadableHead};
 use crate::api::reply::Reply;
 use crate::api::{route, schema};
 use crate::config::{Snapshot, ValidationMode};
-use crate::observe::exchange::{Exchange, Phase, CLIENT_CLOSED_REQUEST};
+use crate::observe::exchange::{Exchange, Phase};
 use crate::observe::spans;
 use crate::observe::trace::RequestSpan;
 use crate::policy::admit::{
@@ -174,8 +176,7 @@ impl ProxyApp {
     ) {
         // A client that has cancelled the request (an HTTP/2 reset) has it sent nowhere.
         if d.cancelled() {
-            ex.client_aborted = true;
-            ex.status = CLIENT_CLOSED_REQUEST;
+            ex.client_gone();
             return;
         }
         let retirement = &forward.retirement_headers;
@@ -191,14 +192,15 @@ impl ProxyApp {
             tracing::debug!(request_id = %ex.request_id, %path, "the backend's base changed since the request started; sent under the new one");
         }
         let exchanged = {
-            let req = d.request();
+            let client_ip = d.client_ip();
+            let (req, body, client_gone) = d.outgoing();
             let request = UpstreamRequest {
                 view: &req,
-                body: d.body(),
+                body,
                 path: rebased.as_deref().unwrap_or(&forward.upstream_path),
                 request_id: &ex.request_id,
-                client_ip: d.client_ip(),
-                proto: forwarded_proto(snap, &req, d.client_ip()),
+                client_ip,
+                proto: forwarded_proto(snap, &req, client_ip),
                 trace: ex.span.as_ref().map(RequestSpan::propagation),
             };
             self.upstream
@@ -208,6 +210,7 @@ impl ProxyApp {
                     &request,
                     forward.idempotent(),
                     &mut ex.upstream,
+                    pin!(client_gone),
                 )
                 .await
         };
@@ -223,7 +226,14 @@ impl ProxyApp {
             Ok(up) => relay::relay(&self.upstream, d, up, snap, ex, retirement)
                 .await
                 .map_err(Failure::from),
-            Err(e) => Err(e),
+            Err(Unanswered::Failed(e)) => Err(e),
+            Err(Unanswered::ClientGone) => {
+                tracing::debug!(request_id = %ex.request_id, "the client went while its request waited for a backend connection; not sent");
+                ex.client_gone();
+                // Nobody reads an answer: the connection closes.
+                d.abort();
+                return;
+            }
         };
         if let Err(e) = relayed {
             let reply = ex.failed(e);

@@ -7,8 +7,10 @@
 //! once more when its kept-alive connection was reset (the backend had closed it, or closed
 //! it under the request): to the next address in rotation, or the same one when no other is
 //! left, on a new connection. The queue is before anything is sent: a request refused there
-//! (503) went nowhere.
+//! (503) went nowhere, nor does one whose client goes while it waits there.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -58,6 +60,27 @@ enum Acquired {
     Connect(Slot),
 }
 
+/// How an exchange ended without an answer to relay.
+#[derive(Debug)]
+pub enum Unanswered {
+    /// It failed: the gateway answers for it.
+    Failed(Failure),
+    /// The client went while the request waited for a connection: it was sent nowhere.
+    ClientGone,
+}
+
+impl From<OverflowReason> for Unanswered {
+    fn from(reason: OverflowReason) -> Self {
+        Unanswered::Failed(UpstreamOverflow { reason }.into())
+    }
+}
+
+impl From<UpstreamError> for Unanswered {
+    fn from(failure: UpstreamError) -> Self {
+        Unanswered::Failed(failure.into())
+    }
+}
+
 impl Upstream {
     pub fn new(
         connector: Arc<dyn Connect>,
@@ -100,8 +123,8 @@ impl Upstream {
 
     /// A connection to `address` under `budget`: an idle one when `reuse` allows and no
     /// request waits before this one, else the place to open one, else a wait in the
-    /// address's queue; refused when the queue is full or the wait too long. `started` is
-    /// when the attempt started.
+    /// address's queue; refused when the queue is full or the wait too long, and given up
+    /// when `client_gone` is ready while it waits. `started` is when the attempt started.
     async fn acquire(
         &self,
         address: &Arc<Address>,
@@ -109,7 +132,8 @@ impl Upstream {
         idle_timeout: Duration,
         reuse: bool,
         started: Instant,
-    ) -> Result<Acquired, OverflowReason> {
+        mut client_gone: Pin<&mut impl Future<Output = ()>>,
+    ) -> Result<Acquired, Unanswered> {
         let mut woken = false;
         let mut now = tokio::time::Instant::from_std(started);
         let deadline = now + budget.pending_timeout;
@@ -145,11 +169,15 @@ impl Upstream {
                     continue;
                 }
             }
-            if tokio::time::timeout_at(deadline, waiter.woken())
-                .await
-                .is_err()
-            {
-                return Err(OverflowReason::Timeout);
+            // The client is watched only now: a request that does not wait costs no watch.
+            tokio::select! {
+                biased;
+                () = client_gone.as_mut() => return Err(Unanswered::ClientGone),
+                in_time = tokio::time::timeout_at(deadline, waiter.woken()) => {
+                    if in_time.is_err() {
+                        return Err(OverflowReason::Timeout.into());
+                    }
+                }
             }
             woken = true;
             now = tokio::time::Instant::now();
@@ -158,7 +186,8 @@ impl Upstream {
 
     /// Sends `request`, shaped for `backend` ([`Self::backend`]), to one of its addresses and
     /// reads the head of its answer; the failures on the way are noted in `record` and
-    /// logged. `Err` is the one that ended the exchange.
+    /// logged. `Err` is the failure that ended the exchange, or `client_gone` ready while the
+    /// request waited for a connection.
     pub async fn exchange<R: RequestView>(
         &self,
         snap: &Snapshot,
@@ -166,7 +195,8 @@ impl Upstream {
         request: &UpstreamRequest<'_, R>,
         idempotent: bool,
         record: &mut UpstreamRecord,
-    ) -> Result<UpstreamResponse, Failure> {
+        mut client_gone: Pin<&mut impl Future<Output = ()>>,
+    ) -> Result<UpstreamResponse, Unanswered> {
         let request_id = request.request_id;
         let upstream = &snap.upstream;
         let set = &backend.addresses;
@@ -193,9 +223,9 @@ impl Upstream {
                     upstream.idle_timeout,
                     !resent,
                     started,
+                    client_gone.as_mut(),
                 )
-                .await
-                .map_err(|reason| UpstreamOverflow { reason })?;
+                .await?;
             let reused = matches!(acquired, Acquired::Reused(_));
             record.attempt(address.addr, started, reused);
             let mut conn = match acquired {
@@ -452,7 +482,7 @@ mod tests {
         }
 
         /// A resend (no reuse) to the address.
-        async fn resend(&self) -> Result<Acquired, OverflowReason> {
+        async fn resend(&self) -> Result<Acquired, Unanswered> {
             let up = &self.snapshot.upstream;
             let started = Instant::now();
             (self.upstream)
@@ -462,6 +492,7 @@ mod tests {
                     up.idle_timeout,
                     false,
                     started,
+                    std::pin::pin!(std::future::pending()),
                 )
                 .await
         }
@@ -504,10 +535,40 @@ mod tests {
                 raised.idle_timeout,
                 true,
                 Instant::now(),
+                std::pin::pin!(std::future::pending()),
             )
             .await;
         assert!(matches!(acquired, Ok(Acquired::Connect(_))));
         assert_eq!(one.set.addresses[0].open(), 2);
+    }
+
+    /// A request whose client goes while it waits gives up its place in the queue.
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_waiting_request_whose_client_goes_leaves_the_queue() {
+        let one = one_connection();
+        let (_busy, _backend) = one.open();
+        let address = &one.set.addresses[0];
+        let up = &one.snapshot.upstream;
+        let (leave, left) = tokio::sync::oneshot::channel::<()>();
+        let client_gone = std::pin::pin!(async {
+            let _ = left.await;
+        });
+        let waiting = (one.upstream).acquire(
+            address,
+            up.budget,
+            up.idle_timeout,
+            true,
+            Instant::now(),
+            client_gone,
+        );
+        let goes = async {
+            tokio::task::yield_now().await;
+            assert!(!address.nobody_waiting(), "it waits for the one connection");
+            leave.send(()).unwrap();
+        };
+        let (acquired, ()) = tokio::join!(waiting, goes);
+        assert!(matches!(acquired, Err(Unanswered::ClientGone)));
+        assert!(address.nobody_waiting());
     }
 
     /// A resend behind a request already waiting does not take the idle connection's place
@@ -522,7 +583,12 @@ mod tests {
         else {
             panic!("another request waits: the one place is taken");
         };
-        assert!(matches!(one.resend().await, Err(OverflowReason::Timeout)));
+        assert!(matches!(
+            one.resend().await,
+            Err(Unanswered::Failed(Failure::Overflow(UpstreamOverflow {
+                reason: OverflowReason::Timeout
+            })))
+        ));
         assert_eq!(one.pool.idle_count(), 1);
     }
 }

@@ -11,10 +11,13 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
+use agent_gateway::config::FileConfig;
+
 use super::client::{header, owned_headers, read_body, read_head};
 use super::gateway::BIN;
 use super::ports::{free_port, loopback, ClosedPort};
 use super::process::{kill, poll_until};
+use super::test_config;
 
 /// One request as the backend received it.
 #[derive(Debug, Clone)]
@@ -183,6 +186,32 @@ impl Backend {
     pub fn all(&self) -> Vec<Recorded> {
         self.requests.lock().unwrap().clone()
     }
+
+    /// The `X-Request-Id` of each request it has read, in order.
+    pub fn request_ids(&self) -> Vec<String> {
+        let requests = self.requests.lock().unwrap();
+        let id = |r: &Recorded| r.header("x-request-id").unwrap_or_default().to_owned();
+        requests.iter().map(id).collect()
+    }
+}
+
+/// A backend whose answers wait for `gate`, and the config of a gateway allowed one
+/// connection to it: a request sent while another is at the backend waits for that
+/// connection, for as long as a test takes.
+pub fn held_behind_one_connection(gate: &Gate) -> (Backend, FileConfig) {
+    let gate = gate.clone();
+    let backend = Backend::with(move |r| {
+        let answer = format!(
+            r#"{{"status_code":200,"message_code":0,"message":"OK","seen":"{}"}}"#,
+            r.target
+        );
+        Action::AfterGate(gate.clone(), answer)
+    });
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.upstream.max_connections_per_address = Some(1);
+    cfg.upstream.pending_timeout_ms = 60_000;
+    cfg.upstream.read_timeout_ms = 60_000;
+    (backend, cfg)
 }
 
 impl Drop for Backend {

@@ -164,6 +164,16 @@ pub fn verify_post(body: &str) -> Vec<u8> {
     )
 }
 
+/// [`verify_post`] of [`VERIFY_BODY`] with the request id `id`, for a test to tell its
+/// requests apart at the backend.
+pub fn verify_post_with_id(id: &str) -> Vec<u8> {
+    let headers = format!(
+        "X-Request-Id: {id}\r\nContent-Length: {}\r\n",
+        VERIFY_BODY.len()
+    );
+    verify_with(&headers, VERIFY_BODY.as_bytes())
+}
+
 /// Sends `raw` bytes on a new connection and reads one response; `None` if the connection
 /// closed before a status line.
 pub fn raw(addr: SocketAddr, raw: &[u8]) -> Option<Response> {

@@ -13,6 +13,9 @@ raw frames from `hyperframe`/`hpack` for the attacks. Each command prints one JS
     idle-connection HOST PORT     a connection that opens no stream
     cancelled-posts HOST PORT N PATH  N POSTs one after the other, each reset (CANCEL) in
                                   the same write as its body's last DATA frame
+    reset-on-cue HOST PORT PATH ID  one POST (body and all) with request id ID; prints "sent" on
+                                  stderr once it is out, then resets it (CANCEL) when a line
+                                  comes on stdin, and prints "reset"
     slow-stream HOST PORT PATH    one GET; prints "sent" on stderr once it is out and
                                   "goaway" when a GOAWAY comes, then reports its answer and
                                   whether the GOAWAY came first
@@ -27,6 +30,7 @@ import time
 
 import h2.config
 import h2.connection
+import h2.errors
 import h2.events
 import h2.settings
 import hpack
@@ -281,6 +285,25 @@ def cmd_cancelled_posts(host, port, n, path):
     print(json.dumps({"sent": int(n)}))
 
 
+def cmd_reset_on_cue(host, port, path, request_id):
+    s = connect(host, port, timeout=30)
+    c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+    c.initiate_connection()
+    extra = AUTH + [("content-type", "application/json"), ("x-request-id", request_id)]
+    c.send_headers(1, request_headers("POST", path, f"{host}:{port}", extra), end_stream=False)
+    c.send_data(1, b'{"business_code":"KYC"}', end_stream=True)
+    s.sendall(c.data_to_send())
+    print("sent", file=sys.stderr, flush=True)
+    sys.stdin.readline()
+    c.reset_stream(1, error_code=h2.errors.ErrorCodes.CANCEL)
+    s.sendall(c.data_to_send())
+    print("reset", file=sys.stderr, flush=True)
+    # The connection stays open: only the stream is gone.
+    sys.stdin.readline()
+    s.close()
+    print(json.dumps({"reset": 1}))
+
+
 def cmd_idle_connection(host, port):
     s = open_raw(host, port)
     started = time.time()
@@ -344,6 +367,8 @@ if __name__ == "__main__":
         cmd_idle_connection(*args)
     elif command == "cancelled-posts":
         cmd_cancelled_posts(*args)
+    elif command == "reset-on-cue":
+        cmd_reset_on_cue(*args)
     elif command == "slow-stream":
         cmd_slow_stream(*args)
     else:

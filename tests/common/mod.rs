@@ -42,7 +42,9 @@ use std::net::SocketAddr;
 
 use agent_gateway::config::FileConfig;
 
-pub use backend::{backend_with_reset, Action, Backend, Gate, MockBackend, Recorded};
+pub use backend::{
+    backend_with_reset, held_behind_one_connection, Action, Backend, Gate, MockBackend, Recorded,
+};
 pub use board::board_row;
 pub use chromium::chromium;
 pub use client::*;

@@ -1,0 +1,63 @@
+//! Whether a client has hung up, seen on its socket without reading from it: for the time a
+//! request waits for a backend connection, when nothing reads the client's connection.
+//!
+//! The watch is on a second descriptor of the socket (`dup(2)`), registered with the runtime on
+//! its own. It takes nothing from the connection, which the waiting request borrows, and its
+//! readiness is its own: bytes the client sends meanwhile (a pipelined request, a TLS record)
+//! stay for the connection to read, and the watch waits on for the hang-up. A hang-up is the
+//! client's FIN or reset (`EPOLLRDHUP`, `EPOLLHUP`), as nginx reads it while a request waits
+//! upstream (`ngx_http_upstream_check_broken_connection`): a client that half-closes after its
+//! request counts as gone, as it does there. The descriptor is made on the first poll, so a
+//! request that never waits costs nothing.
+
+use std::io;
+use std::os::fd::BorrowedFd;
+
+use pingora::protocols::tls::TlsStream;
+use pingora::protocols::Stream;
+use tokio::io::Interest;
+use tokio::net::TcpStream;
+
+use super::tcp::TcpConn;
+
+/// Ready once the client at the other end of `stream` has hung up; pending for good when its
+/// socket cannot be watched (logged).
+pub async fn hung_up(stream: &Stream) {
+    match watch(stream) {
+        Ok(socket) => until_hung_up(&socket).await,
+        Err(e) => {
+            tracing::debug!(error = %e, "the client's socket cannot be watched for a hang-up");
+            std::future::pending().await
+        }
+    }
+}
+
+/// A second descriptor of the socket under `stream`, registered with the runtime.
+#[allow(unsafe_code)]
+fn watch(stream: &Stream) -> io::Result<TcpStream> {
+    let any = stream.as_any();
+    if !any.is::<TcpConn>() && !any.is::<TlsStream<TcpConn>>() {
+        return Err(io::Error::other("not a TCP connection"));
+    }
+    // SAFETY: a `TcpConn`'s id is its socket's descriptor (a TLS stream's is its TCP
+    // connection's), open while `stream` is borrowed, which is longer than this call. pingora
+    // gives no other way to the socket under a TLS stream.
+    let fd = unsafe { BorrowedFd::borrow_raw(stream.id()) };
+    TcpStream::from_std(std::net::TcpStream::from(fd.try_clone_to_owned()?))
+}
+
+async fn until_hung_up(socket: &TcpStream) {
+    loop {
+        match socket.ready(Interest::READABLE).await {
+            Ok(ready) if !ready.is_read_closed() => {
+                // Bytes to read, which are the connection's: this descriptor forgets that it
+                // is readable (the connection's own registration does not), and waits for
+                // what comes next.
+                let _ = socket.try_io(Interest::READABLE, || {
+                    Err::<(), _>(io::ErrorKind::WouldBlock.into())
+                });
+            }
+            _ => return,
+        }
+    }
+}
