@@ -5,7 +5,7 @@
 //! Each folder is one layer; a layer uses only the ones listed above it.
 //! - [`http1`]: the HTTP/1.1 codec over bytes: heads, framing, chunked bodies, writers. Pure,
 //!   and a leaf: it uses nothing else in the crate.
-//! - [`client`]: an HTTP(S) client for the APIs the gateway and its commands read (a Prometheus, an admin listener): TLS roots or a CA file, a bearer token or basic auth; and the TLS settings of every client of ours (`client::tls`).
+//! - [`client`]: an HTTP(S) client for the APIs the gateway and its commands read (a Prometheus, an admin listener): TLS roots or a CA file, a bearer token or basic auth; the TLS settings of every client of ours (`client::tls`); and how a secret, a URL's password among them, is redacted wherever it is shown (`client::redact`).
 //! - [`config`]: the TOML file as written, and the validated [`config::Snapshot`] the gateway runs on.
 //! - [`api`]: the Agent API surface: the operation table, routes, body schemas, OpenAPI, the gateway's own answers.
 //! - [`policy`]: per-request decisions as plain functions: admission, auth, retirement, rate limits (local, or shared in Redis), request ids.

@@ -559,6 +559,89 @@ fn get_config_shows_the_running_snapshot_with_its_load_time_and_file_hash() {
     }
 }
 
+/// A password in a URL of the config: the Redis URL, the OTLP endpoint and the successor link
+/// take one; the Prometheus URL is refused one (here written with an unencoded `/`, which was
+/// read as a port). `GET /config`, `config dump`, the log (`tracing on`, the refused reload),
+/// the reload's answer and `check-config` show each with its password redacted.
+#[test]
+fn a_password_in_a_configured_url_is_redacted_wherever_the_url_is_shown() {
+    use agent_gateway::config::RateLimitBackend;
+    let secrets = ["redis-pw", "otlp-pw", "link-pw", "prom/pw"];
+    let shown = |what: &str, text: &str| {
+        for secret in secrets {
+            assert!(!text.contains(secret), "{secret} in {what}:\n{text}");
+        }
+    };
+    let backend = Backend::start();
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.server.watch_config = false;
+    cfg.rate_limit.backend = RateLimitBackend::Redis;
+    cfg.rate_limit.redis_url = Some("redis://app:redis-pw@127.0.0.1:9/0".into());
+    cfg.tracing.otlp_endpoint = Some("http://otel:otlp-pw@127.0.0.1:9".into());
+    cfg.retirement.link = Some("https://docs:link-pw@docs.example/v2".into());
+    let gw = Gateway::builder(cfg.clone()).start();
+
+    let answer = admin_get(gw.admin, "/config");
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    shown("GET /config", &answer.text());
+    let config = &answer.json()["config"];
+    assert_eq!(
+        config["tracing"]["otlp_endpoint"],
+        "http://otel:<redacted>@127.0.0.1:9"
+    );
+    assert_eq!(
+        config["retirement"]["link"],
+        "https://docs:<redacted>@docs.example/v2"
+    );
+    assert_eq!(
+        config["rate_limit"]["redis_url"],
+        "redis://app:<redacted>@127.0.0.1:9/0"
+    );
+
+    let dump = cli([
+        "config".as_ref(),
+        "dump".as_ref(),
+        "--config".as_ref(),
+        gw.config_path.as_os_str(),
+    ]);
+    assert!(
+        dump.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dump.stderr)
+    );
+    shown("config dump", &String::from_utf8_lossy(&dump.stdout));
+
+    // Refused: the Prometheus URL with credentials, an OTLP endpoint over https.
+    let mut bad = cfg.clone();
+    bad.retirement.prometheus_url = Some("http://ops:prom/pw@prometheus:9090".into());
+    bad.tracing.otlp_endpoint = Some("https://otel:otlp-pw@collector:4318".into());
+    gw.write_config(&bad);
+    let answer = request(gw.admin, "POST", "/-/reload", &[], b"");
+    assert_eq!(answer.status, 422, "{}", answer.text());
+    let mut keys: Vec<String> = answer.json()["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["key"].as_str().unwrap().to_owned())
+        .collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        ["retirement.prometheus_url", "tracing.otlp_endpoint"],
+        "{}",
+        answer.text()
+    );
+    shown("the reload's report", &answer.text());
+    let out = cli(["check-config".as_ref(), gw.config_path.as_os_str()]);
+    assert!(!out.status.success());
+    shown("check-config", &String::from_utf8_lossy(&out.stderr));
+    gw.wait_until("the refusal in the log", || {
+        gw.log().contains("config reload refused")
+    });
+    assert!(gw.log().contains("tracing on"), "{}", gw.log());
+    shown("the log", &gw.log());
+}
+
 /// Backends A and B, and two configs: the first in front of A under the base `/a/api`, the
 /// second moving the backend to B and its base to `/b/api` at once. Only the reloads the test
 /// asks for: no watcher.

@@ -6,8 +6,8 @@
 //! roots or the CAs of a file, `http://` as well; credentials as a bearer token read from a
 //! file, or basic auth from the URL (`https://user:password@host/`) or a file
 //! (`user:password`); each GET bounded in time and in the size of its answer. A URL's password
-//! and a token never appear in an error or a log line. Whom a client trusts is [`tls`]'s, for
-//! the load generator too.
+//! and a token never appear in an error or a log line ([`redact`], which the config's dump and
+//! problems use too). Whom a client trusts is [`tls`]'s, for the load generator too.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -22,8 +22,10 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::rt::TokioExecutor;
 
+use redact::redact_url;
 use tls::{TlsError, Trust};
 
+pub mod redact;
 pub mod tls;
 
 /// How long one GET may take, answer included.
@@ -142,7 +144,13 @@ impl Base {
             prefix: prefix.trim_end_matches('/').to_owned(),
             basic,
         };
-        base.uri("/").map_err(|_| bad("is not a URL"))?;
+        let uri = base.uri("/").map_err(|_| bad("is not a URL"))?;
+        // `http` parses any port, digits or not: a password's unencoded `/` ends the
+        // authority early, and the user name and the start of the password would be read
+        // as a host and its port.
+        if uri.port().is_none() && uri.host() != Some(host) {
+            return Err(bad("its port is not a number"));
+        }
         Ok(base)
     }
 
@@ -156,21 +164,6 @@ impl std::fmt::Display for Base {
     /// The URL without its credentials.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}://{}{}", self.scheme, self.authority, self.prefix)
-    }
-}
-
-/// `url` with the password of its user information masked.
-fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let end = rest.find('/').unwrap_or(rest.len());
-    match rest[..end].rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-            format!("{scheme}://{user}:***@{host}{}", &rest[end..])
-        }
-        None => url.to_owned(),
     }
 }
 
@@ -346,7 +339,16 @@ mod tests {
         }
         let e = Base::parse("gopher://u:secret@h").unwrap_err().to_string();
         assert!(!e.contains("secret"), "{e}");
-        assert_eq!(redact_url("http://u:secret@h/p"), "http://u:***@h/p");
+        for bad in [
+            "http://ops:prom/pw@prometheus:9090",
+            "http://h:99999",
+            "http://h:",
+        ] {
+            let e = Base::parse(bad).unwrap_err().to_string();
+            assert!(e.ends_with("its port is not a number"), "{e}");
+            assert!(!e.contains("prom/pw"), "{e}");
+        }
+        assert!(Base::parse("http://[::1]/prom").is_ok());
     }
 
     #[test]

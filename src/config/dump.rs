@@ -4,16 +4,16 @@
 //! brownout's shares, each agent's burst, `retirement.prometheus_selector` as the queries
 //! render it), the start-up settings the process runs with (a
 //! reload keeps the running ones until a restart), durations in milliseconds, and no secret:
-//! token digests (agents' and the admin's) and a Redis password are redacted, and of the
+//! token digests (agents' and the admin's) and a URL's password are redacted, and of the
 //! secret files (`auth.agents_file`, `rate_limit.redis_password_file`) only the names show.
+//! Every URL shows without its password: `rate_limit.redis_url`, `tracing.otlp_endpoint`,
+//! `retirement.prometheus_url` and `retirement.link`. Both are redacted the one way the crate
+//! has ([`crate::client::redact`]).
 
 use super::file::{Digests, FileConfig};
-use super::rate_limit::RedisUrl;
 use super::types::{format_time, parse_time};
 use super::Snapshot;
-
-/// What a redacted value reads.
-pub const REDACTED: &str = "<redacted>";
+use crate::client::redact::{redact_url, REDACTED};
 
 /// The effective config of `snapshot`, in the file's own shape.
 pub fn effective(snapshot: &Snapshot) -> FileConfig {
@@ -55,11 +55,16 @@ pub fn effective(snapshot: &Snapshot) -> FileConfig {
         }
     }
     redact(&mut f.admin.token_sha256);
-    f.rate_limit.redis_url = f
-        .rate_limit
-        .redis_url
-        .as_deref()
-        .map(|url| RedisUrl::parse(url).map_or_else(|_| REDACTED.into(), |u| u.to_string()));
+    // Every key whose value is a URL, whether or not validation lets it carry a password.
+    let urls = [
+        &mut f.rate_limit.redis_url,
+        &mut f.tracing.otlp_endpoint,
+        &mut f.retirement.prometheus_url,
+        &mut f.retirement.link,
+    ];
+    for url in urls.into_iter().flatten() {
+        *url = redact_url(url);
+    }
     f
 }
 
@@ -136,6 +141,8 @@ mod tests {
         };
         f.retirement.prometheus_url = Some("http://prometheus:9090".into());
         f.retirement.prometheus_selector = Some(r#"{ namespace = "prod" }"#.into());
+        f.retirement.link = Some("https://docs:link-pw@docs.example/v2".into());
+        f.tracing.otlp_endpoint = Some("http://otel:otlp-pw@127.0.0.1:4318".into());
         let snapshot = f.snapshot();
         let text = to_toml(&snapshot);
         for want in [
@@ -147,11 +154,16 @@ mod tests {
             &format!("threads = {}", snapshot.startup.threads),
             "read_timeout_ms = 30000",
             "token_sha256 = \"<redacted>\"",
-            "redis_url = \"redis://:***@127.0.0.1:6379/0\"",
+            "redis_url = \"redis://:<redacted>@127.0.0.1:6379/0\"",
+            "otlp_endpoint = \"http://otel:<redacted>@127.0.0.1:4318\"",
+            "link = \"https://docs:<redacted>@docs.example/v2\"",
+            "prometheus_url = \"http://prometheus:9090\"",
         ] {
             assert!(text.contains(want), "{want} missing from:\n{text}");
         }
-        assert!(!text.contains("hunter2"), "{text}");
+        for secret in ["hunter2", "otlp-pw", "link-pw"] {
+            assert!(!text.contains(secret), "{secret}: {text}");
+        }
         let digest = &snapshot.auth.agents[AGENT_ID].tokens[0].digest.to_hex();
         assert!(!text.contains(digest.as_str()), "{text}");
         let back: FileConfig = toml::from_str(&text).unwrap();

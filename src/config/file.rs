@@ -12,6 +12,8 @@
 use serde::de::{self, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::client::redact::redact_url;
+
 /// The public v2 base, which is also the backend's unless `upstream.base_path` says otherwise.
 const V2_BASE: &str = "/api/v2";
 
@@ -544,7 +546,7 @@ impl std::fmt::Debug for RateLimitFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RateLimitFile")
             .field("backend", &self.backend)
-            .field("redis_url", &self.redis_url.as_ref().map(|_| ".."))
+            .field("redis_url", &self.redis_url.as_deref().map(redact_url))
             .field("redis_password_file", &self.redis_password_file)
             .field("redis_ca_file", &self.redis_ca_file)
             .field("on_redis_error", &self.on_redis_error)

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::file::TracingFile;
 use super::problems::Problems;
+use crate::client::redact::redact_url;
 
 /// Tracing as configured: present only when `tracing.otlp_endpoint` is set.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,27 +24,37 @@ pub struct TracingConfig {
 /// The OTLP/HTTP path of traces under a collector's base URL.
 const TRACES_PATH: &str = "/v1/traces";
 
-/// The traces URL of an OTLP/HTTP base URL: plain `http` (a local collector or agent), a host,
-/// an optional path prefix, no query.
+/// The traces URL of an OTLP/HTTP base URL: plain `http` (a local collector or agent), a host
+/// and its port, an optional path prefix, no query. A problem shows the endpoint with its
+/// password redacted.
 fn traces_url(endpoint: &str) -> Result<String, String> {
+    let shown = redact_url(endpoint);
     let uri: http::Uri = endpoint
         .parse()
-        .map_err(|e| format!("{endpoint:?} is not a URL ({e})"))?;
+        .map_err(|e| format!("{shown:?} is not a URL ({e})"))?;
     match uri.scheme_str() {
         Some("http") => {}
         Some("https") => {
             return Err(format!(
-                "{endpoint:?}: https is not supported; export to a local OpenTelemetry Collector \
+                "{shown:?}: https is not supported; export to a local OpenTelemetry Collector \
                  over http, which can forward over TLS"
             ))
         }
-        _ => return Err(format!("{endpoint:?} must start with http://")),
+        _ => return Err(format!("{shown:?} must start with http://")),
     }
-    if uri.host().is_none_or(str::is_empty) {
-        return Err(format!("{endpoint:?} has no host"));
+    let Some(host) = uri.host().filter(|h| !h.is_empty()) else {
+        return Err(format!("{shown:?} has no host"));
+    };
+    // `http` parses any port, digits or not: a password's unencoded `/` ends the authority
+    // early, and the user name and the start of the password would be read as a host and
+    // its port.
+    let authority = uri.authority().map_or("", |a| a.as_str());
+    let host_and_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    if uri.port().is_none() && host_and_port != host {
+        return Err(format!("{shown:?}: its port is not a number"));
     }
     if uri.query().is_some() {
-        return Err(format!("{endpoint:?} must not have a query"));
+        return Err(format!("{shown:?} must not have a query"));
     }
     let base = endpoint.trim_end_matches('/');
     Ok(format!("{base}{TRACES_PATH}"))
@@ -132,9 +143,34 @@ mod tests {
             "grpc://collector:4317",
             "http://collector:4318/?x=1",
             "not a url",
+            "http://collector:99999",
         ] {
             assert_eq!(problems(on(bad)), ["tracing.otlp_endpoint"], "{bad}");
         }
+    }
+
+    #[test]
+    fn a_refused_endpoint_s_password_is_not_in_its_problem() {
+        for bad in [
+            "https://otel:otlp-pw@collector:4318",
+            "otel:otlp-pw@collector:4318",
+            "http://otel:otlp-pw@collector:4318/?x=1",
+            // Unencoded, its `/` would end the authority: `otel` and a port `otlp`.
+            "http://otel:otlp/pw@collector:4318",
+        ] {
+            let problem = traces_url(bad).unwrap_err();
+            assert!(!problem.contains("otlp-pw"), "{problem}");
+            assert!(!problem.contains("otlp/pw"), "{problem}");
+            assert!(
+                problem.contains("otel:<redacted>@collector:4318"),
+                "{problem}"
+            );
+        }
+        // A password of its own is no problem: the endpoint is used as written.
+        assert_eq!(
+            traces_url("http://otel:otlp-pw@collector:4318").unwrap(),
+            "http://otel:otlp-pw@collector:4318/v1/traces"
+        );
     }
 
     #[test]

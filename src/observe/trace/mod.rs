@@ -31,6 +31,7 @@ use prometheus::Registry;
 
 pub use export::{ExportError, ExportMetrics, Pipeline};
 
+use crate::client::redact::redact_url;
 use crate::config::{Snapshot, TracingConfig};
 use crate::http1::split_host;
 use crate::policy::admit::RequestView;
@@ -84,7 +85,7 @@ impl Tracer {
             .transpose()?;
         match settings {
             Some(s) => tracing::info!(
-                traces_url = %s.traces_url,
+                traces_url = %redact_url(&s.traces_url),
                 sample_ratio = s.sample_ratio,
                 service_name = %s.service_name,
                 "tracing on"
