@@ -9,7 +9,7 @@ use std::process::Command;
 
 use agent_gateway::config::FileConfig;
 use common::markdown::commands;
-use common::{free_port, loopback, metric_value, Gateway, ANY_PORT, BIN};
+use common::{free_port, loopback, metric_value, request, Gateway, ANY_PORT, BIN};
 
 const SHIPPED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/gateway.toml");
 
@@ -133,4 +133,20 @@ fn the_demo_prints_once_it_listens_commands_that_work_as_printed() {
     });
     let usage = sh(commands[3]);
     assert!(usage.contains("demo-agent"), "{usage}");
+}
+
+/// The demo's agents are on the published tokens on purpose: `run` would warn of them, at
+/// start and at each reload; the demo does neither (the README's tour reloads).
+#[test]
+fn the_demo_warns_of_its_published_tokens_neither_at_start_nor_at_a_reload() {
+    let gw = demo();
+    // Twice: a warning of the first would be logged before the second's line.
+    for n in 1..=2 {
+        let answer = request(gw.admin, "POST", "/-/reload", &[], b"");
+        assert_eq!(answer.status, 200, "{}", answer.text());
+        gw.wait_until(&format!("reload {n} in the log"), || {
+            gw.log().matches("config reloaded").count() == n
+        });
+    }
+    assert!(!gw.log().contains("accepts the token"), "{}", gw.log());
 }

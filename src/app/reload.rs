@@ -3,7 +3,8 @@
 //! The whole validated config is one immutable [`Snapshot`] behind an [`ArcSwap`]. A reload
 //! builds a complete new snapshot or nothing: a file that fails to parse or validate is refused
 //! whole and the previous snapshot keeps serving. Settings that only take effect at start-up
-//! (listeners, threads) keep their running values and are reported as needing a restart.
+//! (listeners, threads) keep their running values and are reported as needing a restart. A
+//! snapshot applied is warned about as `run` warns at start ([`warn_of`]: a published token).
 //!
 //! Triggers: [`ConfigWatcher`] (the file's parent directory, so in-place writes, renames over
 //! the file and Kubernetes' `..data` symlink swap all count; an in-place write is read once
@@ -27,6 +28,7 @@ use pingora::services::background::BackgroundService;
 use prometheus::{Gauge, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 use serde::Serialize;
 
+use crate::config::warnings::snapshot_warnings;
 use crate::config::{directory_of, ConfigError, Inputs, Problem, Reading, Snapshot, StartupConfig};
 
 /// How long the watcher waits for a burst of file events to settle before reloading.
@@ -175,6 +177,15 @@ fn unix_now() -> f64 {
         .unwrap_or_default()
 }
 
+/// Logs what `snapshot` allows that works but should not ([`snapshot_warnings`]: a published
+/// token, no agent, ...), a WARN line each: `run` at start, and the store at each reload that
+/// applies a config, so that a token copied from the README in a later edit is said too.
+pub fn warn_of(snapshot: &Snapshot) {
+    for warning in snapshot_warnings(snapshot) {
+        tracing::warn!("{warning}");
+    }
+}
+
 /// Something that follows the config: told of each new snapshot before requests see it.
 pub type OnApply = Box<dyn Fn(&Snapshot) + Send + Sync>;
 
@@ -191,6 +202,8 @@ pub struct ConfigStore {
     /// Told of each reading applied or refused, for the watcher: a reload by signal or by the
     /// admin listener may name a file in a place, or by a name, it does not watch yet.
     readings: tokio::sync::Notify,
+    /// Whether each applied reload logs its config's warnings ([`warn_of`]).
+    warns: bool,
 }
 
 impl ConfigStore {
@@ -210,7 +223,14 @@ impl ConfigStore {
             metrics,
             on_apply: Vec::new(),
             readings: tokio::sync::Notify::new(),
+            warns: true,
         })
+    }
+
+    /// Reloads log no warning about their config: for the demo, whose config uses the
+    /// published tokens on purpose (and which warns of nothing at start either).
+    pub fn without_warnings(&mut self) {
+        self.warns = false;
     }
 
     /// Calls `follow` with every snapshot a reload applies, before any request can load it
@@ -305,6 +325,9 @@ impl ConfigStore {
         );
         if !restart_required.is_empty() {
             tracing::warn!(settings = ?restart_required, "changed settings need a restart; their running values are kept");
+        }
+        if self.warns {
+            warn_of(&self.current.load());
         }
         ReloadReport {
             result: "success",

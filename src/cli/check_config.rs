@@ -1,15 +1,15 @@
 //! `agent-gateway check-config`: exit 0 when a config file is valid, else print every problem,
 //! in the order of the file, and exit 1. A valid file may also get warnings on stderr
-//! ([`super::warnings`]: a published token, no agent, a board that cannot ask its Prometheus,
-//! a name that does not resolve where `run` starts anyway), which do not fail it.
+//! ([`agent_gateway::config::warnings`]: a published token, no agent, a board that cannot ask
+//! its Prometheus; and a name that does not resolve where `run` starts anyway), which do not
+//! fail it.
 
 use std::path::Path;
 use std::process::ExitCode;
 
+use agent_gateway::config::warnings::snapshot_warnings;
 use agent_gateway::config::{ConfigError, Host, Mount, Problem, Snapshot};
 use agent_gateway::proxy::names;
-
-use super::warnings::snapshot_warnings;
 
 use super::print_problems;
 

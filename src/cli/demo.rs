@@ -15,6 +15,7 @@ use agent_gateway::api::operation::{ApiVersion, Operation};
 use agent_gateway::api::route::build_path;
 use agent_gateway::app::listeners::{ListenAddrs, Listeners};
 use agent_gateway::app::server::{self, BuildOptions};
+use agent_gateway::config::warnings::SHIPPED_AGENTS;
 use agent_gateway::config::{Agent, Snapshot, TokenDigest};
 use agent_gateway::policy::auth::{AGENT_ID_HEADER, AUTH_TOKEN_HEADER};
 
@@ -23,7 +24,10 @@ use super::{load_store, print_out, LogArgs};
 pub fn run(config: &Path, log: &LogArgs) -> anyhow::Result<ExitCode> {
     agent_gateway::app::signals::ignore_sighup_until_handled();
     let logs = log.init();
-    let store = load_store(config)?;
+    let mut store = load_store(config)?;
+    // The shipped config's agents are on the published tokens on purpose: no warning at
+    // start, nor at a reload (the README's tour edits the config).
+    store.without_warnings();
     let snapshot = store.current().load_full();
     let backend = snapshot.upstream.targets[0]
         .address()
@@ -42,13 +46,6 @@ pub fn run(config: &Path, log: &LogArgs) -> anyhow::Result<ExitCode> {
     print_out(&try_these(&snapshot, &at, &exe))?;
     server::run(gateway, listeners)
 }
-
-/// The agents of the shipped `config/gateway.toml` and their tokens (the file stores only
-/// their SHA-256): a config with one of them gets commands that work as printed.
-pub const SHIPPED_AGENTS: [(&str, &str); 2] = [
-    ("demo-agent", "demo-token"),
-    ("partner-agent", "partner-token"),
-];
 
 /// The v1 call's body (a verify request without a connection, so the mock pairs first).
 const V1_BODY: &str = r#"{"business_code":"KYC-BASIC","allow_multiple_read":true}"#;

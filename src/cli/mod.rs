@@ -1,7 +1,6 @@
 //! The binary's commands, one file each (`main.rs` parses the command line and calls the
 //! command's `run`), and what several of them share: the log flags, a config file loaded into
-//! a live store, the warnings about what it allows ([`warnings`]), pingora's options,
-//! writing to stdout.
+//! a live store, pingora's options, writing to stdout.
 
 pub mod check_config;
 pub mod config_dump;
@@ -12,7 +11,6 @@ pub mod mock_backend;
 pub mod openapi;
 pub mod run;
 pub mod v1_usage;
-pub mod warnings;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

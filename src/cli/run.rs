@@ -1,15 +1,16 @@
 //! `agent-gateway run`: the gateway on a config file, until a signal ends the process. At
-//! start it warns about what works but should not ([`super::warnings`]: a published token, no
-//! agent, a board that cannot ask its Prometheus).
+//! start, and at each reload that applies a config, it warns about what works but should not
+//! ([`agent_gateway::config::warnings`]: a published token, no agent, a board that cannot ask
+//! its Prometheus).
 
 use std::path::Path;
 use std::process::ExitCode;
 
 use agent_gateway::app::listeners::{ListenAddrs, Listeners};
+use agent_gateway::app::reload::warn_of;
 use agent_gateway::app::server::{self, BuildOptions};
 use agent_gateway::app::signals;
 
-use super::warnings::snapshot_warnings;
 use super::{load_store, LogArgs};
 
 /// With `upgrade`, the listeners are taken over from the running process (after its SIGQUIT)
@@ -18,9 +19,7 @@ pub fn run(config: &Path, upgrade: bool, log: &LogArgs) -> anyhow::Result<ExitCo
     signals::ignore_sighup_until_handled();
     let logs = log.init();
     let store = load_store(config)?;
-    for warning in snapshot_warnings(&store.current().load()) {
-        tracing::warn!("{warning}");
-    }
+    warn_of(&store.current().load());
     let startup = store.current().load().startup.clone();
     let addrs = ListenAddrs::configured(&startup, None);
     let listeners = if upgrade {

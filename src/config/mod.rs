@@ -10,7 +10,8 @@
 //! in `types.rs`, a leaf, what they report in `problems.rs`, another, and the PromQL label
 //! matchers of `retirement.prometheus_selector` in `selector.rs`, a third. This module only
 //! assembles: the bases, which span three sections, and the snapshot. Once built, nothing
-//! re-checks.
+//! re-checks. What a valid snapshot allows that works but should not (a published token) is
+//! said by `warnings.rs`, as warnings, not problems.
 
 mod admin;
 mod auth;
@@ -32,6 +33,7 @@ pub mod testing;
 mod tracing;
 mod types;
 mod upstream;
+pub mod warnings;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -1,12 +1,20 @@
-//! What a config allows that works but should not, said as warnings (`run` at start,
-//! `check-config`), never as refusals: an agent or the admin listener on a token published
-//! with agent-gateway (the demo's own config uses them on purpose), no agent at all, PROXY
-//! protocol headers believed from any host, and a board that cannot ask its Prometheus.
+//! What a config allows that works but should not, said as warnings (`run` at start and
+//! at each reload that applies a config, `check-config`), never as refusals: an agent or the
+//! admin listener on a token published with agent-gateway (the demo's own config uses them on
+//! purpose), no agent at all, PROXY protocol headers believed from any host, and a board that
+//! cannot ask its Prometheus. Here, beside the refusals, so that the command line and a
+//! reload say the same.
 
-use agent_gateway::client::Client;
-use agent_gateway::config::{Snapshot, TokenDigest};
+use super::{Snapshot, TokenDigest};
+use crate::client::Client;
 
-use super::demo::SHIPPED_AGENTS;
+/// The agents of the shipped `config/gateway.toml` and their tokens (the file stores only
+/// their SHA-256): published with agent-gateway, so warned about in any other config, and
+/// the demo's commands work as printed with them.
+pub const SHIPPED_AGENTS: [(&str, &str); 2] = [
+    ("demo-agent", "demo-token"),
+    ("partner-agent", "partner-token"),
+];
 
 /// What a config allows that is worth a warning, not a refusal: the demo's own config accepts
 /// the demo's tokens on purpose, a deployment never should.
@@ -157,7 +165,7 @@ mod tests {
 
     #[test]
     fn proxy_headers_believed_from_any_host_are_said() {
-        use agent_gateway::config::FileConfig;
+        use crate::config::FileConfig;
         let config = |proxy_protocol, trusted: &[&str]| {
             let backend = "127.0.0.1:9000".parse().unwrap();
             let mut cfg = FileConfig::for_test("127.0.0.1:0".parse().unwrap(), &[backend]);
@@ -175,7 +183,7 @@ mod tests {
 
     #[test]
     fn a_prometheus_credential_that_cannot_be_read_is_said() {
-        use agent_gateway::config::FileConfig;
+        use crate::config::FileConfig;
         let dir = tempfile::tempdir().unwrap();
         let config = |token_file: &std::path::Path| {
             let backend = "127.0.0.1:9000".parse().unwrap();
@@ -205,8 +213,8 @@ mod tests {
 
     #[test]
     fn an_admin_token_published_with_agent_gateway_is_said() {
-        use agent_gateway::config::file::Digests;
-        use agent_gateway::config::FileConfig;
+        use crate::config::file::Digests;
+        use crate::config::FileConfig;
         let config = |tokens: &[&str]| {
             let backend = "127.0.0.1:9000".parse().unwrap();
             let mut cfg = FileConfig::for_test("127.0.0.1:0".parse().unwrap(), &[backend]);
