@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 
+use agent_gateway::config::FileConfig;
 use common::dns::Dns;
 use common::*;
 
@@ -29,7 +30,7 @@ fn two_backends_on_one_port() -> (Backend, Backend) {
 }
 
 /// The config of a gateway whose one upstream address is `NAME` at `port`, asked of `dns`.
-fn config_on_name(dns: &Dns, port: u16) -> agent_gateway::config::FileConfig {
+fn config_on_name(dns: &Dns, port: u16) -> FileConfig {
     let mut cfg = test_config(&[]);
     cfg.upstream.addresses = vec![format!("{NAME}:{port}")];
     cfg.upstream.resolvers = vec![dns.addr.to_string()];
@@ -170,10 +171,11 @@ fn check_config_looks_names_up_as_run_does_and_warns_where_run_starts_anyway() {
 }
 
 /// A backend that holds every answer until `gate` opens and counts the connections open to
-/// it at once that carried a request (the health check's bare connect carries none, and is
-/// no proxied connection): the most it saw.
+/// it that carried a request (the health check's bare connect carries none, and is no
+/// proxied connection): how many are open now, and the most it saw at once.
 struct CountingBackend {
     addr: SocketAddr,
+    open: Arc<AtomicUsize>,
     most: Arc<AtomicUsize>,
 }
 
@@ -182,8 +184,9 @@ fn counting_backend(gate: Gate) -> CountingBackend {
     let addr = listener.local_addr().unwrap();
     let open = Arc::new(AtomicUsize::new(0));
     let most = Arc::new(AtomicUsize::new(0));
-    let seen = most.clone();
+    let (counting, seen) = (open.clone(), most.clone());
     thread::spawn(move || {
+        let open = counting;
         for conn in listener.incoming() {
             let Ok(mut conn) = conn else { continue };
             let (open, seen, gate) = (open.clone(), seen.clone(), gate.clone());
@@ -225,7 +228,7 @@ fn counting_backend(gate: Gate) -> CountingBackend {
             });
         }
     });
-    CountingBackend { addr, most }
+    CountingBackend { addr, open, most }
 }
 
 #[test]
@@ -657,4 +660,87 @@ fn a_client_that_half_closes_while_its_request_waits_counts_as_gone() {
     gate.open();
     assert_eq!(first.join().unwrap().map(|r| r.status), Some(200));
     assert_eq!(backend.request_ids(), ["first"]);
+}
+
+/// A gateway in front of a counting backend with a budget of 4 connections, and 4 GETs sent
+/// at once, each on a connection of its own, held at the backend until `gate` opens; the
+/// gateway's config, to reload.
+fn four_connections_held(
+    backend: &CountingBackend,
+) -> (Gateway, FileConfig, Vec<thread::JoinHandle<Response>>) {
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.upstream.max_connections_per_address = Some(4);
+    cfg.upstream.read_timeout_ms = 60_000;
+    let gw = Gateway::builder(cfg.clone()).start();
+    let calls = (0..4)
+        .map(|_| {
+            let proxy = gw.proxy;
+            thread::spawn(move || get(proxy, TARGET))
+        })
+        .collect();
+    wait_until("four connections at the backend", || {
+        backend.open.load(Ordering::SeqCst) == 4
+    });
+    (gw, cfg, calls)
+}
+
+/// Waits up to 2 s (a sweep is immediate; the idle timeout is a minute) until the backend
+/// has at most `want` connections open; how many it has.
+fn open_settles_at(backend: &CountingBackend, want: usize) -> usize {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while backend.open.load(Ordering::SeqCst) > want && std::time::Instant::now() < deadline {
+        thread::sleep(std::time::Duration::from_millis(10));
+    }
+    backend.open.load(Ordering::SeqCst)
+}
+
+/// A reload that lowers `upstream.max_connections_per_address` closes the idle connections
+/// past the new cap at once: the backend sees no more connections than the operator allows,
+/// where the pool used to keep them (and requests to use them, past the cap) until they sat
+/// idle for `upstream.idle_timeout_ms`.
+#[test]
+fn a_reload_that_lowers_the_budget_closes_the_idle_connections_past_it() {
+    let gate = Gate::new();
+    let backend = counting_backend(gate.clone());
+    let (gw, mut cfg, calls) = four_connections_held(&backend);
+    gate.open();
+    for call in calls {
+        assert_eq!(call.join().unwrap().status, 200);
+    }
+    let idle = format!(
+        "agent_gateway_upstream_connections{{address=\"{}\",state=\"idle\"}}",
+        backend.addr
+    );
+    gw.wait_for_metric(&idle, 4.0);
+
+    cfg.upstream.max_connections_per_address = Some(1);
+    gw.reload(&cfg);
+    assert_eq!(open_settles_at(&backend, 1), 1, "{}", gw.log());
+    for _ in 0..4 {
+        assert_eq!(get(gw.proxy, TARGET).status, 200);
+    }
+    assert_eq!(backend.open.load(Ordering::SeqCst), 1);
+    assert_eq!(gw.metric(&idle), 1.0);
+}
+
+/// A reload that lowers `upstream.max_connections_per_address` while connections carry
+/// requests lets those requests finish, then keeps only as many of their connections as the
+/// new cap allows.
+#[test]
+fn a_reload_that_lowers_the_budget_keeps_no_busy_connection_past_it() {
+    let gate = Gate::new();
+    let backend = counting_backend(gate.clone());
+    let (gw, mut cfg, calls) = four_connections_held(&backend);
+    cfg.upstream.max_connections_per_address = Some(1);
+    gw.reload(&cfg);
+    gate.open();
+    for call in calls {
+        assert_eq!(call.join().unwrap().status, 200);
+    }
+    assert_eq!(open_settles_at(&backend, 1), 1, "{}", gw.log());
+    let idle = format!(
+        "agent_gateway_upstream_connections{{address=\"{}\",state=\"idle\"}}",
+        backend.addr
+    );
+    assert_eq!(gw.metric(&idle), 1.0);
 }

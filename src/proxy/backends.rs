@@ -7,7 +7,9 @@
 //! leaves is retired: its idle connections are closed by the pool's sweeper at once, its busy ones
 //! when their request is done, and none is handed to a new request. One that comes back while
 //! connections to it are still open (a name whose answers rotate) takes up its state again, so
-//! that those connections still count against its budget.
+//! that those connections still count against its budget. A reload that lowers the budget
+//! closes the connections past it the same way: idle ones at once, busy ones when their
+//! request is done.
 //!
 //! A set also carries the base its addresses serve v2 under (`upstream.base_path` of the
 //! config it was followed from): a request is sent under the base of the set it is sent to,
@@ -56,6 +58,9 @@ pub struct Address {
     pub key: u64,
     /// Left the set: its connections close instead of going back to the pool.
     retired: AtomicBool,
+    /// `upstream.max_connections_per_address` of the set it is in ([`UNLIMITED`]: none):
+    /// connections past it (a reload lowered it) close instead of going back to the pool.
+    cap: AtomicUsize,
     slots: Mutex<Slots>,
     /// Requests waiting for a connection, all addresses together (`upstream.max_pending`).
     pending: Arc<AtomicUsize>,
@@ -73,19 +78,48 @@ struct Slots {
     queue: Queue<oneshot::Sender<()>>,
 }
 
+/// [`Address::cap`] of no budget.
+const UNLIMITED: usize = usize::MAX;
+
 /// One open connection's place in its address's count; dropped with the connection, it
 /// frees the place and wakes the oldest waiting request.
-pub struct Slot(Arc<Address>);
+pub struct Slot {
+    address: Arc<Address>,
+    /// Freed already, by [`Slot::free_past_budget`].
+    freed: bool,
+}
 
 impl Slot {
     pub fn address(&self) -> &Arc<Address> {
-        &self.0
+        &self.address
+    }
+
+    /// Frees the place now when its address has more connections open than its budget
+    /// allows (a reload lowered it), and wakes the oldest waiting request; whether it did,
+    /// and its connection is then to close. Decided under the address's lock, so that
+    /// connections that come back at once close only as many as are past the budget.
+    pub fn free_past_budget(&mut self) -> bool {
+        let cap = self.address.cap.load(Ordering::Relaxed);
+        if self.freed || cap == UNLIMITED {
+            return false;
+        }
+        let mut slots = self.address.slots();
+        if budget::excess(slots.open, Some(cap)) == 0 {
+            return false;
+        }
+        slots.open -= 1;
+        self.freed = true;
+        wake_oldest(&mut slots);
+        true
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut slots = self.0.slots();
+        if self.freed {
+            return;
+        }
+        let mut slots = self.address.slots();
         slots.open -= 1;
         wake_oldest(&mut slots);
     }
@@ -149,6 +183,7 @@ impl Address {
             key: peer.reuse_hash(),
             peer,
             retired: AtomicBool::new(false),
+            cap: AtomicUsize::new(UNLIMITED),
             slots: Mutex::new(Slots::default()),
             pending,
             failures: AtomicU32::new(0),
@@ -186,6 +221,11 @@ impl Address {
         self.slots().open
     }
 
+    /// Follows the budget of the set it is in.
+    pub(super) fn follow_budget(&self, max: Option<usize>) {
+        self.cap.store(max.unwrap_or(UNLIMITED), Ordering::Relaxed);
+    }
+
     /// Whether no request waits for a connection: only then may an idle one be taken.
     pub fn nobody_waiting(&self) -> bool {
         budget::may_reuse(self.slots().queue.len())
@@ -204,7 +244,10 @@ impl Address {
         match budget::admit(slots.open, budget.max_connections_per_address, waiting) {
             Admission::Connect => {
                 slots.open += 1;
-                Ok(Admit::Connect(Slot(self.clone())))
+                Ok(Admit::Connect(Slot {
+                    address: self.clone(),
+                    freed: false,
+                }))
             }
             Admission::Wait => {
                 // A woken request had its place among the waiting: it keeps it, whoever came
@@ -326,7 +369,7 @@ pub struct Backends {
     /// Wakes the name follower: a reload brought a name to look up.
     new_names: Notify,
     /// Wakes the pool's sweeper: an address left the set, its idle connections are to close;
-    /// or idle connections are kept for another time.
+    /// idle connections are kept for another time, or fewer of them for the budget.
     sweep: Notify,
 }
 
@@ -347,7 +390,7 @@ impl Backends {
     }
 
     /// Resolves when the pool is to be swept at once: an address has left the set, or the
-    /// idle timeout changed, since the last call.
+    /// idle timeout or the connection budget changed, since the last call.
     pub async fn sweep_wanted(&self) {
         self.sweep.notified().await;
     }
@@ -450,6 +493,9 @@ impl Backends {
         let budget_changed = previous
             .budget
             .is_some_and(|was| was.max_connections_per_address != max);
+        for address in &addresses {
+            address.follow_budget(max);
+        }
         self.set.store(Arc::new(AddressSet {
             addresses,
             base: Some(base.clone()),
@@ -463,6 +509,8 @@ impl Backends {
             for address in set.addresses.iter().cloned().chain(retired) {
                 address.budget_changed(max);
             }
+            // A lower one: the idle connections past it close now, not when they expire.
+            self.sweep.notify_one();
         }
     }
 

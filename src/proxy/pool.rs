@@ -7,8 +7,9 @@
 //! when it is put back, its read side is polled once with a waker of its own, so bytes or a
 //! FIN that arrive while it is idle wake [`PoolSweeper`] as the runtime sees them, which
 //! closes it. Taking a quiet connection costs no system call. A connection to an address
-//! that left the set is never kept: it closes when its request is done, or at the next sweep
-//! when it sat idle.
+//! that left the set, or past its address's budget (a reload lowered
+//! `upstream.max_connections_per_address`), is never kept: it closes when its request is
+//! done, or at the next sweep when it sat idle, the oldest first.
 //!
 //! The window left is the one nginx and HAProxy have too: bytes in flight at the instant of
 //! the take, or arrived in the kernel in the same turn of the event loop that takes the
@@ -205,14 +206,14 @@ impl UpstreamPool {
         self.take(key, idle_timeout, now).map(|idle| idle.slot)
     }
 
-    /// Keeps `conn` for reuse and watches it while idle, unless its address left the set or
-    /// already has `max_per_key` idle connections, the backend has closed it, or bytes past
-    /// its answer are left unread (they would be read as the next request's answer); the
-    /// oldest request waiting for the address may then take it. `now` is when its exchange
-    /// ended.
+    /// Keeps `conn` for reuse and watches it while idle, unless its address left the set,
+    /// has more connections open than its budget allows (a reload lowered it) or already has
+    /// `max_per_key` idle connections, the backend has closed it, or bytes past its answer
+    /// are left unread (they would be read as the next request's answer); the oldest request
+    /// waiting for the address may then take it. `now` is when its exchange ended.
     pub fn put(&self, mut conn: UpstreamConn, now: Instant) {
         let address = conn.slot.address().clone();
-        if address.is_retired() || !conn.buf.is_empty() {
+        if address.is_retired() || conn.slot.free_past_budget() || !conn.buf.is_empty() {
             return;
         }
         // An idle connection holds no buffer (as a client's does not): a pool filled by a
@@ -243,12 +244,23 @@ impl UpstreamPool {
     }
 
     /// Closes every connection idle for `idle_timeout`, closed by its backend, or to an
-    /// address that left the set; says when the next one expires, if any is left.
+    /// address that left the set, and the oldest of those past their address's budget; says
+    /// when the next one expires, if any is left.
     pub fn evict(&self, idle_timeout: Duration) -> Option<Instant> {
         let mut idle = self.lock();
         let now = Instant::now();
         for stack in idle.values_mut() {
             stack.retain_mut(|i| i.usable(idle_timeout, now));
+            // A stack's connections are all to one address (its key is how it is reached):
+            // once one is within the budget, the newer ones are too.
+            let mut past = 0;
+            while stack
+                .get_mut(past)
+                .is_some_and(|i| i.conn.slot.free_past_budget())
+            {
+                past += 1;
+            }
+            stack.drain(..past);
         }
         idle.retain(|_, stack| !stack.is_empty());
         // A stack is in the order its connections came back: the first is the oldest.
@@ -272,7 +284,8 @@ impl UpstreamPool {
 }
 
 /// Closes idle connections the backend closed as soon as their watch says so, those of an
-/// address that left the set as soon as it left, and expired ones when they expire
+/// address that left the set as soon as it left, those past a lowered budget as soon as it
+/// is lowered, and expired ones when they expire
 /// (`upstream.idle_timeout_ms`). With no idle connection it sleeps until one comes: an idle
 /// gateway wakes no timer for its pool.
 pub struct PoolSweeper {
@@ -481,6 +494,38 @@ mod tests {
         pool.put(conn, Instant::now());
         assert_eq!(pool.idle_count(), 0);
         assert_eq!(address.open(), 0);
+    }
+
+    /// Past a budget a reload lowered, a sweep closes the oldest idle connections until the
+    /// address is within it (busy ones count), and a busy one that comes back closes.
+    #[tokio::test(flavor = "current_thread")]
+    async fn connections_past_a_lowered_budget_are_not_kept_oldest_first() {
+        let pool = UpstreamPool::new(4);
+        let (listener, address) = backend();
+        let mut backends = Vec::new();
+        let mut newest = 0;
+        for _ in 0..3 {
+            let (conn, backend_end) = pooled_socket_to(&listener, &address).await;
+            newest = conn.stream.id();
+            pool.put(conn, Instant::now());
+            backends.push(backend_end);
+        }
+        let (busy, mut busy_backend) = pooled_socket_to(&listener, &address).await;
+        address.follow_budget(Some(2));
+        pool.evict(LONG);
+        assert_eq!(pool.idle_count(), 1);
+        assert!(closed_by_the_pool(&mut backends[0]));
+        assert!(closed_by_the_pool(&mut backends[1]));
+        assert_eq!(address.open(), 2, "one idle, one busy: within the budget");
+        address.follow_budget(Some(1));
+        pool.put(busy, Instant::now());
+        assert!(closed_by_the_pool(&mut busy_backend));
+        assert_eq!(address.open(), 1);
+        let kept = pool.take(address.key, LONG, Instant::now()).unwrap();
+        assert_eq!(kept.stream.id(), newest, "the newest is kept");
+        // Within the budget, a connection is kept again.
+        pool.put(kept, Instant::now());
+        assert_eq!(pool.idle_count(), 1);
     }
 
     #[tokio::test(flavor = "current_thread", start_paused = true)]

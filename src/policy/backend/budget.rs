@@ -4,6 +4,8 @@
 //! waits in the address's FIFO queue; the queue holds at most `upstream.max_pending` requests
 //! of all addresses together, and a request that finds it full is refused at once. A request
 //! never jumps the queue: while others wait for an address, a newcomer waits behind them.
+//! Connections past a budget a reload lowered ([`excess`]) are not kept idle: the idle ones
+//! close at once, the busy ones once their answer is done.
 
 use std::collections::VecDeque;
 
@@ -31,6 +33,12 @@ pub fn admit(open: usize, max: Option<usize>, waiting: usize) -> Admission {
 /// otherwise wait for a connection to come back while the new budget has room.
 pub fn room(open: usize, max: Option<usize>, waiting: usize) -> usize {
     max.map_or(waiting, |max| max.saturating_sub(open).min(waiting))
+}
+
+/// How many of `open` connections are past `max` (`None`: unlimited), as they are after a
+/// reload that lowered it: that many are closed rather than kept idle.
+pub fn excess(open: usize, max: Option<usize>) -> usize {
+    max.map_or(0, |max| open.saturating_sub(max))
 }
 
 /// Whether an idle connection may be reused: not while others wait for one.
@@ -121,6 +129,9 @@ mod tests {
         assert_eq!(room(1, Some(4), 5), 3);
         assert_eq!(room(6, Some(4), 5), 0, "over a lowered budget");
         assert_eq!(room(1, None, 5), 5);
+        assert_eq!(excess(6, Some(4)), 2, "a lowered budget");
+        assert_eq!(excess(3, Some(4)), 0);
+        assert_eq!(excess(1000, None), 0);
         assert!(may_wait(0, 1) && !may_wait(1, 1) && !may_wait(0, 0));
     }
 
