@@ -744,3 +744,58 @@ fn a_reload_that_lowers_the_budget_keeps_no_busy_connection_past_it() {
     );
     assert_eq!(gw.metric(&idle), 1.0);
 }
+
+/// An address whose health check hangs until its timeout delays the checks of no other: one
+/// that comes back is in rotation again within `upstream.health_check_interval_ms`, where it
+/// used to wait for the hung check to time out (the checks of a round ran one after another).
+#[test]
+fn a_health_check_that_hangs_delays_no_other_address() {
+    // Accepts every connection and reads the check's request, never answering it.
+    let hanging = TcpListener::bind("127.0.0.1:0").unwrap();
+    let hanging_addr = hanging.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counted = accepted.clone();
+    thread::spawn(move || {
+        for conn in hanging.incoming() {
+            let Ok(conn) = conn else { return };
+            counted.fetch_add(1, Ordering::SeqCst);
+            thread::spawn(move || until_closed(conn));
+        }
+    });
+    let returning_port = ClosedPort::new();
+    let mut cfg = test_config(&[hanging_addr, returning_port.addr]);
+    cfg.upstream.health_check_path = Some("/health".into());
+    cfg.upstream.health_check_interval_ms = 100;
+    // A check's limit: connect_timeout_ms and at most 2 s of read_timeout_ms, 3 s here.
+    cfg.upstream.connect_timeout_ms = 1000;
+    cfg.upstream.read_timeout_ms = 2000;
+    let gw = Gateway::builder(cfg).start();
+    let up = format!(
+        "agent_gateway_upstream_address_up{{address=\"{}\"}}",
+        returning_port.addr
+    );
+    gw.wait_for_metric(&up, 0.0);
+
+    // Back just as a check of the hanging address begins.
+    let checks = accepted.load(Ordering::SeqCst);
+    wait_until("a check of the hanging address", || {
+        accepted.load(Ordering::SeqCst) > checks
+    });
+    let _returning = Backend::start_on(&returning_port);
+    let back = std::time::Instant::now();
+    let deadline = back + std::time::Duration::from_millis(1500);
+    while gw.metric(&up) != 1.0 && std::time::Instant::now() < deadline {
+        thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(
+        gw.metric(&up),
+        1.0,
+        "not back in rotation {:?} after it came back",
+        back.elapsed()
+    );
+}
+
+/// Reads and drops what comes until the peer closes the connection.
+fn until_closed(mut conn: std::net::TcpStream) {
+    let _ = std::io::copy(&mut conn, &mut std::io::sink());
+}
