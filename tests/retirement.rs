@@ -70,6 +70,55 @@ fn v1_responses_carry_the_deprecation_signals_and_v2_ones_do_not() {
     }
 }
 
+/// `retirement.link` goes to every v1 client, in `Link`: a user and password in it
+/// (`https://user:pw@...`) would be handed to each of them. It is refused by `check-config`,
+/// at start and by a reload, which keeps the link in service; no problem shows the password.
+#[test]
+fn a_link_with_a_user_or_password_is_refused_and_never_sent() {
+    let backend = Backend::start();
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.server.watch_config = false;
+    cfg.retirement.deprecated_at = Some("2026-06-01T00:00:00Z".into());
+    cfg.retirement.link = Some("https://example.org/agent-api/v2".into());
+    let gw = Gateway::builder(cfg.clone()).start();
+    let mut bad = cfg;
+    bad.retirement.link = Some("https://docs:link-pw@docs.example/v2".into());
+
+    gw.write_config(&bad);
+    let answer = request(gw.admin, "POST", "/-/reload", &[], b"");
+    let v1 = post(gw.proxy, "/api/v1/verify/request", BODY);
+    assert_eq!(v1.status, 200);
+    let link = v1.header("link").unwrap_or_default();
+    assert!(!link.contains("link-pw"), "sent to a v1 client: {link}");
+    assert!(
+        link.starts_with("<https://example.org/agent-api/v2>; rel=\"deprecation\""),
+        "{link}"
+    );
+    assert_eq!(answer.status, 422, "{}", answer.text());
+    let problems = answer.json()["problems"].clone();
+    assert_eq!(problems.as_array().map(Vec::len), Some(1), "{problems}");
+    assert_eq!(problems[0]["key"], "retirement.link");
+    let message = problems[0]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("https://docs:<redacted>@docs.example/v2: must not carry a user"),
+        "{message}"
+    );
+
+    let checked = cli(["check-config".as_ref(), gw.config_path.as_os_str()]);
+    let stderr = String::from_utf8_lossy(&checked.stderr);
+    assert!(!checked.status.success(), "{stderr}");
+    assert!(stderr.contains("retirement.link"), "{stderr}");
+    gw.wait_until("the refusal in the log", || {
+        gw.log().contains("config reload refused")
+    });
+    for (what, text) in [("check-config", &*stderr), ("the log", &gw.log())] {
+        assert!(!text.contains("link-pw"), "the password in {what}:\n{text}");
+    }
+    let run = Gateway::builder(bad).process().exit_status();
+    assert!(!run.success());
+    assert_ne!(run.code(), Some(101), "a panic, not a refusal");
+}
+
 #[test]
 fn blocked_agents_get_410_naming_the_v2_path_and_nothing_is_forwarded() {
     let backend = Backend::start();

@@ -141,7 +141,6 @@ mod tests {
         };
         f.retirement.prometheus_url = Some("http://prometheus:9090".into());
         f.retirement.prometheus_selector = Some(r#"{ namespace = "prod" }"#.into());
-        f.retirement.link = Some("https://docs:link-pw@docs.example/v2".into());
         f.tracing.otlp_endpoint = Some("http://otel:otlp-pw@127.0.0.1:4318".into());
         let snapshot = f.snapshot();
         let text = to_toml(&snapshot);
@@ -156,12 +155,11 @@ mod tests {
             "token_sha256 = \"<redacted>\"",
             "redis_url = \"redis://:<redacted>@127.0.0.1:6379/0\"",
             "otlp_endpoint = \"http://otel:<redacted>@127.0.0.1:4318\"",
-            "link = \"https://docs:<redacted>@docs.example/v2\"",
             "prometheus_url = \"http://prometheus:9090\"",
         ] {
             assert!(text.contains(want), "{want} missing from:\n{text}");
         }
-        for secret in ["hunter2", "otlp-pw", "link-pw"] {
+        for secret in ["hunter2", "otlp-pw"] {
             assert!(!text.contains(secret), "{secret}: {text}");
         }
         let digest = &snapshot.auth.agents[AGENT_ID].tokens[0].digest.to_hex();

@@ -13,6 +13,7 @@ use super::files::Files;
 use super::problems::Problems;
 use super::selector::SeriesSelector;
 use super::types::{parse_time, unix_seconds, Dates, Repeat, Weekday};
+use crate::client::redact::redact_url;
 use crate::client::ClientOptions;
 
 /// How a brownout window recurs.
@@ -146,15 +147,8 @@ pub(super) fn retirement(
         sunset_at: date("retirement.sunset_at", &f.sunset_at, p),
     };
     if let Some(link) = &f.link {
-        let ok = (link.starts_with("https://") || link.starts_with("http://"))
-            && link
-                .bytes()
-                .all(|b| b.is_ascii_graphic() && b != b'<' && b != b'>' && b != b'"');
-        if !ok {
-            p.push(
-                "retirement.link",
-                "must be an http(s) URL without spaces, quotes or angle brackets",
-            );
+        if let Err(problem) = check_link(link) {
+            p.push("retirement.link", problem);
         }
     }
     check_order(dates, "retirement.sunset_at", p);
@@ -249,6 +243,38 @@ pub(super) fn retirement(
         prometheus_client,
         prometheus_selector,
     }
+}
+
+/// Whether `link` can go into every v1 answer's `Link` header as it is: an http(s) URL with
+/// nothing that would end its `<...>` early, no user information (each v1 client would get
+/// it) and a port of digits. A URL whose password holds an unencoded `/` (`user:pw/x@host`)
+/// reads as host `user` and port `pw`: refused for its port. The problem shows the URL with
+/// its password redacted.
+fn check_link(link: &str) -> Result<(), String> {
+    let in_brackets = link
+        .bytes()
+        .all(|b| b.is_ascii_graphic() && b != b'<' && b != b'>' && b != b'"');
+    let rest = link
+        .strip_prefix("https://")
+        .or_else(|| link.strip_prefix("http://"))
+        .filter(|_| in_brackets)
+        .ok_or("must be an http(s) URL without spaces, quotes or angle brackets")?;
+    // The authority ends at the first `/`, `?` or `#` (RFC 3986 §3.2), as a client reads it.
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let shown = redact_url(link);
+    if authority.contains('@') {
+        return Err(format!(
+            "{shown}: must not carry a user or password (it is sent to every v1 client, in Link)"
+        ));
+    }
+    let port = match authority.rsplit_once(']') {
+        Some((_, after_an_ipv6_address)) => after_an_ipv6_address.strip_prefix(':'),
+        None => authority.split_once(':').map(|(_, port)| port),
+    };
+    if port.is_some_and(|port| !port.bytes().all(|b| b.is_ascii_digit())) {
+        return Err(format!("{shown}: its port is not a number"));
+    }
+    Ok(())
 }
 
 /// A sunset before the deprecation it ends is a typo (RFC 9745 §3: deprecation announces the
@@ -422,6 +448,61 @@ mod tests {
         f.retirement.enforce_sunset = true;
         f.agent_mut(AGENT_ID).sunset_at = Some("2026-12-01T00:00:00Z".into());
         assert!(Snapshot::from_file(f).is_ok());
+    }
+
+    #[test]
+    fn the_link_is_an_http_url_without_a_user_or_password() {
+        for good in [
+            "https://example.org/agent-api/v2",
+            "http://docs.example:8080/v2?from=v1#migrating",
+            "https://[2001:db8::1]:8443/v2",
+            "https://docs.example?page=v2",
+            // An `@` past the authority is the path's: no user.
+            "https://medium.example/@platform-team/v2",
+        ] {
+            assert_eq!(check_link(good), Ok(()), "{good}");
+        }
+        for bad in [
+            "docs.example/v2",
+            "ftp://docs.example/v2",
+            "https://docs.example/v 2",
+            "https://docs.example/<v2>",
+        ] {
+            assert_eq!(
+                check_link(bad).unwrap_err(),
+                "must be an http(s) URL without spaces, quotes or angle brackets",
+                "{bad}"
+            );
+        }
+        for (bad, problem) in [
+            (
+                "https://docs:link-pw@docs.example/v2",
+                "https://docs:<redacted>@docs.example/v2: must not carry a user or password",
+            ),
+            (
+                "https://docs@docs.example/v2",
+                "https://docs@docs.example/v2: must not carry a user or password",
+            ),
+            (
+                "http://docs:link-pw@docs.example?x=1",
+                "http://docs:<redacted>@docs.example?x=1: must not carry a user or password",
+            ),
+            // Unencoded, the password's `/` ends the authority: host `docs`, port `link`.
+            (
+                "https://docs:link/pw@docs.example/v2",
+                "https://docs:<redacted>@docs.example/v2: its port is not a number",
+            ),
+            (
+                "https://[2001:db8::1]:8443x/v2",
+                "https://[2001:db8::1]:8443x/v2: its port is not a number",
+            ),
+        ] {
+            let refused = check_link(bad).unwrap_err();
+            assert!(refused.starts_with(problem), "{bad}: {refused}");
+        }
+        let mut f = testing::config();
+        f.retirement.link = Some("https://docs:link-pw@docs.example/v2".into());
+        assert_eq!(f.refused_keys(), ["retirement.link"]);
     }
 
     #[test]
