@@ -90,6 +90,16 @@ fn load_at(target: &str, args: &[&str]) -> Command {
     cmd
 }
 
+/// Runs `load_at` to the end, as the test agent.
+fn load_output_at(target: &str, args: &[&str]) -> Output {
+    load_at(
+        target,
+        &[&["--agent-id", AGENT_ID, "--token", TOKEN], args].concat(),
+    )
+    .output()
+    .unwrap()
+}
+
 /// Runs `load_at` with `--json`, expecting success, and returns the report.
 fn load_json_at(target: &str, args: &[&str]) -> serde_json::Value {
     let out = load_at(target, &[args, &["--json"]].concat())
@@ -125,6 +135,10 @@ fn load(gw: &Gateway, args: &[&str]) -> serde_json::Value {
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Every answer a 200: status reads only ask for transaction ids the backend issued.
@@ -379,6 +393,45 @@ fn assert_agents_counted(r: &serde_json::Value, total: u64) -> u64 {
     assert_eq!(a2["statuses"]["429"].as_u64(), Some(refused), "{r}");
     assert_eq!(n(&a2["errors"]), refused, "{r}");
     refused
+}
+
+/// A `--target` with user information would send it in every request's `Host` and show it in
+/// each report (the text, the JSON, the HTML page's title); the gateway takes credentials as
+/// headers, never basic auth. A port that is not a number went to port 80. Each is a usage
+/// error, as clap's own (exit 2), before anything is sent, and the error shows no password.
+#[test]
+fn a_target_with_a_user_or_a_port_not_a_number_is_refused_before_anything_is_sent() {
+    let (_mock, gw) = gateway_on_the_mock(None);
+    let dir = tempfile::tempdir().unwrap();
+    let html = dir.path().join("report.html");
+    let at = gw.proxy;
+    for (target, why) in [
+        (
+            format!("http://tester:load-pw@{at}"),
+            "must not carry a user or password",
+        ),
+        (
+            format!("http://tester@{at}"),
+            "must not carry a user or password",
+        ),
+        // Unencoded, the password's `/` ends the authority: host `tester`, port `load`.
+        (
+            format!("http://tester:load/pw@{at}"),
+            "its port is not a number",
+        ),
+        (format!("http://{}:gw", at.ip()), "its port is not a number"),
+    ] {
+        let args = ["--rate", "20", "--duration", "1s", "--json", "--report"];
+        let out = load_output_at(&target, &[&args[..], &[html.to_str().unwrap()]].concat());
+        let report = std::fs::read_to_string(&html).unwrap_or_default();
+        let shown = [stderr(&out), stdout(&out), report].concat();
+        for password in ["load-pw", "load/pw"] {
+            assert!(!shown.contains(password), "{target}: {shown}");
+        }
+        assert_eq!(out.status.code(), Some(2), "{target}: {shown}");
+        assert!(stderr(&out).contains(why), "{target}: {}", stderr(&out));
+    }
+    assert_eq!(gw.access_log(), Vec::<serde_json::Value>::new());
 }
 
 #[test]

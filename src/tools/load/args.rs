@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::api::operation::{ApiVersion, Operation};
+use crate::client::redact::redact_url;
 
 use super::schedule::Stage;
 use super::threshold::Threshold;
@@ -34,9 +35,9 @@ pub struct LoadArgs {
     /// Instead of a run: redraw the report of a run saved with --save.
     #[command(subcommand)]
     pub command: Option<LoadCommand>,
-    /// Base URL, `http://` or `https://` (`https://gw.example.com`); a path in it is a prefix
-    /// before `/api/v1`.
-    #[arg(long, required = true, value_parser = check_target)]
+    /// Base URL, `http://` or `https://` (`https://gw.example.com`), with no user or password;
+    /// a path in it is a prefix before `/api/v1`.
+    #[arg(long, required = true, value_parser = TargetArg)]
     pub target: Option<String>,
     /// Trust only the CA certificates of this PEM file for an https:// target (instead of the
     /// platform's roots).
@@ -199,7 +200,7 @@ impl FromStr for Target {
     type Err = LoadError;
 
     fn from_str(s: &str) -> Result<Self, LoadError> {
-        let bad = |why| LoadError::Target(s.to_owned(), why);
+        let bad = |why| LoadError::Target(redact_url(s), why);
         let uri: http::Uri = s.parse().map_err(|_| bad("not a URL"))?;
         let tls = match uri.scheme_str() {
             Some("http") => false,
@@ -210,6 +211,19 @@ impl FromStr for Target {
         let authority = uri.authority().ok_or_else(|| bad("no host"))?;
         if uri.query().is_some() {
             return Err(bad("no query string, please"));
+        }
+        // It would go in every request's Host and in the report; the gateway takes no basic
+        // auth.
+        if authority.as_str().contains('@') {
+            return Err(bad(
+                "must not carry a user or password (the agent's credentials are --agent-id \
+                 and --token, --credentials or --agents)",
+            ));
+        }
+        // `http` parses any port, digits or not, and gives none for one that is not a u16: a
+        // password's unencoded `/` ends the authority early, and its start reads as a port.
+        if authority.port_u16().is_none() && authority.as_str() != authority.host() {
+            return Err(bad("its port is not a number from 0 to 65535"));
         }
         let port = authority.port_u16().unwrap_or(if tls { 443 } else { 80 });
         let prefix = uri.path().trim_end_matches('/').to_owned();
@@ -229,8 +243,30 @@ impl FromStr for Target {
 }
 
 /// Checks `--target` while the arguments are parsed; kept as text so `LoadArgs` stays small.
-pub(super) fn check_target(s: &str) -> Result<String, LoadError> {
-    s.parse::<Target>().map(|_| s.to_owned())
+/// A target refused is a usage error (exit 2) in its own words: clap's would repeat the
+/// value as given, a password with it.
+#[derive(Clone)]
+pub(super) struct TargetArg;
+
+impl clap::builder::TypedValueParser for TargetArg {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<String, clap::Error> {
+        let refused = |message: String| {
+            clap::Error::raw(clap::error::ErrorKind::ValueValidation, message + "\n").with_cmd(cmd)
+        };
+        let text = value
+            .to_str()
+            .ok_or_else(|| refused("bad --target: not UTF-8".into()))?;
+        text.parse::<Target>()
+            .map(|_| text.to_owned())
+            .map_err(|e| refused(e.to_string()))
+    }
 }
 
 /// Requests per second, or as fast as the connections go.

@@ -125,6 +125,40 @@ fn targets_parse_into_address_authority_and_prefix() {
 }
 
 #[test]
+fn a_target_with_a_user_or_a_port_not_a_number_is_refused_without_its_password() {
+    for (bad, error) in [
+        (
+            "http://tester:load-pw@127.0.0.1:8083",
+            "bad --target \"http://tester:<redacted>@127.0.0.1:8083\": must not carry a user",
+        ),
+        (
+            "https://tester@gw.example.com/p",
+            "bad --target \"https://tester@gw.example.com/p\": must not carry a user",
+        ),
+        // Unencoded, the password's `/` ends the authority: host `tester`, port `load`.
+        (
+            "http://tester:load/pw@127.0.0.1:8083",
+            "bad --target \"http://tester:<redacted>@127.0.0.1:8083\": its port is not a number",
+        ),
+        (
+            "http://127.0.0.1:gw",
+            "bad --target \"http://127.0.0.1:gw\": its port is not a number",
+        ),
+        (
+            "http://127.0.0.1:65536",
+            "bad --target \"http://127.0.0.1:65536\": its port is not a number",
+        ),
+        (
+            "https://[::1]:x/p",
+            "bad --target \"https://[::1]:x/p\": its port is not a number",
+        ),
+    ] {
+        let e = bad.parse::<Target>().unwrap_err().to_string();
+        assert!(e.starts_with(error), "{bad}: {e}");
+    }
+}
+
+#[test]
 fn a_flat_schedule_is_fixed_by_rate() {
     let s = Schedule::flat(5000.0, Duration::from_secs(10));
     assert_eq!(s.total(), 50_000);
