@@ -22,7 +22,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::rt::TokioExecutor;
 
-use redact::redact_url;
+use redact::{redact_url, REDACTED};
 use tls::{TlsError, Trust};
 
 pub mod redact;
@@ -92,7 +92,7 @@ pub fn check_url_without_credentials(url: &str) -> Result<(), ClientError> {
 }
 
 /// A server's base URL, without its credentials.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 struct Base {
     /// `http` or `https`.
     scheme: &'static str,
@@ -157,6 +157,25 @@ impl Base {
     /// The URI of `path` (with its query) under this base.
     fn uri(&self, path: &str) -> Result<Uri, http::uri::InvalidUri> {
         format!("{}://{}{}{path}", self.scheme, self.authority, self.prefix).parse()
+    }
+}
+
+/// By hand, so that the password is never printed; each field named, so that one added later
+/// is placed here too.
+impl std::fmt::Debug for Base {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Self {
+            scheme,
+            authority,
+            prefix,
+            basic,
+        } = self;
+        f.debug_struct("Base")
+            .field("scheme", scheme)
+            .field("authority", authority)
+            .field("prefix", prefix)
+            .field("basic", &basic.as_ref().map(|(user, _)| (user, REDACTED)))
+            .finish()
     }
 }
 
@@ -349,6 +368,20 @@ mod tests {
             assert!(!e.contains("prom/pw"), "{e}");
         }
         assert!(Base::parse("http://[::1]/prom").is_ok());
+    }
+
+    #[test]
+    fn a_base_s_debug_print_shows_no_password() {
+        let b = Base::parse("https://reader:p%40ss@prom.example:9443/prometheus/").unwrap();
+        let shown = format!("{b:?}");
+        assert!(
+            !shown.contains("p@ss") && !shown.contains("p%40ss"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("reader") && shown.contains(REDACTED),
+            "{shown}"
+        );
     }
 
     #[test]

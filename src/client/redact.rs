@@ -1,8 +1,9 @@
 //! How a secret is hidden wherever it could be shown: `config dump` and the admin listener's
 //! `/config`, a problem of the config (`check-config`, a refused reload), a log line, a
-//! client's error. A value is replaced whole by [`REDACTED`] (a token digest); a URL keeps all
-//! but its password, which [`redact_url`] replaces by the same marker. Here, beneath the
-//! config and the clients, so that each of them hides a secret the same way.
+//! client's error, the `Debug` print of a struct that holds a URL. A value is replaced whole
+//! by [`REDACTED`] (a token digest); a URL keeps all but its password, which [`redact_url`]
+//! replaces by the same marker. Here, beneath the config and the clients, so that each of
+//! them hides a secret the same way.
 
 /// What a redacted value, or a URL's redacted password, reads.
 pub const REDACTED: &str = "<redacted>";

@@ -433,7 +433,7 @@ pub struct ValidationFile {
 pub const DEFAULT_QUIET_DAYS: u32 = 14;
 
 /// `[retirement]`: the end of v1: its dates, the link, enforcement and brownouts.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RetirementFile {
     /// RFC 3339 time, sent as `Deprecation: @<unix seconds>` on v1 responses.
@@ -477,6 +477,40 @@ impl Default for RetirementFile {
             prometheus_basic_auth_file: None,
             prometheus_selector: None,
         }
+    }
+}
+
+/// By hand, so that a password in `link` or `prometheus_url` (each refused one, but held here
+/// as written until validation refuses it) is never printed; each field named, so that one
+/// added later is placed here too.
+impl std::fmt::Debug for RetirementFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Self {
+            deprecated_at,
+            sunset_at,
+            link,
+            enforce_sunset,
+            quiet_days,
+            brownouts,
+            prometheus_url,
+            prometheus_ca_file,
+            prometheus_token_file,
+            prometheus_basic_auth_file,
+            prometheus_selector,
+        } = self;
+        f.debug_struct("RetirementFile")
+            .field("deprecated_at", deprecated_at)
+            .field("sunset_at", sunset_at)
+            .field("link", &link.as_deref().map(redact_url))
+            .field("enforce_sunset", enforce_sunset)
+            .field("quiet_days", quiet_days)
+            .field("brownouts", brownouts)
+            .field("prometheus_url", &prometheus_url.as_deref().map(redact_url))
+            .field("prometheus_ca_file", prometheus_ca_file)
+            .field("prometheus_token_file", prometheus_token_file)
+            .field("prometheus_basic_auth_file", prometheus_basic_auth_file)
+            .field("prometheus_selector", prometheus_selector)
+            .finish()
     }
 }
 
@@ -541,23 +575,33 @@ impl Default for RateLimitFile {
     }
 }
 
-/// By hand, so that a password in `redis_url` is never printed.
+/// By hand, so that a password in `redis_url` is never printed; each field named, so that one
+/// added later is placed here too.
 impl std::fmt::Debug for RateLimitFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Self {
+            backend,
+            redis_url,
+            redis_password_file,
+            redis_ca_file,
+            on_redis_error,
+            timeout_ms,
+            key_prefix,
+        } = self;
         f.debug_struct("RateLimitFile")
-            .field("backend", &self.backend)
-            .field("redis_url", &self.redis_url.as_deref().map(redact_url))
-            .field("redis_password_file", &self.redis_password_file)
-            .field("redis_ca_file", &self.redis_ca_file)
-            .field("on_redis_error", &self.on_redis_error)
-            .field("timeout_ms", &self.timeout_ms)
-            .field("key_prefix", &self.key_prefix)
+            .field("backend", backend)
+            .field("redis_url", &redis_url.as_deref().map(redact_url))
+            .field("redis_password_file", redis_password_file)
+            .field("redis_ca_file", redis_ca_file)
+            .field("on_redis_error", on_redis_error)
+            .field("timeout_ms", timeout_ms)
+            .field("key_prefix", key_prefix)
             .finish()
     }
 }
 
 /// `[tracing]`: W3C trace context and spans exported over OTLP/HTTP (protobuf).
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TracingFile {
     /// The collector's OTLP/HTTP base URL (`http://host:4318`); spans go to its `/v1/traces`.
@@ -591,6 +635,31 @@ impl Default for TracingFile {
             scheduled_delay_ms: 5000,
             export_timeout_ms: 10_000,
         }
+    }
+}
+
+/// By hand, so that a password in `otlp_endpoint` is never printed; each field named, so that
+/// one added later is placed here too.
+impl std::fmt::Debug for TracingFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Self {
+            otlp_endpoint,
+            sample_ratio,
+            service_name,
+            max_queue_size,
+            max_export_batch_size,
+            scheduled_delay_ms,
+            export_timeout_ms,
+        } = self;
+        f.debug_struct("TracingFile")
+            .field("otlp_endpoint", &otlp_endpoint.as_deref().map(redact_url))
+            .field("sample_ratio", sample_ratio)
+            .field("service_name", service_name)
+            .field("max_queue_size", max_queue_size)
+            .field("max_export_batch_size", max_export_batch_size)
+            .field("scheduled_delay_ms", scheduled_delay_ms)
+            .field("export_timeout_ms", export_timeout_ms)
+            .finish()
     }
 }
 

@@ -498,4 +498,36 @@ services = ["ok", "bad code"]
         assert!(keys.contains(&"upstream.connect_timeout_ms".to_string()));
         assert!(keys.contains(&"limits.max_body_bytes".to_string()));
     }
+
+    /// Nothing prints a config with `{:?}` today; one added later must not show a password,
+    /// whether the key takes one (the OTLP endpoint, the Redis URL) or is refused one (the
+    /// link, the Prometheus URL, as the file holds them before validation).
+    #[test]
+    fn a_url_s_password_shows_in_no_debug_print() {
+        let passwords = ["otlp-pw", "redis-pw", "link-pw", "prom-pw"];
+        let shown = |what: &str, text: String| {
+            for password in passwords {
+                assert!(!text.contains(password), "{password} in {what}: {text}");
+            }
+            assert!(
+                text.contains(crate::client::redact::REDACTED),
+                "{what}: {text}"
+            );
+        };
+        let mut f = testing::config();
+        f.tracing.otlp_endpoint = Some("http://otel:otlp-pw@127.0.0.1:4318".into());
+        f.rate_limit.backend = RateLimitBackend::Redis;
+        f.rate_limit.redis_url = Some("redis://app:redis-pw@127.0.0.1:6379/0".into());
+        let snapshot = f.clone().snapshot();
+        shown("TracingConfig", format!("{:?}", snapshot.tracing));
+        shown("RateLimitConfig", format!("{:?}", snapshot.rate_limit));
+        shown("Snapshot", format!("{snapshot:?}"));
+
+        f.retirement.link = Some("https://docs:link-pw@docs.example/v2".into());
+        f.retirement.prometheus_url = Some("http://ops:prom-pw@prometheus:9090".into());
+        shown("TracingFile", format!("{:?}", f.tracing));
+        shown("RateLimitFile", format!("{:?}", f.rate_limit));
+        shown("RetirementFile", format!("{:?}", f.retirement));
+        shown("FileConfig", format!("{f:?}"));
+    }
 }

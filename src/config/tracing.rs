@@ -8,7 +8,7 @@ use super::problems::Problems;
 use crate::client::redact::redact_url;
 
 /// Tracing as configured: present only when `tracing.otlp_endpoint` is set.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct TracingConfig {
     /// Where export requests go: the endpoint with `/v1/traces` appended.
     pub traces_url: String,
@@ -19,6 +19,31 @@ pub struct TracingConfig {
     pub max_export_batch_size: usize,
     pub scheduled_delay: Duration,
     pub export_timeout: Duration,
+}
+
+/// By hand, so that a password in the endpoint is never printed; each field named, so that
+/// one added later is placed here too.
+impl std::fmt::Debug for TracingConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Self {
+            traces_url,
+            sample_ratio,
+            service_name,
+            max_queue_size,
+            max_export_batch_size,
+            scheduled_delay,
+            export_timeout,
+        } = self;
+        f.debug_struct("TracingConfig")
+            .field("traces_url", &redact_url(traces_url))
+            .field("sample_ratio", sample_ratio)
+            .field("service_name", service_name)
+            .field("max_queue_size", max_queue_size)
+            .field("max_export_batch_size", max_export_batch_size)
+            .field("scheduled_delay", scheduled_delay)
+            .field("export_timeout", export_timeout)
+            .finish()
+    }
 }
 
 /// The OTLP/HTTP path of traces under a collector's base URL.
