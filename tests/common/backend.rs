@@ -14,7 +14,7 @@ use std::time::Duration;
 use agent_gateway::config::FileConfig;
 
 use super::client::{header, owned_headers, read_body, read_head};
-use super::gateway::BIN;
+use super::gateway::{Gateway, BIN};
 use super::ports::{free_port, loopback, ClosedPort};
 use super::process::{kill, poll_until};
 use super::test_config;
@@ -193,6 +193,26 @@ impl Backend {
         let id = |r: &Recorded| r.header("x-request-id").unwrap_or_default().to_owned();
         requests.iter().map(id).collect()
     }
+}
+
+/// What a test of a request whose client left while it waited behind `first` checks: the
+/// request `gone` is logged 499 with `client_aborted`, the backend never sees it, and its place
+/// went on: `first` (its status once `gate` opens) and `third`, sent after it, reach the
+/// backend, in that order.
+pub fn assert_sent_nowhere(
+    gw: &Gateway,
+    backend: &Backend,
+    gate: &Gate,
+    first: impl FnOnce() -> u16,
+    third: impl FnOnce() -> u16,
+) {
+    let line = gw.access_line("gone");
+    assert_eq!(line["status"], 499, "{line}");
+    assert_eq!(line["client_aborted"], true, "{line}");
+    gate.open();
+    assert_eq!(first(), 200);
+    assert_eq!(third(), 200);
+    assert_eq!(backend.request_ids(), ["first", "third"]);
 }
 
 /// A backend whose answers wait for `gate`, and the config of a gateway allowed one

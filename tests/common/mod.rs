@@ -43,7 +43,8 @@ use std::net::SocketAddr;
 use agent_gateway::config::FileConfig;
 
 pub use backend::{
-    backend_with_reset, held_behind_one_connection, Action, Backend, Gate, MockBackend, Recorded,
+    assert_sent_nowhere, backend_with_reset, held_behind_one_connection, Action, Backend, Gate,
+    MockBackend, Recorded,
 };
 pub use board::board_row;
 pub use chromium::chromium;
