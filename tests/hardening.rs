@@ -318,6 +318,54 @@ fn content_type_and_host_are_read_one_way_and_forwarded_as_checked() {
     );
 }
 
+/// RFC 9112 §3.2: a `Host` with an invalid value gets 400, and a host (RFC 3986 `uri-host`)
+/// holds no `@`: user information there, or in an absolute-form target, is refused with the
+/// malformed-request answer, never forwarded, and its password is in no answer or log line.
+#[test]
+fn user_information_in_host_or_target_is_refused_and_never_forwarded() {
+    let backend = Backend::start();
+    let gw = Gateway::start(&[backend.addr]);
+    let head = |target: &str, host: &str| {
+        format!(
+            "POST {target} HTTP/1.1\r\n{host}X-Service-Agent-Id: agent-1\r\n\
+             X-Auth-Token: secret\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{BODY}",
+            BODY.len()
+        )
+    };
+    let absolute = "http://u:hunter2@gw.example/api/v1/verify/request";
+    let cases = [
+        head(VERIFY_V1, "Host: u:hunter2@127.0.0.1:1\r\n"),
+        head(VERIFY_V1, "Host: u@gw.example\r\n"),
+        head(VERIFY_V1, "Host: @gw.example\r\n"),
+        head(absolute, ""),
+        head(absolute, "Host: gw.example\r\n"),
+        // The target names the host, but the Host line sent with it is still invalid.
+        head(
+            "http://gw.example/api/v1/verify/request",
+            "Host: u:hunter2@gw.example\r\n",
+        ),
+    ];
+    for req in &cases {
+        let resp = raw(gw.proxy, req.as_bytes()).expect("an answer");
+        let body = resp.json();
+        assert_eq!(
+            (resp.status, body["message_code"].as_i64()),
+            (400, Some(40003)),
+            "{req:?}"
+        );
+        assert!(body["message"].is_string(), "{body}");
+        assert!(!String::from_utf8_lossy(&resp.body).contains("hunter2"));
+    }
+    assert_eq!(backend.count(), 0);
+    gw.wait_for_access_log(cases.len());
+    assert!(!gw.log().contains("hunter2"), "{}", gw.log());
+    // A Host naming a host and port alone is still served.
+    let plain = head(VERIFY_V1, "Host: 127.0.0.1:1\r\n");
+    assert_eq!(raw(gw.proxy, plain.as_bytes()).unwrap().status, 200);
+    assert_eq!(backend.count(), 1);
+}
+
 /// Header names are looked up by a key of their length, first and last byte before their
 /// bytes are compared: a name that shares the key of a credential or framing header is
 /// another header, and a name in any case is the header.

@@ -54,8 +54,9 @@ pub struct RequestFacts<'r> {
     pub header_bytes: usize,
     /// The body's framing can be trusted: `false` when it could be read two ways.
     pub framing_valid: bool,
-    /// Whom the request is for can be read one way only: `Host` at most once, an authority
-    /// in the target names a host alone (no user information, not empty), and one of them is
+    /// Whom the request is for can be read one way only: `Host` at most once and naming a
+    /// host alone, an authority in the target naming a host alone and not empty (no user
+    /// information in either: [`names_host_alone`]), and one of them is
     /// there when the protocol requires it (HTTP/1.1, HTTP/2), so that such a request never
     /// reaches the backend with a host the gateway made up (an HTTP/1.0 one without `Host`
     /// gets `Host: localhost`).
@@ -84,17 +85,21 @@ impl<'r> RequestFacts<'r> {
     pub fn of<R: RequestView>(req: &'r R, request_id: &'r str, now: SystemTime) -> Self {
         let body = req.body_length();
         let (mut header_bytes, mut aliased_header, mut hosts) = (0, false, 0);
-        let mut hop_declared_decided = false;
+        let (mut hop_declared_decided, mut hosts_valid) = (false, true);
         for (name, value) in req.headers() {
             header_bytes += name.len() + value.len();
             aliased_header |= headers::aliases_controlled(name);
-            hosts += usize::from(name.eq_ignore_ascii_case(b"host"));
+            if name.eq_ignore_ascii_case(b"host") {
+                hosts += 1;
+                hosts_valid &= names_host_alone(value);
+            }
             if name.eq_ignore_ascii_case(b"connection") {
                 hop_declared_decided |= headers::connection_lists_decided(value);
             }
         }
         let authority = req.authority();
-        let authority_valid = authority.is_none_or(|a| !a.is_empty() && !a.contains('@'));
+        let authority_valid =
+            authority.is_none_or(|a| !a.is_empty() && names_host_alone(a.as_bytes()));
         let host_named = hosts == 1 || authority.is_some() || !req.host_required();
         RequestFacts {
             method: req.method(),
@@ -106,7 +111,7 @@ impl<'r> RequestFacts<'r> {
             aliased_header,
             hop_declared_decided,
             framing_valid: body != BodyLength::Ambiguous,
-            host_valid: hosts <= 1 && authority_valid && host_named,
+            host_valid: hosts <= 1 && hosts_valid && authority_valid && host_named,
             declared_body_len: match body {
                 BodyLength::Declared(n) => Some(n),
                 _ => None,
@@ -120,6 +125,14 @@ impl<'r> RequestFacts<'r> {
             now,
         }
     }
+}
+
+/// Whether a `Host` value or a target's authority names a host (and port) alone: a host
+/// (RFC 3986 `uri-host`) holds no `@`, so one there brings user information, which RFC 9110
+/// §4.2.4 forbids in an `http` URI and which would reach the backend as sent (RFC 9112 §3.2:
+/// a `Host` with an invalid value gets 400).
+pub fn names_host_alone(value: &[u8]) -> bool {
+    !value.contains(&b'@')
 }
 
 /// How a forwarded request's body is read and checked.
@@ -511,6 +524,16 @@ mod tests {
         path: &str,
     ) -> Result<Forward<'s>, Refusal<'s>> {
         admit(s, &facts(method, path, Some("agent-1"), Some("secret")))
+    }
+
+    #[test]
+    fn a_host_with_user_information_names_no_host_alone() {
+        for host in ["gw", "gw.example:8080", "127.0.0.1:1", "[::1]:8080", ""] {
+            assert!(names_host_alone(host.as_bytes()), "{host:?}");
+        }
+        for host in ["u:pw@127.0.0.1:1", "u@gw", "@gw", "gw@", "[::1]@gw"] {
+            assert!(!names_host_alone(host.as_bytes()), "{host:?}");
+        }
     }
 
     #[test]
