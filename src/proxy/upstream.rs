@@ -3,10 +3,11 @@
 //! send the request and read the answer's head.
 //!
 //! A POST that may have reached a backend is never sent twice. A connect failure (nothing was
-//! sent) moves on to the next address, and a read (GET), which a backend may see twice, goes
-//! once more when its kept-alive connection was reset (the backend had closed it, or closed
-//! it under the request): to the next address in rotation, or the same one when no other is
-//! left, on a new connection. The queue is before anything is sent: a request refused there
+//! sent) moves on to the next address, within `upstream.pending_timeout_ms` of the first
+//! attempt, and a read (GET), which a backend may see twice, goes once more when its
+//! kept-alive connection was reset (the backend had closed it, or closed it under the
+//! request): to the next address in rotation, or the same one when no other is left, on a
+//! new connection. The queue is before anything is sent: a request refused there
 //! (503) went nowhere, nor does one whose client goes while it waits there.
 
 use std::future::Future;
@@ -211,6 +212,13 @@ impl Upstream {
         let mut rotation = order(first, count, |i| self.in_rotation(&set[i])).peekable();
         // The address a resend goes to when the rotation has no other.
         let mut again = None;
+        let budget = backend.budget.unwrap_or(upstream.budget);
+        // The first connect has its whole timeout. After one fails, the request moves on only
+        // while it has looked for a connection less than `upstream.pending_timeout_ms`, each
+        // connect limited to what is left: N addresses whose connects time out (all out of
+        // rotation, all tried) cost that, not N connect timeouts.
+        let looking_since = tokio::time::Instant::now();
+        let mut connect_limit = upstream.connect_timeout;
         while let Some(index) = again.take().or_else(|| rotation.peek().copied()) {
             let address = &set[index];
             let peer = &address.peer;
@@ -219,7 +227,7 @@ impl Upstream {
             let acquired = self
                 .acquire(
                     address,
-                    backend.budget.unwrap_or(upstream.budget),
+                    budget,
                     upstream.idle_timeout,
                     !resent,
                     started,
@@ -231,7 +239,7 @@ impl Upstream {
             let mut conn = match acquired {
                 Acquired::Reused(conn) => conn,
                 Acquired::Connect(slot) => {
-                    match self.connector.connect(peer, upstream.connect_timeout).await {
+                    match self.connector.connect(peer, connect_limit).await {
                         Ok(stream) => {
                             record.connect_time = Some(started.elapsed());
                             UpstreamConn::new(stream, slot)
@@ -245,6 +253,13 @@ impl Upstream {
                                 .failed(address, |a| self.health.is_up(&a.addr), upstream);
                             last_failure = failure;
                             rotation.next();
+                            let left = budget
+                                .pending_timeout
+                                .saturating_sub(looking_since.elapsed());
+                            connect_limit = upstream.connect_timeout.min(left);
+                            if connect_limit.is_zero() {
+                                break;
+                            }
                             continue;
                         }
                     }
@@ -286,7 +301,6 @@ impl Upstream {
     }
 }
 
-/// Whether `address` takes requests: it passed its last check and is not ejected.
 /// Whether a failure of kind `kind` counts against its address toward ejection: a new
 /// connection that broke, or an answer that is not HTTP, does; a slow answer does not, nor a
 /// reset on a kept-alive connection before its answer began (`reused_before_head`: the
@@ -295,6 +309,7 @@ fn counts_against(kind: UpstreamErrorKind, reused_before_head: bool) -> bool {
     kind != UpstreamErrorKind::Timeout && !(reused_before_head && kind == UpstreamErrorKind::Reset)
 }
 
+/// Whether `address` takes requests: it passed its last check and is not ejected.
 fn in_rotation(health: &UpstreamHealth, address: &Address) -> bool {
     health.is_up(&address.addr) && !address.is_ejected()
 }
@@ -540,6 +555,75 @@ mod tests {
             .await;
         assert!(matches!(acquired, Ok(Acquired::Connect(_))));
         assert_eq!(one.set.addresses[0].open(), 2);
+    }
+
+    /// A connector whose connects never complete: each runs to its limit, and is counted.
+    #[derive(Default)]
+    struct NeverConnects(AtomicUsize);
+
+    impl Connect for NeverConnects {
+        fn connect<'a>(&'a self, _peer: &'a HttpPeer, limit: Duration) -> ConnectFuture<'a> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move {
+                tokio::time::sleep(limit).await;
+                Err(Error::new(ErrorType::ConnectTimedout))
+            })
+        }
+    }
+
+    /// After a failed connect the request moves on only within `upstream.pending_timeout_ms`
+    /// of its first attempt, each connect limited to what is left: 8 addresses whose connects
+    /// time out (200 ms each, 700 ms in all) are tried 4 times, not 8, and the answer is the
+    /// last timeout.
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn the_walk_over_addresses_that_do_not_connect_ends_within_the_pending_timeout() {
+        let addresses: Vec<std::net::SocketAddr> = (1..=8)
+            .map(|i| format!("10.0.0.{i}:80").parse().unwrap())
+            .collect();
+        let mut cfg = FileConfig::for_test("127.0.0.1:0".parse().unwrap(), &addresses);
+        cfg.upstream.connect_timeout_ms = 200;
+        cfg.upstream.pending_timeout_ms = 700;
+        let snap = cfg.snapshot();
+        let telemetry = Telemetry::register(&prometheus::Registry::new()).unwrap();
+        let backends = Arc::new(Backends::new(telemetry.backends.clone()));
+        backends.follow(&snap.upstream, &snap.bases.upstream);
+        let connector = Arc::new(NeverConnects::default());
+        let upstream = Upstream::new(
+            connector.clone(),
+            Arc::new(UpstreamPool::new(8)),
+            Arc::new(UpstreamHealth::default()),
+            backends.clone(),
+        );
+        let raw = b"GET /api/v2/transaction/t/status HTTP/1.1\r\nHost: gw\r\n\r\n";
+        let mut head = crate::http1::RequestHead::default();
+        assert_eq!(head.parse(raw), Ok(true));
+        let view = head.view(raw);
+        let request = UpstreamRequest {
+            view: &view,
+            body: b"",
+            path: "/api/v2/transaction/t/status",
+            request_id: "walk",
+            client_ip: None,
+            proto: "http",
+            trace: None,
+        };
+        let started = tokio::time::Instant::now();
+        let answer = upstream
+            .exchange(
+                &snap,
+                &backends.current_full(),
+                &request,
+                true,
+                &mut UpstreamRecord::default(),
+                std::pin::pin!(std::future::pending()),
+            )
+            .await;
+        let Err(Unanswered::Failed(Failure::Upstream(failure))) = answer else {
+            panic!("the exchange did not fail at the backend");
+        };
+        assert_eq!(failure.kind, UpstreamErrorKind::Timeout);
+        assert_eq!(connector.0.load(Ordering::SeqCst), 4);
+        assert_eq!(started.elapsed(), Duration::from_millis(700));
     }
 
     /// A request whose client goes while it waits gives up its place in the queue.
