@@ -61,3 +61,41 @@ async fn until_hung_up(socket: &TcpStream) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// Bytes the client sends are no hang-up, and stay for the connection to read; the
+    /// client's FIN after them is one.
+    #[tokio::test]
+    async fn bytes_are_left_for_the_connection_and_the_close_after_them_is_seen() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        let mut stream: Stream = Box::new(TcpConn::new(accepted));
+
+        client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        {
+            let mut watch = std::pin::pin!(hung_up(&stream));
+            let waited = tokio::time::timeout(Duration::from_millis(200), &mut watch).await;
+            assert!(waited.is_err(), "bytes taken for a hang-up");
+            client.shutdown().await.unwrap();
+            tokio::time::timeout(Duration::from_secs(10), watch)
+                .await
+                .expect("the FIN after the bytes was not seen");
+        }
+        let mut read = Vec::new();
+        stream.read_to_end(&mut read).await.unwrap();
+        assert_eq!(
+            read, b"GET / HTTP/1.1\r\n\r\n",
+            "the connection reads them whole"
+        );
+    }
+}

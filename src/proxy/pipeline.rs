@@ -210,7 +210,7 @@ impl ProxyApp {
                     &request,
                     forward.idempotent(),
                     &mut ex.upstream,
-                    pin!(client_gone),
+                    pin!(Some(client_gone)),
                 )
                 .await
         };

@@ -125,7 +125,8 @@ impl Upstream {
     /// A connection to `address` under `budget`: an idle one when `reuse` allows and no
     /// request waits before this one, else the place to open one, else a wait in the
     /// address's queue; refused when the queue is full or the wait too long, and given up
-    /// when `client_gone` is ready while it waits. `started` is when the attempt started.
+    /// when `client_gone` (if any) is ready while it waits. `started` is when the attempt
+    /// started.
     async fn acquire(
         &self,
         address: &Arc<Address>,
@@ -133,7 +134,7 @@ impl Upstream {
         idle_timeout: Duration,
         reuse: bool,
         started: Instant,
-        mut client_gone: Pin<&mut impl Future<Output = ()>>,
+        mut client_gone: Pin<&mut Option<impl Future<Output = ()>>>,
     ) -> Result<Acquired, Unanswered> {
         let mut woken = false;
         let mut now = tokio::time::Instant::from_std(started);
@@ -173,7 +174,7 @@ impl Upstream {
             // The client is watched only now: a request that does not wait costs no watch.
             tokio::select! {
                 biased;
-                () = client_gone.as_mut() => return Err(Unanswered::ClientGone),
+                () = until_gone(client_gone.as_mut()) => return Err(Unanswered::ClientGone),
                 in_time = tokio::time::timeout_at(deadline, waiter.woken()) => {
                     if in_time.is_err() {
                         return Err(OverflowReason::Timeout.into());
@@ -188,7 +189,9 @@ impl Upstream {
     /// Sends `request`, shaped for `backend` ([`Self::backend`]), to one of its addresses and
     /// reads the head of its answer; the failures on the way are noted in `record` and
     /// logged. `Err` is the failure that ended the exchange, or `client_gone` ready while the
-    /// request waited for a connection.
+    /// request waited for a connection. Once the request is being sent, its client is no
+    /// longer watched (`client_gone` is dropped, and with it the watch's descriptor): a request
+    /// sent, or resent, is answered whatever its client does meanwhile.
     pub async fn exchange<R: RequestView>(
         &self,
         snap: &Snapshot,
@@ -196,7 +199,7 @@ impl Upstream {
         request: &UpstreamRequest<'_, R>,
         idempotent: bool,
         record: &mut UpstreamRecord,
-        mut client_gone: Pin<&mut impl Future<Output = ()>>,
+        mut client_gone: Pin<&mut Option<impl Future<Output = ()>>>,
     ) -> Result<UpstreamResponse, Unanswered> {
         let request_id = request.request_id;
         let upstream = &snap.upstream;
@@ -265,6 +268,7 @@ impl Upstream {
                     }
                 }
             };
+            client_gone.set(None);
             match send_and_read_head(&mut conn, request, upstream.read_timeout).await {
                 Ok(()) => {
                     // The address's streak of failures ends with the whole answer
@@ -298,6 +302,14 @@ impl Upstream {
             }
         }
         Err(last_failure.into())
+    }
+}
+
+/// Ready when `client_gone` is; never when the client is not watched.
+async fn until_gone(client_gone: Pin<&mut Option<impl Future<Output = ()>>>) {
+    match client_gone.as_pin_mut() {
+        Some(gone) => gone.await,
+        None => std::future::pending().await,
     }
 }
 
@@ -507,7 +519,7 @@ mod tests {
                     up.idle_timeout,
                     false,
                     started,
-                    std::pin::pin!(std::future::pending()),
+                    std::pin::pin!(None::<std::future::Pending<()>>),
                 )
                 .await
         }
@@ -550,7 +562,7 @@ mod tests {
                 raised.idle_timeout,
                 true,
                 Instant::now(),
-                std::pin::pin!(std::future::pending()),
+                std::pin::pin!(None::<std::future::Pending<()>>),
             )
             .await;
         assert!(matches!(acquired, Ok(Acquired::Connect(_))));
@@ -615,7 +627,7 @@ mod tests {
                 &request,
                 true,
                 &mut UpstreamRecord::default(),
-                std::pin::pin!(std::future::pending()),
+                std::pin::pin!(None::<std::future::Pending<()>>),
             )
             .await;
         let Err(Unanswered::Failed(Failure::Upstream(failure))) = answer else {
@@ -634,9 +646,9 @@ mod tests {
         let address = &one.set.addresses[0];
         let up = &one.snapshot.upstream;
         let (leave, left) = tokio::sync::oneshot::channel::<()>();
-        let client_gone = std::pin::pin!(async {
+        let client_gone = std::pin::pin!(Some(async {
             let _ = left.await;
-        });
+        }));
         let waiting = (one.upstream).acquire(
             address,
             up.budget,
