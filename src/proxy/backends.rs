@@ -95,9 +95,9 @@ impl Slot {
     }
 
     /// Frees the place now when its address has more connections open than its budget
-    /// allows (a reload lowered it), and wakes the oldest waiting request; whether it did,
-    /// and its connection is then to close. Decided under the address's lock, so that
-    /// connections that come back at once close only as many as are past the budget.
+    /// allows (a reload lowered it); whether it did, and its connection is then to close.
+    /// Decided under the address's lock, so that connections that come back at once close
+    /// only as many as are past the budget.
     pub fn free_past_budget(&mut self) -> bool {
         let cap = self.address.cap.load(Ordering::Relaxed);
         if self.freed || cap == UNLIMITED {
@@ -107,9 +107,9 @@ impl Slot {
         if budget::excess(slots.open, Some(cap)) == 0 {
             return false;
         }
+        // No request waiting is woken: the address is at its budget still.
         slots.open -= 1;
         self.freed = true;
-        wake_oldest(&mut slots);
         true
     }
 }
