@@ -78,6 +78,16 @@ pub fn ca_file_applies(url: &str) -> bool {
     Base::parse(url).map_or(true, |base| base.verifies_a_certificate())
 }
 
+/// Whether `authority`'s port, if it names one, is a number from 0 to 65535. `http` takes any
+/// text after the last `:` for a port, and a password's unencoded `/` ends an authority early,
+/// so that the user name would be read as the host and the start of the password as its port.
+/// The one check of a port for every URL the gateway reads (config, CLI).
+pub fn port_is_a_number(authority: &http::uri::Authority) -> bool {
+    let text = authority.as_str();
+    let host_and_port = text.rsplit_once('@').map_or(text, |(_, after)| after);
+    authority.port_u16().is_some() || host_and_port == authority.host()
+}
+
 /// Whether `url` is one a [`Client`] takes, with no user or password in it: for a URL kept in
 /// a config file, which `config dump` and the admin listener's `/config` show as written.
 pub fn check_url_without_credentials(url: &str) -> Result<(), ClientError> {
@@ -145,11 +155,8 @@ impl Base {
             basic,
         };
         let uri = base.uri("/").map_err(|_| bad("is not a URL"))?;
-        // `http` parses any port, digits or not: a password's unencoded `/` ends the
-        // authority early, and the user name and the start of the password would be read
-        // as a host and its port.
-        if uri.port().is_none() && uri.host() != Some(host) {
-            return Err(bad("its port is not a number"));
+        if !uri.authority().is_some_and(port_is_a_number) {
+            return Err(bad("its port is not a number from 0 to 65535"));
         }
         Ok(base)
     }
@@ -364,7 +371,10 @@ mod tests {
             "http://h:",
         ] {
             let e = Base::parse(bad).unwrap_err().to_string();
-            assert!(e.ends_with("its port is not a number"), "{e}");
+            assert!(
+                e.ends_with("its port is not a number from 0 to 65535"),
+                "{e}"
+            );
             assert!(!e.contains("prom/pw"), "{e}");
         }
         assert!(Base::parse("http://[::1]/prom").is_ok());

@@ -14,7 +14,7 @@ use super::problems::Problems;
 use super::selector::SeriesSelector;
 use super::types::{parse_time, unix_seconds, Dates, Repeat, Weekday};
 use crate::client::redact::redact_url;
-use crate::client::ClientOptions;
+use crate::client::{port_is_a_number, ClientOptions};
 
 /// How a brownout window recurs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -267,12 +267,11 @@ fn check_link(link: &str) -> Result<(), String> {
             "{shown}: must not carry a user or password (it is sent to every v1 client, in Link)"
         ));
     }
-    let port = match authority.rsplit_once(']') {
-        Some((_, after_an_ipv6_address)) => after_an_ipv6_address.strip_prefix(':'),
-        None => authority.split_once(':').map(|(_, port)| port),
-    };
-    if port.is_some_and(|port| !port.bytes().all(|b| b.is_ascii_digit())) {
-        return Err(format!("{shown}: its port is not a number"));
+    let parsed: http::uri::Authority = authority
+        .parse()
+        .map_err(|e| format!("{shown}: its host is not valid ({e})"))?;
+    if !port_is_a_number(&parsed) {
+        return Err(format!("{shown}: its port is not a number from 0 to 65535"));
     }
     Ok(())
 }
@@ -495,6 +494,15 @@ mod tests {
             (
                 "https://[2001:db8::1]:8443x/v2",
                 "https://[2001:db8::1]:8443x/v2: its port is not a number",
+            ),
+            // Digits, but no port (`http` takes them all the same): the one check of every URL.
+            (
+                "https://docs.example:99999/v2",
+                "https://docs.example:99999/v2: its port is not a number from 0 to 65535",
+            ),
+            (
+                "https://docs.example:/v2",
+                "https://docs.example:/v2: its port is not a number",
             ),
         ] {
             let refused = check_link(bad).unwrap_err();

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::file::TracingFile;
 use super::problems::Problems;
+use crate::client::port_is_a_number;
 use crate::client::redact::redact_url;
 
 /// Tracing as configured: present only when `tracing.otlp_endpoint` is set.
@@ -67,16 +68,13 @@ fn traces_url(endpoint: &str) -> Result<String, String> {
         }
         _ => return Err(format!("{shown:?} must start with http://")),
     }
-    let Some(host) = uri.host().filter(|h| !h.is_empty()) else {
+    if uri.host().is_none_or(str::is_empty) {
         return Err(format!("{shown:?} has no host"));
-    };
-    // `http` parses any port, digits or not: a password's unencoded `/` ends the authority
-    // early, and the user name and the start of the password would be read as a host and
-    // its port.
-    let authority = uri.authority().map_or("", |a| a.as_str());
-    let host_and_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    if uri.port().is_none() && host_and_port != host {
-        return Err(format!("{shown:?}: its port is not a number"));
+    }
+    if !uri.authority().is_some_and(port_is_a_number) {
+        return Err(format!(
+            "{shown:?}: its port is not a number from 0 to 65535"
+        ));
     }
     if uri.query().is_some() {
         return Err(format!("{shown:?} must not have a query"));

@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::api::operation::{ApiVersion, Operation};
+use crate::client::port_is_a_number;
 use crate::client::redact::redact_url;
 
 use super::schedule::Stage;
@@ -220,9 +221,7 @@ impl FromStr for Target {
                  and --token, --credentials or --agents)",
             ));
         }
-        // `http` parses any port, digits or not, and gives none for one that is not a u16: a
-        // password's unencoded `/` ends the authority early, and its start reads as a port.
-        if authority.port_u16().is_none() && authority.as_str() != authority.host() {
+        if !port_is_a_number(authority) {
             return Err(bad("its port is not a number from 0 to 65535"));
         }
         let port = authority.port_u16().unwrap_or(if tls { 443 } else { 80 });
