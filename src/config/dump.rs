@@ -6,9 +6,9 @@
 //! reload keeps the running ones until a restart), durations in milliseconds, and no secret:
 //! token digests (agents' and the admin's) and a URL's password are redacted, and of the
 //! secret files (`auth.agents_file`, `rate_limit.redis_password_file`) only the names show.
-//! Every URL shows without its password: `rate_limit.redis_url`, `tracing.otlp_endpoint`,
-//! `retirement.prometheus_url` and `retirement.link`. Both are redacted the one way the crate
-//! has ([`crate::client::redact`]).
+//! Every URL shows without its password: `rate_limit.redis_url` and `tracing.otlp_endpoint`
+//! (`retirement.prometheus_url` and `retirement.link` may not carry one). Both are redacted
+//! the one way the crate has ([`crate::client::redact`]).
 
 use super::file::{Digests, FileConfig};
 use super::types::{format_time, parse_time};
@@ -55,14 +55,13 @@ pub fn effective(snapshot: &Snapshot) -> FileConfig {
         }
     }
     redact(&mut f.admin.token_sha256);
-    // Every key whose value is a URL, whether or not validation lets it carry a password.
-    let urls = [
-        &mut f.rate_limit.redis_url,
-        &mut f.tracing.otlp_endpoint,
-        &mut f.retirement.prometheus_url,
-        &mut f.retirement.link,
-    ];
-    for url in urls.into_iter().flatten() {
+    // The URLs that may carry a password. `retirement.link` and `retirement.prometheus_url`
+    // may not (validation refuses one with user information), so they show as written: the
+    // redaction's last-`@` rule would mangle a path holding an `@` (`https://h:8443/@team`).
+    for url in [&mut f.rate_limit.redis_url, &mut f.tracing.otlp_endpoint]
+        .into_iter()
+        .flatten()
+    {
         *url = redact_url(url);
     }
     f
@@ -140,6 +139,7 @@ mod tests {
             ..RateLimitFile::default()
         };
         f.retirement.prometheus_url = Some("http://prometheus:9090".into());
+        f.retirement.link = Some("https://docs.example:8443/@team/v2".into());
         f.retirement.prometheus_selector = Some(r#"{ namespace = "prod" }"#.into());
         f.tracing.otlp_endpoint = Some("http://otel:otlp-pw@127.0.0.1:4318".into());
         let snapshot = f.snapshot();
@@ -156,6 +156,7 @@ mod tests {
             "redis_url = \"redis://:<redacted>@127.0.0.1:6379/0\"",
             "otlp_endpoint = \"http://otel:<redacted>@127.0.0.1:4318\"",
             "prometheus_url = \"http://prometheus:9090\"",
+            "link = \"https://docs.example:8443/@team/v2\"",
         ] {
             assert!(text.contains(want), "{want} missing from:\n{text}");
         }
