@@ -479,16 +479,8 @@ mod tests {
         let mut cfg = FileConfig::for_test("127.0.0.1:0".parse().unwrap(), &[backend]);
         cfg.upstream.max_connections_per_address = Some(1);
         let snapshot = cfg.snapshot();
-        let telemetry = Telemetry::register(&prometheus::Registry::new()).unwrap();
-        let backends = Arc::new(Backends::new(telemetry.backends.clone()));
-        backends.follow(&snapshot.upstream, &snapshot.bases.upstream);
-        let pool = Arc::new(UpstreamPool::new(8));
-        let upstream = Upstream::new(
-            Arc::new(NoConnect),
-            pool.clone(),
-            Arc::new(UpstreamHealth::default()),
-            backends.clone(),
-        );
+        let (upstream, backends) = upstream_over(&snapshot, Arc::new(NoConnect));
+        let pool = upstream.pool().clone();
         let set = backends.current_full();
         OneConnection {
             upstream,
@@ -571,6 +563,44 @@ mod tests {
         assert_eq!(one.set.addresses[0].open(), 2);
     }
 
+    /// An `Upstream` over `connector` to the backend of `snap`, and the addresses it follows.
+    fn upstream_over(snap: &Snapshot, connector: Arc<dyn Connect>) -> (Upstream, Arc<Backends>) {
+        let telemetry = Telemetry::register(&prometheus::Registry::new()).unwrap();
+        let backends = Arc::new(Backends::new(telemetry.backends.clone()));
+        backends.follow(&snap.upstream, &snap.bases.upstream);
+        let upstream = Upstream::new(
+            connector,
+            Arc::new(UpstreamPool::new(8)),
+            Arc::new(UpstreamHealth::default()),
+            backends.clone(),
+        );
+        (upstream, backends)
+    }
+
+    /// A client's GET of a transaction's status: its head, parsed.
+    const STATUS_GET: &[u8] = b"GET /api/v2/transaction/t/status HTTP/1.1\r\nHost: gw\r\n\r\n";
+
+    fn status_head() -> crate::http1::RequestHead {
+        let mut head = crate::http1::RequestHead::default();
+        assert_eq!(head.parse(STATUS_GET), Ok(true));
+        head
+    }
+
+    /// That GET as it goes upstream.
+    fn status_request<'a>(
+        view: &'a crate::http1::Request<'a>,
+    ) -> UpstreamRequest<'a, crate::http1::Request<'a>> {
+        UpstreamRequest {
+            view,
+            body: b"",
+            path: "/api/v2/transaction/t/status",
+            request_id: "test",
+            client_ip: None,
+            proto: "http",
+            trace: None,
+        }
+    }
+
     /// A connector whose connects never complete: each runs to its limit, and is counted.
     #[derive(Default)]
     struct NeverConnects(AtomicUsize);
@@ -598,29 +628,11 @@ mod tests {
         cfg.upstream.connect_timeout_ms = 200;
         cfg.upstream.pending_timeout_ms = 700;
         let snap = cfg.snapshot();
-        let telemetry = Telemetry::register(&prometheus::Registry::new()).unwrap();
-        let backends = Arc::new(Backends::new(telemetry.backends.clone()));
-        backends.follow(&snap.upstream, &snap.bases.upstream);
         let connector = Arc::new(NeverConnects::default());
-        let upstream = Upstream::new(
-            connector.clone(),
-            Arc::new(UpstreamPool::new(8)),
-            Arc::new(UpstreamHealth::default()),
-            backends.clone(),
-        );
-        let raw = b"GET /api/v2/transaction/t/status HTTP/1.1\r\nHost: gw\r\n\r\n";
-        let mut head = crate::http1::RequestHead::default();
-        assert_eq!(head.parse(raw), Ok(true));
-        let view = head.view(raw);
-        let request = UpstreamRequest {
-            view: &view,
-            body: b"",
-            path: "/api/v2/transaction/t/status",
-            request_id: "walk",
-            client_ip: None,
-            proto: "http",
-            trace: None,
-        };
+        let (upstream, backends) = upstream_over(&snap, connector.clone());
+        let head = status_head();
+        let view = head.view(STATUS_GET);
+        let request = status_request(&view);
         let answer = upstream
             .exchange(
                 &snap,
@@ -638,6 +650,64 @@ mod tests {
         // 200 + 200 + 200 + the 100 ms left. (The first attempt's start is read from the
         // system's clock, a few real milliseconds off the paused one: not 100.)
         assert_eq!(connector.0.load(Ordering::SeqCst), 4);
+    }
+
+    /// A connector that hands out one end of an in-memory connection, whose other end a test
+    /// plays the backend on.
+    struct OneDuplex(std::sync::Mutex<Option<tokio::io::DuplexStream>>);
+
+    impl Connect for OneDuplex {
+        fn connect<'a>(&'a self, _peer: &'a HttpPeer, _limit: Duration) -> ConnectFuture<'a> {
+            let end = self.0.lock().unwrap().take().expect("one connect");
+            Box::pin(async move { Ok(Box::new(end) as pingora::protocols::Stream) })
+        }
+    }
+
+    /// Sets its flag when dropped.
+    struct DropFlag(Arc<std::sync::atomic::AtomicBool>);
+
+    impl Drop for DropFlag {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// The watch on the client is dropped as the request is sent (and its descriptor with
+    /// it): a request sent, or resent after a reset, is answered whatever its client does.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_client_is_watched_no_longer_once_its_request_is_sent() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let backend_addr: std::net::SocketAddr = "10.0.0.1:80".parse().unwrap();
+        let snap = FileConfig::for_test("127.0.0.1:0".parse().unwrap(), &[backend_addr]).snapshot();
+        let (gateway_end, mut backend_end) = tokio::io::duplex(4096);
+        let connector = OneDuplex(std::sync::Mutex::new(Some(gateway_end)));
+        let (upstream, backends) = upstream_over(&snap, Arc::new(connector));
+        let head = status_head();
+        let view = head.view(STATUS_GET);
+        let request = status_request(&view);
+        let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = DropFlag(dropped.clone());
+        let watch = async move {
+            let _flag = flag;
+            std::future::pending::<()>().await
+        };
+        let backend = async {
+            let mut buf = [0u8; 4096];
+            assert!(backend_end.read(&mut buf).await.unwrap() > 0);
+            let dropped_when_sent = dropped.load(Ordering::SeqCst);
+            let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
+            backend_end.write_all(answer).await.unwrap();
+            dropped_when_sent
+        };
+        let (set, mut record) = (backends.current_full(), UpstreamRecord::default());
+        let watch = std::pin::pin!(Some(watch));
+        let exchange = upstream.exchange(&snap, &set, &request, true, &mut record, watch);
+        let (answer, dropped_when_sent) = tokio::join!(exchange, backend);
+        assert!(answer.is_ok(), "the backend's 200 is the answer");
+        assert!(
+            dropped_when_sent,
+            "the watch was held still when the request reached the backend"
+        );
     }
 
     /// A request whose client goes while it waits gives up its place in the queue.
