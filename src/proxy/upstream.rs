@@ -221,13 +221,13 @@ impl Upstream {
         // connect limited to what is left: N addresses whose connects time out (all out of
         // rotation, all tried) cost that, not N connect timeouts. The first attempt's start is
         // when it began looking (no clock read of its own: most requests never fail a connect).
-        let mut looking_since = None;
+        let mut first_started = None;
         let mut connect_limit = upstream.connect_timeout;
         while let Some(index) = again.take().or_else(|| rotation.peek().copied()) {
             let address = &set[index];
             let peer = &address.peer;
             let started = Instant::now();
-            let looking_since = *looking_since.get_or_insert(started);
+            let looking_since = *first_started.get_or_insert(started);
             // A resent request goes on a new connection, never on another pooled one.
             let acquired = self
                 .acquire(

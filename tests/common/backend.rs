@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use agent_gateway::config::FileConfig;
 
-use super::client::{header, owned_headers, read_body, read_head};
+use super::client::{
+    header, owned_headers, raw, read_body, read_head, verify_post_with_id, Response,
+};
 use super::gateway::{Gateway, BIN};
 use super::ports::{free_port, loopback, ClosedPort};
 use super::process::{kill, poll_until};
@@ -213,6 +215,30 @@ pub fn assert_sent_nowhere(
     assert_eq!(first(), 200);
     assert_eq!(third(), 200);
     assert_eq!(backend.request_ids(), ["first", "third"]);
+}
+
+/// The v1 verify POST with the request id `id`, sent to `gw` on a thread of its own; its
+/// answer.
+pub fn post_on_a_thread(gw: &Gateway, id: &str) -> JoinHandle<Option<Response>> {
+    let (proxy, request) = (gw.proxy, verify_post_with_id(id));
+    thread::spawn(move || raw(proxy, &request))
+}
+
+/// [`assert_sent_nowhere`] on a plaintext listener: `first` from [`post_on_a_thread`], and
+/// the third request sent as it was.
+pub fn assert_sent_nowhere_in_plaintext(
+    gw: &Gateway,
+    backend: &Backend,
+    gate: &Gate,
+    first: JoinHandle<Option<Response>>,
+) {
+    assert_sent_nowhere(
+        gw,
+        backend,
+        gate,
+        || first.join().unwrap().unwrap().status,
+        || raw(gw.proxy, &verify_post_with_id("third")).unwrap().status,
+    );
 }
 
 /// A backend whose answers wait for `gate`, and the config of a gateway allowed one

@@ -43,8 +43,8 @@ use std::net::SocketAddr;
 use agent_gateway::config::FileConfig;
 
 pub use backend::{
-    assert_sent_nowhere, backend_with_reset, held_behind_one_connection, Action, Backend, Gate,
-    MockBackend, Recorded,
+    assert_sent_nowhere, assert_sent_nowhere_in_plaintext, backend_with_reset,
+    held_behind_one_connection, post_on_a_thread, Action, Backend, Gate, MockBackend, Recorded,
 };
 pub use board::board_row;
 pub use chromium::chromium;
