@@ -572,3 +572,39 @@ fn sigquit_hands_over_with_a_goaway_that_lets_the_open_stream_finish() {
     let h2c = curl_as_agent(&["--http2-prior-knowledge"], vec![url]);
     assert_eq!((h2c.version.as_str(), h2c.status), ("2", 200));
 }
+
+/// Streams still open when an HTTP/2 connection's drain deadline passes are cut by the
+/// gateway, not given up by their client: logged 503 with `client_aborted` false, never 499,
+/// whether the stream waited for a backend connection or had its answer come after the cut.
+#[test]
+fn streams_the_drain_deadline_cuts_are_logged_as_the_gateways_503() {
+    let gate = Gate::new();
+    let (backend, mut cfg) = held_behind_one_connection(&gate);
+    cfg.server.grace_period_seconds = 1;
+    let sock_dir = tempfile::tempdir().unwrap();
+    cfg.server.upgrade_sock = sock_dir.path().join("upgrade.sock").display().to_string();
+    let mut old = Gateway::builder(cfg).process().start();
+    // One stream at the backend, the other waiting for the one connection it may have.
+    let client = H2Client::spawn("slow-stream", old.proxy, &[STATUS_V1, "2"]);
+    old.wait_until("the first at the backend", || backend.count() == 1);
+    old.wait_for_metric("agent_gateway_in_flight_requests", 2.0);
+    // A handover: the old process drains for pingora's 5 s after the deadline its HTTP/2
+    // connections have (`server.grace_period_seconds` from the GOAWAY), time to log the cut.
+    let _new = old.hand_over();
+    let result = client.result();
+    assert_eq!(result["goaway_first"], true, "{result}");
+    assert_eq!(result["closed_with_streams_open"], true, "{result}");
+    // The backend answers the first once its connection is gone.
+    gate.open();
+    old.wait_exit();
+    let logged = old.access_log();
+    let statuses: Vec<_> = logged
+        .iter()
+        .map(|l| (l["status"].clone(), l["client_aborted"].clone()))
+        .collect();
+    assert_eq!(
+        statuses,
+        [(json!(503), json!(false)), (json!(503), json!(false))],
+        "{logged:#?}"
+    );
+}

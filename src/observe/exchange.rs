@@ -120,6 +120,11 @@ pub struct Exchange<'s> {
 /// closed request". Counted and logged, never sent.
 pub const CLIENT_CLOSED_REQUEST: u16 = 499;
 
+/// The status of a request whose connection the gateway closed itself before its answer was
+/// through (an HTTP/2 connection past its drain deadline): the gateway's 503, out of service,
+/// with `client_aborted` false. Counted and logged; the client got no whole answer.
+pub const CLOSED_BY_GATEWAY: u16 = 503;
+
 /// A request's `api_version` in metrics and the access log: "none" when it named no operation.
 pub fn version_name(version: Option<ApiVersion>) -> &'static str {
     version.map_or("none", ApiVersion::as_str)
@@ -181,10 +186,29 @@ impl<'s> Exchange<'s> {
         self.span.as_ref().map(RequestSpan::trace_id)
     }
 
-    /// Notes that the client gave up on the request before it was sent on.
-    pub fn client_gone(&mut self) {
+    /// Notes that the client's connection was found gone before the request was sent on: its
+    /// client gave up on it, unless the gateway had closed the connection itself.
+    pub fn client_gone(&mut self, closed_by_gateway: bool) {
+        if closed_by_gateway {
+            return self.closed_by_gateway();
+        }
         self.client_aborted = true;
         self.status = CLIENT_CLOSED_REQUEST;
+    }
+
+    /// Notes that the answer could not be sent whole: its client went away, unless the
+    /// gateway had closed the connection itself. `status` stays the answer's for a client
+    /// that went.
+    pub fn answer_lost(&mut self, closed_by_gateway: bool) {
+        if closed_by_gateway {
+            return self.closed_by_gateway();
+        }
+        self.client_aborted = true;
+    }
+
+    fn closed_by_gateway(&mut self) {
+        self.client_aborted = false;
+        self.status = CLOSED_BY_GATEWAY;
     }
 
     /// Notes how far the request was understood.

@@ -36,6 +36,13 @@ pub trait Downstream: Send {
         false
     }
 
+    /// Whether the gateway itself closed the connection the request came on (an HTTP/2
+    /// connection dropped at one of its deadlines): a request found gone then, or whose answer
+    /// could not be sent, was cut by the gateway, not given up by its client.
+    fn closed_by_gateway(&mut self) -> bool {
+        false
+    }
+
     /// The current request's head and body (read by [`Self::read_body`]) as they go upstream,
     /// with a watch on the client: a future that is ready once the client has gone (hung up
     /// the connection, reset the stream). It is polled only while the request waits for a

@@ -12,11 +12,16 @@
 //! - a stream the client has reset is never sent upstream;
 //! - header blocks bounded (their size and CONTINUATION frames, by `h2`), the flow-control
 //!   windows at their defaults, and on shutdown a GOAWAY that lets open streams finish.
+//!
+//! A connection the gateway drops itself at one of its deadlines, with streams still open,
+//! has those streams' requests recorded as cut by the gateway, not given up by their client
+//! ([`Downstream::closed_by_gateway`]): to the stream, the end of its connection looks the
+//! same either way.
 
 use std::future::Future;
 use std::net::IpAddr;
 use std::pin::pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -106,7 +111,10 @@ impl ProxyApp {
                 let accept = HttpSession::from_h2_conn(&mut conn, digest.clone());
                 match tokio::time::timeout_at(deadline.into(), accept).await {
                     Ok(accepted) => accepted,
-                    Err(_) => return,
+                    Err(_) => {
+                        streams.close_by_gateway();
+                        return;
+                    }
                 }
             } else {
                 let idle = streams.idle_for(limits.client_header_timeout);
@@ -164,10 +172,9 @@ impl ProxyApp {
         let app = self.clone();
         tokio::spawn(async move {
             let snap = app.config.load_full();
-            let mut stream = H2Stream::new(session, client, &snap);
+            let mut stream = H2Stream::new(session, client, slot, &snap);
             app.serve(&mut stream, &snap).await;
             stream.finish();
-            drop(slot);
         });
     }
 }
@@ -179,6 +186,9 @@ struct StreamSlots {
     /// Streams started so far: idleness is a period in which none started or ran.
     started: AtomicU64,
     finished: Notify,
+    /// Set before the gateway drops the connection at a deadline of its own: the streams
+    /// still open on it were cut by the gateway.
+    closed_by_gateway: AtomicBool,
 }
 
 /// A stream's place among its connection's [`StreamSlots`], given back when it drops.
@@ -198,7 +208,20 @@ impl StreamSlots {
             in_flight: AtomicUsize::new(0),
             started: AtomicU64::new(0),
             finished: Notify::new(),
+            closed_by_gateway: AtomicBool::new(false),
         }
+    }
+
+    /// Notes that the gateway is about to drop the connection with whatever streams are open.
+    fn close_by_gateway(&self) {
+        let open = self.in_flight.load(Ordering::Acquire);
+        if open > 0 {
+            tracing::debug!(
+                streams = open,
+                "HTTP/2 connection past its deadline with streams open; closing"
+            );
+        }
+        self.closed_by_gateway.store(true, Ordering::Release);
     }
 
     /// A slot for one more stream, unless the connection is at its limit.
@@ -238,6 +261,8 @@ pub(super) struct H2Stream {
     /// session is watched for a reset ([`Downstream::outgoing`]).
     head: RequestHeader,
     client: Option<IpAddr>,
+    /// The stream's place on its connection, given back when it ends.
+    slot: StreamSlot,
     /// The request body, read whole by [`Downstream::read_body`].
     body: BytesMut,
     /// The answer's head, written with the first bytes of its body.
@@ -251,7 +276,12 @@ pub(super) struct H2Stream {
 }
 
 impl H2Stream {
-    fn new(mut session: HttpSession, client: Option<IpAddr>, snap: &Snapshot) -> Self {
+    fn new(
+        mut session: HttpSession,
+        client: Option<IpAddr>,
+        slot: StreamSlot,
+        snap: &Snapshot,
+    ) -> Self {
         session.set_write_timeout(Some(snap.limits.client_send_timeout));
         // What is left in the session is an empty head (allocated nothing): the session reads
         // its own only to drain a body and to describe itself, neither of which the gateway
@@ -263,6 +293,7 @@ impl H2Stream {
             session,
             head,
             client,
+            slot,
             body: BytesMut::new(),
             pending_head: None,
             out: BytesMut::new(),
@@ -297,13 +328,10 @@ impl H2Stream {
         Some(Box::new(head))
     }
 
-    /// Whether the client has reset the stream, without waiting.
-    fn reset_by_client(&mut self) -> bool {
-        let idle = pin!(self.session.idle());
-        matches!(
-            idle.poll(&mut Context::from_waker(Waker::noop())),
-            Poll::Ready(_)
-        )
+    /// How the stream has ended, without waiting: pending while it is open, `Ok` with the
+    /// client's reset, `Err` when its connection has ended.
+    fn poll_ended(&mut self) -> Poll<pingora::Result<h2::Reason>> {
+        pin!(self.session.idle()).poll(&mut Context::from_waker(Waker::noop()))
     }
 }
 
@@ -407,7 +435,13 @@ impl Downstream for H2Stream {
     }
 
     fn cancelled(&mut self) -> bool {
-        self.reset_by_client()
+        self.poll_ended().is_ready()
+    }
+
+    fn closed_by_gateway(&mut self) -> bool {
+        // A stream its client reset before the connection closed stays the client's doing.
+        self.slot.0.closed_by_gateway.load(Ordering::Acquire)
+            && !matches!(self.poll_ended(), Poll::Ready(Ok(_)))
     }
 
     fn outgoing(&mut self) -> (&RequestHeader, &[u8], impl Future<Output = ()> + Send + '_) {

@@ -176,7 +176,7 @@ impl ProxyApp {
     ) {
         // A client that has cancelled the request (an HTTP/2 reset) has it sent nowhere.
         if d.cancelled() {
-            ex.client_gone();
+            ex.client_gone(d.closed_by_gateway());
             return;
         }
         let retirement = &forward.retirement_headers;
@@ -229,7 +229,7 @@ impl ProxyApp {
             Err(Unanswered::Failed(e)) => Err(e),
             Err(Unanswered::ClientGone) => {
                 tracing::debug!(request_id = %ex.request_id, "the client went while its request waited for a backend connection; not sent");
-                ex.client_gone();
+                ex.client_gone(d.closed_by_gateway());
                 // Nobody reads an answer: the connection closes.
                 d.abort();
                 return;
@@ -273,8 +273,12 @@ impl ProxyApp {
             .chain([(request_id::HEADER.as_bytes(), ex.request_id.as_bytes())])
             .chain(retirement.headers())
             .collect();
-        let sent = d.send_answer(answer.status, &headers, &answer.body).await;
-        ex.client_aborted |= sent.is_err();
+        if d.send_answer(answer.status, &headers, &answer.body)
+            .await
+            .is_err()
+        {
+            ex.answer_lost(d.closed_by_gateway());
+        }
     }
 }
 

@@ -196,7 +196,7 @@ pub(super) async fn relay<D: Downstream>(
         if body.data() > 0 {
             if let Err(e) = d.send(false).await {
                 tracing::debug!(request_id = %ex.request_id, error = %e, "client went away mid-response");
-                ex.client_aborted = true;
+                ex.answer_lost(d.closed_by_gateway());
                 return Ok(());
             }
             ex.bytes_out += (body.data() - sent) as usize;
@@ -247,7 +247,7 @@ pub(super) async fn relay<D: Downstream>(
         Ok(()) => ex.bytes_out += (body.data() - sent) as usize,
         Err(e) => {
             tracing::debug!(request_id = %ex.request_id, error = %e, "client went away at the end of the response");
-            ex.client_aborted = true;
+            ex.answer_lost(d.closed_by_gateway());
         }
     }
     Ok(())

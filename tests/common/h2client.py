@@ -16,9 +16,11 @@ raw frames from `hyperframe`/`hpack` for the attacks. Each command prints one JS
     reset-on-cue HOST PORT PATH ID  one POST (body and all) with request id ID; prints "sent" on
                                   stderr once it is out, then resets it (CANCEL) when a line
                                   comes on stdin, and prints "reset"
-    slow-stream HOST PORT PATH    one GET; prints "sent" on stderr once it is out and
-                                  "goaway" when a GOAWAY comes, then reports its answer and
-                                  whether the GOAWAY came first
+    slow-stream HOST PORT PATH [N]  N GETs (1 unless told) on one connection; prints "sent" on
+                                  stderr once they are out and "goaway" when a GOAWAY comes,
+                                  then reports the first one's answer, whether the GOAWAY came
+                                  first, each stream's answer or reset, and whether the gateway
+                                  closed the connection with streams still open
 """
 
 import json
@@ -311,42 +313,62 @@ def cmd_idle_connection(host, port):
     print(json.dumps({"goaway": goaway, "closed": closed, "seconds": round(time.time() - started, 2)}))
 
 
-def cmd_slow_stream(host, port, path):
+def cmd_slow_stream(host, port, path, n="1"):
     """Raw frames: the `h2` library closes its state at the first GOAWAY, while a graceful
-    GOAWAY lets the open stream finish, which is what this checks."""
+    GOAWAY lets the open streams finish, which is what this checks."""
     s = open_raw(host, port)
     enc, dec = hpack.Encoder(), hpack.Decoder()
     block = enc.encode(request_headers("GET", path, f"{host}:{port}", AUTH))
-    s.sendall(HeadersFrame(1, data=block, flags=["END_HEADERS", "END_STREAM"]).serialize())
+    ids = [1 + 2 * i for i in range(int(n))]
+    s.sendall(b"".join(HeadersFrame(sid, data=block, flags=["END_HEADERS", "END_STREAM"]).serialize() for sid in ids))
     print("sent", file=sys.stderr, flush=True)
-    status, body, goaway_first, ended = None, b"", False, False
+    streams = {sid: {"status": None, "body": b"", "reset": None, "done": False} for sid in ids}
+    goaway_first, closed = False, False
     s.settimeout(20)
     buf = b""
-    while not ended:
-        data = s.recv(65536)
+    while not all(v["done"] for v in streams.values()):
+        try:
+            data = s.recv(65536)
+        except ConnectionResetError:
+            data = b""
         if not data:
+            closed = True
             break
         buf += data
-        while len(buf) >= 9 and not ended:
+        while len(buf) >= 9:
             length = int.from_bytes(buf[:3], "big")
             if len(buf) < 9 + length:
                 break
             ftype, flags, payload = buf[3], buf[4], buf[9:9 + length]
+            sid = int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF
             buf = buf[9 + length:]
             if ftype == GOAWAY:
                 print("goaway", file=sys.stderr, flush=True)
-                goaway_first = goaway_first or status is None
+                goaway_first = goaway_first or streams[1]["status"] is None
             elif ftype == PING and not flags & 0x1:
                 s.sendall(PingFrame(0, opaque_data=payload, flags=["ACK"]).serialize())
             elif ftype == SETTINGS and not flags & 0x1:
                 s.sendall(SettingsFrame(0, flags=["ACK"]).serialize())
-            elif ftype == 0x1:
-                status = int(dict(dec.decode(payload))[":status"])
-                ended = bool(flags & 0x1)
-            elif ftype == 0x0:
-                body += payload
-                ended = bool(flags & 0x1)
-    print(json.dumps({"status": status, "body": body.decode("utf-8", "replace"), "goaway_first": goaway_first}))
+            elif ftype == RST_STREAM and sid in streams:
+                streams[sid]["reset"] = int.from_bytes(payload[:4], "big")
+                streams[sid]["done"] = True
+            elif ftype == 0x1 and sid in streams:
+                streams[sid]["status"] = int(dict(dec.decode(payload))[":status"])
+                streams[sid]["done"] = bool(flags & 0x1)
+            elif ftype == 0x0 and sid in streams:
+                streams[sid]["body"] += payload
+                streams[sid]["done"] = bool(flags & 0x1)
+    first = streams[1]
+    print(json.dumps({
+        "status": first["status"],
+        "body": first["body"].decode("utf-8", "replace"),
+        "goaway_first": goaway_first,
+        "streams": [
+            {"status": v["status"], "reset": v["reset"], "done": v["done"]}
+            for _, v in sorted(streams.items())
+        ],
+        "closed_with_streams_open": closed,
+    }))
 
 
 if __name__ == "__main__":
