@@ -346,6 +346,38 @@ fn an_address_whose_answers_break_before_their_body_is_ejected() {
     }
 }
 
+/// An answer that breaks off mid-body, after part of it went to the client (the access log's
+/// `answer_broken`), counts against its address as one that breaks before its body does: how
+/// much of it had gone out is the backend's packets' timing, not its health. An address whose
+/// answers all break mid-body is ejected.
+#[test]
+fn an_address_whose_answers_break_mid_body_is_ejected() {
+    let alive = Backend::start();
+    let broken = Backend::with(|_| Action::CloseMidBody);
+    let mut cfg = test_config(&[alive.addr, broken.addr]);
+    cfg.upstream.health_check_interval_ms = 3_600_000;
+    cfg.upstream.eject_after_failures = 2;
+    cfg.upstream.eject_ms = 60_000;
+    let gw = Gateway::builder(cfg).start();
+    let ejections = format!(
+        "agent_gateway_upstream_ejections_total{{address=\"{}\"}}",
+        broken.addr
+    );
+    let statuses: Vec<_> = (0..8)
+        .map(|i| raw(gw.proxy, &verify_post_with_id(&format!("r{i}"))).map(|r| r.status))
+        .collect();
+    let logged = gw.wait_for_access_log(8);
+    let cut = logged.iter().filter(|l| l["answer_broken"] == true).count();
+    assert_eq!(cut, 2, "{statuses:?}\n{logged:#?}");
+    assert_eq!(broken.count(), 2, "ejected after its second broken answer");
+    assert_eq!(gw.metric(&ejections), 1.0, "{statuses:?}\n{}", gw.log());
+    assert_eq!(
+        statuses.iter().filter(|s| **s == Some(200)).count(),
+        6,
+        "{statuses:?}"
+    );
+}
+
 #[test]
 fn a_check_that_only_connects_does_not_end_an_ejection_for_resets() {
     // Accepts every connection, and closes each that sends a request without answering.

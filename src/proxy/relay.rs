@@ -222,11 +222,12 @@ pub(super) async fn relay<D: Downstream>(
     if let Err(failure) = moved {
         ex.upstream.errors.push(failure.kind);
         let kind = failure.kind.as_str();
+        // It counts against the address as a failed exchange does, however much of it went
+        // out: that is how the backend's bytes fell into reads, not how healthy it is.
+        upstream.answer_broke(snap, conn.slot.address(), failure.kind);
         if sent == 0 {
-            // Nothing of it went out: the gateway answers for it, and it counts against the
-            // address as a failed exchange does.
+            // Nothing of it went out: the gateway answers for it.
             tracing::warn!(request_id = %ex.request_id, kind, error = %failure, "upstream answer broke before its body; answering for it");
-            upstream.answer_broke(snap, conn.slot.address(), failure.kind);
             return Err(failure);
         }
         // The head is out: the only honest signal left is to abort the client's connection

@@ -113,8 +113,8 @@ impl Upstream {
         in_rotation(&self.health, address)
     }
 
-    /// The answer that `address` began broke off (`kind`) before any of its data reached
-    /// the client: it counts against the address as an answer that is not HTTP does.
+    /// The answer that `address` began broke off (`kind`), before or after some of its data
+    /// reached the client: it counts against the address as an answer that is not HTTP does.
     pub fn answer_broke(&self, snap: &Snapshot, address: &Address, kind: UpstreamErrorKind) {
         if counts_against(kind, false) {
             self.backends
