@@ -1,10 +1,10 @@
 //! Passive ejection, as Envoy's outlier detection does it: `upstream.eject_after_failures`
-//! consecutive failures on one address (a connect that fails, a connection reset, an answer
-//! that is not HTTP or breaks off) take it out of the rotation for `upstream.eject_ms`, twice as long on
+//! consecutive failures on one address (a connect that fails, a connection reset, an answer that is
+//! not HTTP or breaks off) take it out of the rotation for `upstream.eject_ms`, twice as long on
 //! each repeat up to a cap. The last address in rotation is never ejected: the failures go on
-//! counting, and it goes once another is back. An active check that passes after an ejection
-//! began may bring the address back early. Counting the failures in a row is the data
-//! plane's (one atomic per request); what they lead to is decided here.
+//! counting, and it goes once another is back. An active check that passes after an ejection began
+//! may bring the address back early. Counting the failures in a row is the data plane's (one atomic
+//! per request); what they lead to is decided here.
 
 use std::time::Duration;
 
