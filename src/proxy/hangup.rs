@@ -9,6 +9,13 @@
 //! upstream (`ngx_http_upstream_check_broken_connection`): a client that half-closes after its
 //! request counts as gone, as it does there. The descriptor is made on the first poll, so a
 //! request that never waits costs nothing.
+//!
+//! An error alone (`EPOLLERR` without `EPOLLHUP`) is no hang-up. Linux reports every end of a
+//! TCP connection with `EPOLLHUP` (`tcp_done`: a reset, a retransmission or keepalive timeout,
+//! `ss -K`); an error without it is news on a live connection (an ICMP error on a socket with
+//! `IP_RECVERR`, an entry on its error queue, such as a send timestamp), none of which the
+//! gateway asks for. nginx, reading epoll with `EPOLLRDHUP`, ends a waiting request on the
+//! hang-up alone too.
 
 use std::io;
 use std::os::fd::BorrowedFd;
@@ -97,5 +104,69 @@ mod tests {
             read, b"GET / HTTP/1.1\r\n\r\n",
             "the connection reads them whole"
         );
+    }
+
+    /// A client and the accepted end of its connection, the latter as the gateway holds it.
+    async fn connected() -> (TcpStream, Stream) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        (client, Box::new(TcpConn::new(accepted)))
+    }
+
+    /// A client's reset is a hang-up: the kernel reports it with `EPOLLHUP` (and `EPOLLERR`).
+    #[tokio::test]
+    async fn a_reset_is_seen() {
+        let (client, stream) = connected().await;
+        let mut watch = std::pin::pin!(hung_up(&stream));
+        let waited = tokio::time::timeout(Duration::from_millis(100), &mut watch).await;
+        assert!(waited.is_err(), "a hang-up before the client left");
+        socket2::SockRef::from(&client)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(client);
+        tokio::time::timeout(Duration::from_secs(10), watch)
+            .await
+            .expect("the reset was not seen");
+    }
+
+    /// An error reported alone, on a connection that lives on, is no hang-up: here a send
+    /// timestamp on the socket's error queue (`EPOLLERR`, no `EPOLLHUP`). The client's close
+    /// after it is one.
+    #[tokio::test]
+    async fn an_error_alone_is_no_hang_up() {
+        use std::io::Write;
+
+        use nix::sys::socket::{setsockopt, sockopt, TimestampingFlag};
+
+        let (mut client, stream) = connected().await;
+        let watched = &stream;
+        let mut gone = std::pin::pin!(hung_up(watched));
+        let waited = tokio::time::timeout(Duration::from_millis(100), &mut gone).await;
+        assert!(waited.is_err(), "a hang-up before anything happened");
+
+        // The same socket, to stamp and send on while the watch is on.
+        let socket = watch(watched).unwrap().into_std().unwrap();
+        setsockopt(
+            &socket,
+            sockopt::Timestamping,
+            &(TimestampingFlag::SOF_TIMESTAMPING_TX_SOFTWARE
+                | TimestampingFlag::SOF_TIMESTAMPING_SOFTWARE
+                | TimestampingFlag::SOF_TIMESTAMPING_OPT_TSONLY),
+        )
+        .unwrap();
+        (&socket).write_all(b"x").unwrap();
+        let waited = tokio::time::timeout(Duration::from_millis(200), &mut gone).await;
+        assert!(waited.is_err(), "an error alone taken for a hang-up");
+
+        let mut byte = [0; 1];
+        client.read_exact(&mut byte).await.unwrap();
+        assert_eq!(&byte, b"x", "the connection lives on");
+        client.shutdown().await.unwrap();
+        tokio::time::timeout(Duration::from_secs(10), gone)
+            .await
+            .expect("the FIN after the error was not seen");
     }
 }
