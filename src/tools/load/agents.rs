@@ -4,10 +4,12 @@
 //! deployment rather than of one agent's limit spreads its requests over several.
 
 use std::collections::HashSet;
+use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::client::redact::REDACTED;
 use crate::config::BusinessCode;
 
 use super::LoadError;
@@ -18,7 +20,7 @@ pub struct Agent {
     /// Sent as X-Service-Agent-Id.
     pub id: String,
     /// Sent as X-Auth-Token.
-    pub token: String,
+    pub token: Token,
     /// The business code of its v2 paths, instead of `--service`.
     pub service: Option<String>,
     /// Its share of the requests, relative to the others'.
@@ -36,7 +38,7 @@ struct AgentsFile {
 #[serde(deny_unknown_fields)]
 struct AgentEntry {
     id: String,
-    token: Option<String>,
+    token: Option<Token>,
     /// A file holding the token (a trailing newline is not part of it); relative paths are
     /// from the agents file's directory.
     token_file: Option<PathBuf>,
@@ -45,9 +47,39 @@ struct AgentEntry {
     weight: Option<u32>,
 }
 
+/// An agent's token, as the command line or a file gives it: its `Debug` print is
+/// [`REDACTED`], so that no print of the arguments, an agent or the plan shows it.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Token(String);
+
+impl Token {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<String> for Token {
+    fn from(token: String) -> Token {
+        Token(token)
+    }
+}
+
+impl From<&str> for Token {
+    fn from(token: &str) -> Token {
+        Token(token.to_owned())
+    }
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(REDACTED)
+    }
+}
+
 /// The single agent of `--agent-id`/`--token` or `--credentials`.
-pub fn single(id: String, token: String) -> Result<Vec<Agent>, LoadError> {
-    if !header_safe(&id) || !header_safe(&token) {
+pub fn single(id: String, token: Token) -> Result<Vec<Agent>, LoadError> {
+    if !header_safe(&id) || !header_safe(token.as_str()) {
         return Err(LoadError::Invalid(
             "agent id and token must not be empty or hold control characters",
         ));
@@ -101,10 +133,10 @@ pub fn parse_agents(
             (None, Some(file)) => read(&file)
                 .map_err(|e| at(format!("cannot read token_file {}: {e}", file.display())))?
                 .trim_end_matches(['\r', '\n'])
-                .to_owned(),
+                .into(),
             _ => return Err(at("give one of token and token_file".into())),
         };
-        if !header_safe(&token) {
+        if !header_safe(token.as_str()) {
             return Err(at(
                 "the token must not be empty or hold control characters".into()
             ));

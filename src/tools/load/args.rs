@@ -10,8 +10,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::operation::{ApiVersion, Operation};
 use crate::client::port_is_a_number;
-use crate::client::redact::redact_url;
+use crate::client::redact::{redact_url, REDACTED};
 
+use super::agents::Token;
 use super::schedule::Stage;
 use super::threshold::Threshold;
 use super::LoadError;
@@ -112,7 +113,7 @@ pub struct LoadArgs {
     pub agent_id: Option<String>,
     /// Sent as X-Auth-Token (prefer --credentials: a command line is visible to other users).
     #[arg(long, requires = "agent_id", conflicts_with_all = ["credentials", "agents"])]
-    pub token: Option<String>,
+    pub token: Option<Token>,
     /// A TOML or JSON file with `agent_id` and `token`.
     #[arg(long, conflicts_with = "agents")]
     pub credentials: Option<PathBuf>,
@@ -532,11 +533,22 @@ impl Weights {
 }
 
 /// `-H 'Name: value'`: a header sent with every request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct HeaderArg {
     /// Lower case, as HTTP/2 sends it (HTTP/1.1 names are case-insensitive).
     pub name: http::HeaderName,
     pub value: http::HeaderValue,
+}
+
+/// By hand, so that the value, which may be a secret (an `Authorization`), is never printed.
+impl fmt::Debug for HeaderArg {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Self { name, value: _ } = self;
+        f.debug_struct("HeaderArg")
+            .field("name", name)
+            .field("value", &REDACTED)
+            .finish()
+    }
 }
 
 /// Headers the generator writes itself for each request (framing, the connection, the
@@ -578,7 +590,7 @@ impl FromStr for HeaderArg {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct Credentials {
     pub agent_id: String,
-    pub token: String,
+    pub token: Token,
 }
 
 /// Parses a credentials file's text: JSON when it starts with `{`, TOML otherwise.
@@ -592,7 +604,7 @@ pub fn parse_credentials(text: &str, path: &str) -> Result<Credentials, LoadErro
     } else {
         toml::from_str(text).map_err(|e| format(e.to_string()))?
     };
-    if creds.agent_id.is_empty() || creds.token.is_empty() {
+    if creds.agent_id.is_empty() || creds.token.as_str().is_empty() {
         return Err(format("agent_id and token must not be empty".into()));
     }
     Ok(creds)

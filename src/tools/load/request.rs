@@ -3,6 +3,7 @@
 //! transaction ids answers carry.
 
 use std::collections::VecDeque;
+use std::fmt;
 
 use bytes::{Bytes, BytesMut};
 use http::header::{HeaderName, HeaderValue, ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, USER_AGENT};
@@ -10,9 +11,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::operation::{ApiVersion, Operation};
 use crate::api::route::build_path;
+use crate::client::redact::REDACTED;
 use crate::http1::{percent_encode, RequestWriter};
 use crate::policy::auth::{AGENT_ID_HEADER, AUTH_TOKEN_HEADER};
 
+use super::agents::Token;
 use super::args::{splitmix64, HeaderArg, Mix, Weights};
 
 /// A realistic JSON body for `op` (spec section 2), varied by request index `i`.
@@ -176,7 +179,7 @@ const TX_POOL: usize = 64;
 #[derive(Debug, Clone)]
 pub struct AgentScript {
     pub id: String,
-    pub token: String,
+    pub token: Token,
     /// The code in its v2 paths (empty for v1).
     pub service: String,
 }
@@ -223,7 +226,7 @@ impl TxIds {
 }
 
 /// What every HTTP/2 request of a run shares ([`Script::h2_heads`]).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct H2Heads {
     scheme: http::uri::Scheme,
     authority: http::uri::Authority,
@@ -231,6 +234,27 @@ pub struct H2Heads {
     agents: Vec<(HeaderValue, HeaderValue)>,
     /// user-agent and accept unless `-H` replaces them, then the `-H` headers.
     common: Vec<(HeaderName, HeaderValue)>,
+}
+
+/// By hand, so that no token or `-H` value is printed; each field named, so that one added
+/// later is placed here too.
+impl fmt::Debug for H2Heads {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Self {
+            scheme,
+            authority,
+            agents,
+            common,
+        } = self;
+        let agents: Vec<_> = agents.iter().map(|(id, _)| (id, REDACTED)).collect();
+        let common: Vec<_> = common.iter().map(|(name, _)| (name, REDACTED)).collect();
+        f.debug_struct("H2Heads")
+            .field("scheme", scheme)
+            .field("authority", authority)
+            .field("agents", &agents)
+            .field("common", &common)
+            .finish()
+    }
 }
 
 const AGENT_ID: HeaderName = HeaderName::from_static(AGENT_ID_HEADER);
@@ -320,7 +344,7 @@ impl Script {
             w.header("accept", "application/json");
         }
         w.header(AGENT_ID_HEADER, &a.id)
-            .header(AUTH_TOKEN_HEADER, &a.token);
+            .header(AUTH_TOKEN_HEADER, a.token.as_str());
         for h in &self.headers {
             w.header(h.name.as_str(), h.value.as_bytes());
         }
@@ -361,7 +385,7 @@ impl Script {
             agents: self
                 .agents
                 .iter()
-                .map(|a| (value(&a.id), value(&a.token)))
+                .map(|a| (value(&a.id), value(a.token.as_str())))
                 .collect(),
             common,
         }

@@ -728,6 +728,38 @@ fn credentials_files_are_read_as_toml_or_json() {
     }
 }
 
+/// No `Debug` print of the arguments, the credentials, the agents or the plan shows a token
+/// or a `-H` value (which may be a secret too), as no print of the config does.
+#[test]
+fn debug_prints_show_no_token_and_no_header_value() {
+    const TOKEN: &str = "tok-3f9a1c";
+    const VALUE: &str = "hdr-7c2e5b";
+    let shows_none = |shown: String| {
+        assert!(!shown.contains(TOKEN) && !shown.contains(VALUE), "{shown}");
+        assert!(shown.contains(crate::client::redact::REDACTED), "{shown}");
+    };
+    let a = args(&format!(
+        "--target http://127.0.0.1:1 --agent-id a --token {TOKEN} -H X-Extra:{VALUE}"
+    ))
+    .unwrap();
+    shows_none(format!("{a:?}"));
+    let plan = Plan::from_args(&a).unwrap();
+    shows_none(format!("{plan:?}"));
+    shows_none(format!(
+        "{:?}",
+        plan.script.h2_heads(http::uri::Scheme::HTTP)
+    ));
+    shows_none(format!(
+        "{:?}",
+        parse_credentials(&format!("agent_id = \"a\"\ntoken = \"{TOKEN}\"\n"), "f")
+    ));
+    let agents = format!("[[agents]]\nid = \"a\"\ntoken = \"{TOKEN}\"\n");
+    shows_none(format!(
+        "{:?}",
+        parse_agents(&agents, "a.toml", |_| unreachable!())
+    ));
+}
+
 #[derive(clap::Parser)]
 struct Cli {
     #[command(flatten)]
