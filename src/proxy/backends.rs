@@ -226,6 +226,12 @@ impl Address {
         self.cap.store(max.unwrap_or(UNLIMITED), Ordering::Relaxed);
     }
 
+    /// The budget it follows, as a number to compare with a later reading: whether a reload
+    /// changed it in between.
+    pub fn cap(&self) -> usize {
+        self.cap.load(Ordering::Relaxed)
+    }
+
     /// Whether no request waits for a connection: only then may an idle one be taken.
     pub fn nobody_waiting(&self) -> bool {
         budget::may_reuse(self.slots().queue.len())

@@ -213,6 +213,7 @@ impl UpstreamPool {
     /// waiting for the address may then take it. `now` is when its exchange ended.
     pub fn put(&self, mut conn: UpstreamConn, now: Instant) {
         let address = conn.slot.address().clone();
+        let cap = address.cap();
         if address.is_retired() || conn.slot.free_past_budget() || !conn.buf.is_empty() {
             return;
         }
@@ -230,6 +231,13 @@ impl UpstreamPool {
             return;
         }
         let mut idle = self.lock();
+        // A reload that lowered the budget since the check above may have had its sweep
+        // already, before this connection was in the pool to close: under the lock the sweep
+        // takes, the budget is looked at again when it changed (a load, on the common path).
+        if address.cap() != cap && conn.slot.free_past_budget() {
+            drop(idle);
+            return;
+        }
         let was_empty = idle.is_empty();
         let stack = idle.entry(address.key).or_default();
         if stack.len() < self.max_per_key {
@@ -526,6 +534,122 @@ mod tests {
         // Within the budget, a connection is kept again.
         pool.put(kept, Instant::now());
         assert_eq!(pool.idle_count(), 1);
+    }
+
+    /// A connection whose read side, the first time it is polled (as `put` watches it, after
+    /// its checks and before it takes the pool's lock), waits at `pause` twice: once to say it
+    /// is there, once to go on. Quiet after that.
+    #[derive(Debug)]
+    struct Paused {
+        pause: Arc<std::sync::Barrier>,
+        polled: AtomicBool,
+    }
+
+    impl AsyncRead for Paused {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+            _buf: &mut ReadBuf<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            if !self.polled.swap(true, Ordering::Relaxed) {
+                self.pause.wait();
+                self.pause.wait();
+            }
+            std::task::Poll::Pending
+        }
+    }
+
+    impl tokio::io::AsyncWrite for Paused {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            std::task::Poll::Ready(Ok(buf.len()))
+        }
+
+        fn poll_flush(
+            self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(
+            self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    #[async_trait]
+    impl pingora::protocols::Shutdown for Paused {
+        async fn shutdown(&mut self) {}
+    }
+
+    impl pingora::protocols::UniqueID for Paused {
+        fn id(&self) -> pingora::protocols::UniqueIDType {
+            0
+        }
+    }
+
+    impl pingora::protocols::Ssl for Paused {}
+
+    impl pingora::protocols::GetTimingDigest for Paused {
+        fn get_timing_digest(&self) -> Vec<Option<pingora::protocols::TimingDigest>> {
+            Vec::new()
+        }
+    }
+
+    impl pingora::protocols::GetProxyDigest for Paused {
+        fn get_proxy_digest(&self) -> Option<Arc<pingora::protocols::raw_connect::ProxyDigest>> {
+            None
+        }
+    }
+
+    impl GetSocketDigest for Paused {
+        fn get_socket_digest(&self) -> Option<Arc<pingora::protocols::SocketDigest>> {
+            None
+        }
+    }
+
+    #[async_trait]
+    impl pingora::protocols::Peek for Paused {}
+
+    /// A connection put back in the instant of a reload that lowers its address's budget,
+    /// the reload's sweep done between `put`'s checks and its taking the pool's lock, is not
+    /// kept past the budget: it closes, as it would have had it come back a moment later.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_connection_put_back_as_a_reload_lowers_the_budget_is_not_kept_past_it() {
+        let pool = Arc::new(UpstreamPool::new(4));
+        let address = Address::detached("127.0.0.1:9".parse().unwrap());
+        let slot = || match address.admit(&unlimited(), false) {
+            Ok(Admit::Connect(slot)) => slot,
+            _ => unreachable!("no budget"),
+        };
+        let _busy = slot();
+        let pause = Arc::new(std::sync::Barrier::new(2));
+        let coming_back = UpstreamConn::new(
+            Box::new(Paused {
+                pause: pause.clone(),
+                polled: AtomicBool::new(false),
+            }),
+            slot(),
+        );
+        let putting = {
+            let pool = pool.clone();
+            tokio::task::spawn_blocking(move || pool.put(coming_back, Instant::now()))
+        };
+        pause.wait();
+        // The reload: the budget lowered to 1 with 2 open, and its sweep, which finds
+        // nothing idle.
+        address.follow_budget(Some(1));
+        pool.evict(LONG);
+        pause.wait();
+        putting.await.unwrap();
+        assert_eq!(pool.idle_count(), 0, "kept past the budget");
+        assert_eq!(address.open(), 1);
     }
 
     #[tokio::test(flavor = "current_thread", start_paused = true)]
