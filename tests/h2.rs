@@ -574,8 +574,9 @@ fn sigquit_hands_over_with_a_goaway_that_lets_the_open_stream_finish() {
 }
 
 /// Streams still open when an HTTP/2 connection's drain deadline passes are cut by the
-/// gateway, not given up by their client: logged 503 with `client_aborted` false, never 499,
-/// whether the stream waited for a backend connection or had its answer come after the cut.
+/// gateway, not given up by their client: logged 503 with `client_aborted` false and
+/// `closed_by_gateway`, never 499, whether the stream waited for a backend connection or had
+/// its answer come after the cut (nothing of it went out).
 #[test]
 fn streams_the_drain_deadline_cuts_are_logged_as_the_gateways_503() {
     let gate = Gate::new();
@@ -600,11 +601,15 @@ fn streams_the_drain_deadline_cuts_are_logged_as_the_gateways_503() {
     let logged = old.access_log();
     let statuses: Vec<_> = logged
         .iter()
-        .map(|l| (l["status"].clone(), l["client_aborted"].clone()))
+        .map(|l| {
+            let field = |name: &str| l[name].clone();
+            (
+                field("status"),
+                field("client_aborted"),
+                field("closed_by_gateway"),
+            )
+        })
         .collect();
-    assert_eq!(
-        statuses,
-        [(json!(503), json!(false)), (json!(503), json!(false))],
-        "{logged:#?}"
-    );
+    let cut = (json!(503), json!(false), json!(true));
+    assert_eq!(statuses, [cut.clone(), cut], "{logged:#?}");
 }

@@ -101,6 +101,10 @@ pub fn json_line(out: &mut Vec<u8>, ex: &Exchange, elapsed: Duration, now: Syste
         line.key(key!("answer_broken"));
         line.0.extend_from_slice(b"true");
     }
+    if ex.closed_by_gateway {
+        line.key(key!("closed_by_gateway"));
+        line.0.extend_from_slice(b"true");
+    }
     if let Some(id) = ex.trace_id() {
         line.key(key!("trace_id"));
         let _ = write!(line.0, "\"{id}\"");
@@ -248,6 +252,8 @@ pub fn event(ex: &Exchange, elapsed: Duration) {
         client_aborted = ex.client_aborted,
         // Only when the backend broke its answer off after its head went out.
         answer_broken = ex.upstream.answer_broken.then_some(true),
+        // Only when the gateway closed the connection before the answer was through.
+        closed_by_gateway = ex.closed_by_gateway.then_some(true),
         // Joins the line to the request's trace (absent when tracing is off).
         trace_id = ex.trace_id().map(tracing::field::display),
         client_addr = %ex.client_addr.map_or_else(String::new, |ip| ip.to_string()),
@@ -388,14 +394,33 @@ mod tests {
             ex.upstream.answer_broken = true;
             ex
         };
-        let field = |ex: &Exchange| by_hand(ex, Duration::ZERO).1.get("answer_broken").cloned();
-        assert_eq!(field(&broken), Some(serde_json::Value::Bool(true)));
-        assert_eq!(field(&forwarded()), None, "present only when true");
+        let cut = {
+            let mut ex = forwarded();
+            ex.answer_lost(true, false);
+            ex
+        };
+        let field = |ex: &Exchange, name| by_hand(ex, Duration::ZERO).1.get(name).cloned();
+        assert_eq!(
+            field(&broken, "answer_broken"),
+            Some(serde_json::Value::Bool(true))
+        );
+        assert_eq!(
+            field(&cut, "closed_by_gateway"),
+            Some(serde_json::Value::Bool(true))
+        );
+        for name in ["answer_broken", "closed_by_gateway"] {
+            assert_eq!(
+                field(&forwarded(), name),
+                None,
+                "{name} present only when true"
+            );
+        }
         for (ex, elapsed) in [
             (forwarded(), Duration::from_nanos(520_694_999)),
             (refused, Duration::from_micros(29)),
             (unreadable, Duration::from_micros(3)),
             (broken, Duration::from_micros(7)),
+            (cut, Duration::from_micros(11)),
         ] {
             let (text, hand) = by_hand(&ex, elapsed);
             assert!(text.ends_with("}\n") && text.matches('\n').count() == 1);

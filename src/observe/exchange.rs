@@ -109,6 +109,9 @@ pub struct Exchange<'s> {
     pub bytes_in: usize,
     pub bytes_out: usize,
     pub client_aborted: bool,
+    /// The gateway closed the connection itself (an HTTP/2 connection past its drain
+    /// deadline) before the request's answer was through.
+    pub closed_by_gateway: bool,
     /// The request's span, when tracing is on.
     pub span: Option<RequestSpan>,
     /// When each phase ended; noted only when the span is recorded.
@@ -120,9 +123,9 @@ pub struct Exchange<'s> {
 /// closed request". Counted and logged, never sent.
 pub const CLIENT_CLOSED_REQUEST: u16 = 499;
 
-/// The status of a request whose connection the gateway closed itself before its answer was
-/// through (an HTTP/2 connection past its drain deadline): the gateway's 503, out of service,
-/// with `client_aborted` false. Counted and logged; the client got no whole answer.
+/// The status of a request whose connection the gateway closed itself (an HTTP/2 connection
+/// past its drain or idle deadline) before any of its answer went out: the gateway's 503, out
+/// of service, with `client_aborted` false. Counted and logged, never sent.
 pub const CLOSED_BY_GATEWAY: u16 = 503;
 
 /// A request's `api_version` in metrics and the access log: "none" when it named no operation.
@@ -168,6 +171,7 @@ impl<'s> Exchange<'s> {
             bytes_in: 0,
             bytes_out: 0,
             client_aborted: false,
+            closed_by_gateway: false,
             span: None,
             phase_ends: [None; Phase::COUNT],
         }
@@ -189,26 +193,22 @@ impl<'s> Exchange<'s> {
     /// Notes that the client's connection was found gone before the request was sent on: its
     /// client gave up on it, unless the gateway had closed the connection itself.
     pub fn client_gone(&mut self, closed_by_gateway: bool) {
-        if closed_by_gateway {
-            return self.closed_by_gateway();
+        self.answer_lost(closed_by_gateway, false);
+        if !closed_by_gateway {
+            self.status = CLIENT_CLOSED_REQUEST;
         }
-        self.client_aborted = true;
-        self.status = CLIENT_CLOSED_REQUEST;
     }
 
     /// Notes that the answer could not be sent whole: its client went away, unless the
-    /// gateway had closed the connection itself. `status` stays the answer's for a client
-    /// that went.
-    pub fn answer_lost(&mut self, closed_by_gateway: bool) {
-        if closed_by_gateway {
-            return self.closed_by_gateway();
+    /// gateway had closed the connection itself. `status` stays what the client was told:
+    /// the answer's once its head went out (`head_sent`), the gateway's 503 when it cut the
+    /// connection before.
+    pub fn answer_lost(&mut self, closed_by_gateway: bool, head_sent: bool) {
+        self.closed_by_gateway = closed_by_gateway;
+        self.client_aborted = !closed_by_gateway;
+        if closed_by_gateway && !head_sent {
+            self.status = CLOSED_BY_GATEWAY;
         }
-        self.client_aborted = true;
-    }
-
-    fn closed_by_gateway(&mut self) {
-        self.client_aborted = false;
-        self.status = CLOSED_BY_GATEWAY;
     }
 
     /// Notes how far the request was understood.
@@ -263,5 +263,43 @@ impl<'s> Exchange<'s> {
             (None, Some(_)) => "ok",
             (None, None) => "not_required",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `status` is what the client was told; `client_aborted` and `closed_by_gateway` say who
+    /// ended the connection.
+    #[test]
+    fn a_lost_answer_keeps_the_status_the_client_saw_and_says_who_cut_it() {
+        let outcome = |ex: &Exchange| (ex.status, ex.client_aborted, ex.closed_by_gateway);
+        let answered = || {
+            let mut ex = Exchange::start(Protocol::Http2, Some(&http::Method::POST), "/p");
+            ex.status = 200;
+            ex
+        };
+        let mut ex = answered();
+        ex.client_gone(false);
+        assert_eq!(outcome(&ex), (CLIENT_CLOSED_REQUEST, true, false));
+        let mut ex = answered();
+        ex.client_gone(true);
+        assert_eq!(outcome(&ex), (CLOSED_BY_GATEWAY, false, true));
+        for head_sent in [false, true] {
+            let mut ex = answered();
+            ex.answer_lost(false, head_sent);
+            assert_eq!(outcome(&ex), (200, true, false));
+        }
+        let mut ex = answered();
+        ex.answer_lost(true, true);
+        assert_eq!(outcome(&ex), (200, false, true), "its head went out");
+        let mut ex = answered();
+        ex.answer_lost(true, false);
+        assert_eq!(
+            outcome(&ex),
+            (CLOSED_BY_GATEWAY, false, true),
+            "nothing went out"
+        );
     }
 }

@@ -130,6 +130,12 @@ pub fn outline(ex: &Exchange, bases: &Bases) -> SpanOutline {
 /// conventions); `agent_gateway.message_code` says which refusal it was.
 fn failure(ex: &Exchange) -> Option<(String, String)> {
     let last_error = || ex.upstream.errors.last().map_or("other", |k| k.as_str());
+    if ex.closed_by_gateway {
+        return Some((
+            "closed_by_gateway".to_owned(),
+            "the gateway closed the connection before the answer was through".to_owned(),
+        ));
+    }
     if let Some(reply) = ex.refused.filter(|r| r.status() >= 500) {
         return Some((last_error().to_owned(), reply.message().to_owned()));
     }
@@ -264,6 +270,21 @@ mod tests {
         let outline = outline_of(&broken);
         assert_eq!(attribute(&outline, "error.type"), Some("reset".into()));
         assert!(outline.error.is_some());
+
+        // The gateway's own cut is not the backend's doing, whatever status it leaves.
+        for head_sent in [false, true] {
+            let mut cut = routed(200);
+            cut.answer_lost(true, head_sent);
+            let outline = outline_of(&cut);
+            assert_eq!(
+                attribute(&outline, "error.type"),
+                Some("closed_by_gateway".into())
+            );
+            assert_eq!(
+                outline.error.as_deref(),
+                Some("the gateway closed the connection before the answer was through")
+            );
+        }
     }
 
     #[test]

@@ -277,7 +277,7 @@ impl ProxyApp {
             .await
             .is_err()
         {
-            ex.answer_lost(d.closed_by_gateway());
+            ex.answer_lost(d.closed_by_gateway(), false);
         }
     }
 }

@@ -195,8 +195,8 @@ pub(super) async fn relay<D: Downstream>(
         // is still the gateway's to answer whole.
         if body.data() > 0 {
             if let Err(e) = d.send(false).await {
-                tracing::debug!(request_id = %ex.request_id, error = %e, "client went away mid-response");
-                ex.answer_lost(d.closed_by_gateway());
+                tracing::debug!(request_id = %ex.request_id, error = %e, "client connection gone mid-response");
+                ex.answer_lost(d.closed_by_gateway(), sent > 0);
                 return Ok(());
             }
             ex.bytes_out += (body.data() - sent) as usize;
@@ -247,8 +247,8 @@ pub(super) async fn relay<D: Downstream>(
     match d.send(true).await {
         Ok(()) => ex.bytes_out += (body.data() - sent) as usize,
         Err(e) => {
-            tracing::debug!(request_id = %ex.request_id, error = %e, "client went away at the end of the response");
-            ex.answer_lost(d.closed_by_gateway());
+            tracing::debug!(request_id = %ex.request_id, error = %e, "client connection gone at the end of the response");
+            ex.answer_lost(d.closed_by_gateway(), sent > 0);
         }
     }
     Ok(())
