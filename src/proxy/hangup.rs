@@ -77,17 +77,21 @@ mod tests {
 
     use super::*;
 
+    /// A client and the accepted end of its connection, the latter as the gateway holds it.
+    async fn connected() -> (TcpStream, Stream) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        (client, Box::new(TcpConn::new(accepted)))
+    }
+
     /// Bytes the client sends are no hang-up, and stay for the connection to read; the
     /// client's FIN after them is one.
     #[tokio::test]
     async fn bytes_are_left_for_the_connection_and_the_close_after_them_is_seen() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let mut client = TcpStream::connect(listener.local_addr().unwrap())
-            .await
-            .unwrap();
-        let (accepted, _) = listener.accept().await.unwrap();
-        let mut stream: Stream = Box::new(TcpConn::new(accepted));
-
+        let (mut client, mut stream) = connected().await;
         client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
         {
             let mut watch = std::pin::pin!(hung_up(&stream));
@@ -104,16 +108,6 @@ mod tests {
             read, b"GET / HTTP/1.1\r\n\r\n",
             "the connection reads them whole"
         );
-    }
-
-    /// A client and the accepted end of its connection, the latter as the gateway holds it.
-    async fn connected() -> (TcpStream, Stream) {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let client = TcpStream::connect(listener.local_addr().unwrap())
-            .await
-            .unwrap();
-        let (accepted, _) = listener.accept().await.unwrap();
-        (client, Box::new(TcpConn::new(accepted)))
     }
 
     /// A client's reset is a hang-up: the kernel reports it with `EPOLLHUP` (and `EPOLLERR`).
@@ -139,7 +133,9 @@ mod tests {
     async fn an_error_alone_is_no_hang_up() {
         use std::io::Write;
 
-        use nix::sys::socket::{setsockopt, sockopt, TimestampingFlag};
+        use std::os::fd::AsRawFd;
+
+        use nix::sys::socket::{recvmsg, setsockopt, sockopt, MsgFlags, TimestampingFlag};
 
         let (mut client, stream) = connected().await;
         let watched = &stream;
@@ -160,6 +156,16 @@ mod tests {
         (&socket).write_all(b"x").unwrap();
         let waited = tokio::time::timeout(Duration::from_millis(200), &mut gone).await;
         assert!(waited.is_err(), "an error alone taken for a hang-up");
+        // The error was there all along (else this test would test nothing): the stamp is on
+        // the error queue still.
+        let mut control = nix::cmsg_space!([u8; 64]);
+        let stamped = recvmsg::<()>(
+            socket.as_raw_fd(),
+            &mut [],
+            Some(&mut control),
+            MsgFlags::MSG_ERRQUEUE | MsgFlags::MSG_DONTWAIT,
+        );
+        assert!(stamped.is_ok(), "no error on the queue: {stamped:?}");
 
         let mut byte = [0; 1];
         client.read_exact(&mut byte).await.unwrap();
