@@ -310,25 +310,40 @@ fn an_address_that_dies_is_tried_by_at_most_eject_after_failures_requests() {
     );
 }
 
+/// A gateway over a healthy backend and one that answers every request as `broken` says,
+/// health checks out of the way and an address ejected after two failures in a row; with the
+/// two backends, healthy and broken, and the series of the broken one's ejections.
+fn beside_a_healthy_one(
+    broken: impl Fn(&Recorded) -> Action + Send + Sync + 'static,
+    edit: impl FnOnce(&mut FileConfig),
+) -> (Gateway, [Backend; 2], String) {
+    let alive = Backend::start();
+    let broken = Backend::with(broken);
+    let mut cfg = test_config(&[alive.addr, broken.addr]);
+    cfg.upstream.health_check_interval_ms = 3_600_000;
+    cfg.upstream.eject_after_failures = 2;
+    cfg.upstream.eject_ms = 60_000;
+    edit(&mut cfg);
+    let ejections = format!(
+        "agent_gateway_upstream_ejections_total{{address=\"{}\"}}",
+        broken.addr
+    );
+    (Gateway::builder(cfg).start(), [alive, broken], ejections)
+}
+
 /// An answer that breaks before any of its body (here, chunked framing broken from its first
 /// byte) is answered with the gateway's 502, and counts against its address as a failed
 /// exchange does: an address that only sends such answers is ejected.
 #[test]
 fn an_address_whose_answers_break_before_their_body_is_ejected() {
-    let alive = Backend::start();
-    let broken = Backend::with(|_| {
-        Action::Raw(
-            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{\"status_code\":200}".to_vec(),
-        )
-    });
-    let mut cfg = test_config(&[alive.addr, broken.addr]);
-    cfg.upstream.health_check_interval_ms = 3_600_000;
-    cfg.upstream.eject_after_failures = 2;
-    cfg.upstream.eject_ms = 60_000;
-    let gw = Gateway::builder(cfg).start();
-    let ejections = format!(
-        "agent_gateway_upstream_ejections_total{{address=\"{}\"}}",
-        broken.addr
+    let (gw, [_alive, broken], ejections) = beside_a_healthy_one(
+        |_| {
+            Action::Raw(
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{\"status_code\":200}"
+                    .to_vec(),
+            )
+        },
+        |_| {},
     );
     let mut statuses = Vec::new();
     for _ in 0..8 {
@@ -355,20 +370,12 @@ fn an_address_whose_answers_break_mid_body_is_ejected() {
     // A close counts however much of the answer had gone out; a stall past the read timeout
     // is a slow backend, and never does.
     for (case, closes) in [("a close", true), ("a stall", false)] {
-        let alive = Backend::start();
-        let broken = Backend::with(move |_| match closes {
-            true => Action::CloseMidBody,
-            false => Action::StallMidBody,
-        });
-        let mut cfg = test_config(&[alive.addr, broken.addr]);
-        cfg.upstream.health_check_interval_ms = 3_600_000;
-        cfg.upstream.eject_after_failures = 2;
-        cfg.upstream.eject_ms = 60_000;
-        cfg.upstream.read_timeout_ms = 200;
-        let gw = Gateway::builder(cfg).start();
-        let ejections = format!(
-            "agent_gateway_upstream_ejections_total{{address=\"{}\"}}",
-            broken.addr
+        let (gw, [_alive, broken], ejections) = beside_a_healthy_one(
+            move |_| match closes {
+                true => Action::CloseMidBody,
+                false => Action::StallMidBody,
+            },
+            |cfg| cfg.upstream.read_timeout_ms = 200,
         );
         let statuses: Vec<_> = (0..8)
             .map(|i| raw(gw.proxy, &verify_post_with_id(&format!("r{i}"))).map(|r| r.status))
