@@ -691,6 +691,59 @@ fn a_client_that_half_closes_while_its_request_waits_counts_as_gone() {
     assert_eq!(backend.request_ids(), ["first"]);
 }
 
+/// The config of a gateway allowed one connection to each of `addresses`, whose requests wait
+/// 3 s at most for one, and whose reads on a connection held at a backend do not time out.
+fn one_connection_each(addresses: &[SocketAddr]) -> FileConfig {
+    let mut cfg = test_config(addresses);
+    cfg.upstream.max_connections_per_address = Some(1);
+    cfg.upstream.pending_timeout_ms = 3_000;
+    cfg.upstream.read_timeout_ms = 60_000;
+    cfg
+}
+
+/// A GET of `TARGET` sent to `gw` on a thread of its own; its answer.
+fn get_on_a_thread(gw: &Gateway) -> thread::JoinHandle<Response> {
+    let proxy = gw.proxy;
+    thread::spawn(move || get(proxy, TARGET))
+}
+
+/// An address whose one connection is busy while the queue is full (`upstream.max_pending`)
+/// is passed for the next address with room: the address a request starts at, and the one it
+/// moves on to after a refused connect. Both used to answer 503 (50300) while the address
+/// after them could take the request.
+#[test]
+fn an_address_whose_queue_is_full_is_passed_for_one_with_room() {
+    let gate = Gate::new();
+    let held = Backend::gated(&gate);
+    let refusing_port = ClosedPort::new();
+    let refusing = Backend::start_on(&refusing_port);
+    let free = Backend::start();
+    let mut cfg = one_connection_each(&[refusing_port.addr, held.addr, free.addr]);
+    cfg.upstream.max_pending = 0;
+    // Active checks off in effect (one at start, the next in an hour) and no ejection: the
+    // refusing address stays in the rotation.
+    cfg.upstream.health_check_interval_ms = 3_600_000;
+    cfg.upstream.eject_after_failures = 0;
+    cfg.server.readiness_requires_upstream = true;
+    let gw = Gateway::builder(cfg).start();
+    gw.wait_until("the first health check", || {
+        admin_get(gw.admin, "/readyz").status == 200
+    });
+    drop(refusing);
+
+    // Each request starts one address further in the rotation. The first is refused, moves
+    // on to the held address and is held there.
+    let first = get_on_a_thread(&gw);
+    gw.wait_until("the first held", || held.count() == 1);
+    // The second starts at the held address, the third at the free one, and the fourth is
+    // refused and moves on to the held one.
+    let statuses: Vec<u16> = (0..3).map(|_| get(gw.proxy, TARGET).status).collect();
+    assert_eq!(statuses, [200; 3]);
+    assert_eq!((held.count(), free.count()), (1, 3));
+    gate.open();
+    assert_eq!(first.join().unwrap().status, 200);
+}
+
 /// A gateway in front of a counting backend with a budget of 4 connections, and 4 GETs sent
 /// at once, each on a connection of its own, held at the backend until `gate` opens; the
 /// gateway's config, to reload.

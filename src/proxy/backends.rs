@@ -248,13 +248,7 @@ impl Address {
         let mut slots = self.slots();
         let waiting = if woken { 0 } else { slots.queue.len() };
         match budget::admit(slots.open, budget.max_connections_per_address, waiting) {
-            Admission::Connect => {
-                slots.open += 1;
-                Ok(Admit::Connect(Slot {
-                    address: self.clone(),
-                    freed: false,
-                }))
-            }
+            Admission::Connect => Ok(Admit::Connect(self.take_place(&mut slots))),
             Admission::Wait => {
                 // A woken request had its place among the waiting: it keeps it, whoever came
                 // since. Another takes one if one is free, in one step: the count is shared by
@@ -282,6 +276,25 @@ impl Address {
                     woken: rx,
                 }))
             }
+        }
+    }
+
+    /// Takes a place for a new connection under `budget` when one is free and no request
+    /// waits for the address, and never a place in its queue: for a request that looks past
+    /// the address it is at for one that takes it at once.
+    pub fn admit_at_once(self: &Arc<Self>, budget: &BudgetConfig) -> Option<Slot> {
+        let mut slots = self.slots();
+        let waiting = slots.queue.len();
+        let admission = budget::admit(slots.open, budget.max_connections_per_address, waiting);
+        (admission == Admission::Connect).then(|| self.take_place(&mut slots))
+    }
+
+    /// One more connection counted in `slots` (its lock held), and its place.
+    fn take_place(self: &Arc<Self>, slots: &mut Slots) -> Slot {
+        slots.open += 1;
+        Slot {
+            address: self.clone(),
+            freed: false,
         }
     }
 

@@ -8,7 +8,10 @@
 //! kept-alive connection was reset (the backend had closed it, or closed it under the
 //! request): to the next address in rotation, or the same one when no other is left, on a
 //! new connection. The queue is before anything is sent: a request refused there
-//! (503) went nowhere, nor does one whose client goes while it waits there.
+//! (503) went nowhere, nor does one whose client goes while it waits there. A request that
+//! finds the queue full goes to the next address it has yet to try that has a connection
+//! for it at once, and is refused only when none has; a wait ends within
+//! `upstream.pending_timeout_ms` of the first attempt, as the walk does.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -59,6 +62,19 @@ pub struct UpstreamResponse {
 enum Acquired {
     Reused(UpstreamConn),
     Connect(Slot),
+}
+
+/// What a request asks of an address for a connection.
+#[derive(Clone, Copy)]
+struct Ask {
+    /// The connection budget it read (a reload may change it while the request waits).
+    budget: BudgetConfig,
+    idle_timeout: Duration,
+    /// It may take an idle connection: a resend may not.
+    reuse: bool,
+    /// When its wait for a connection runs out: `upstream.pending_timeout_ms` after its first
+    /// attempt began, at whichever address it waits.
+    deadline: tokio::time::Instant,
 }
 
 /// How an exchange ended without an answer to relay.
@@ -122,51 +138,59 @@ impl Upstream {
         }
     }
 
-    /// A connection to `address` under `budget`: an idle one when `reuse` allows and no
-    /// request waits before this one, else the place to open one, else a wait in the
-    /// address's queue; refused when the queue is full or the wait too long, and given up
-    /// when `client_gone` (if any) is ready while it waits. `started` is when the attempt
-    /// started.
-    async fn acquire(
+    /// A connection for a request to `set[picked]` as `ask` says: an idle one when it may
+    /// reuse one and no request waits before it, else the place to open one, else a wait in
+    /// the address's queue. When that queue is full, the first of `others` (the addresses the
+    /// request has yet to try, in rotation order) that has a connection for it at once;
+    /// refused when none has, or when the wait runs out, and given up when `client_gone` (if
+    /// any) is ready while it waits. `started` is when the attempt started. With the
+    /// connection, the address it is to.
+    async fn acquire<I: Iterator<Item = usize>>(
         &self,
-        address: &Arc<Address>,
-        mut budget: BudgetConfig,
-        idle_timeout: Duration,
-        reuse: bool,
+        set: &[Arc<Address>],
+        picked: usize,
+        others: impl Fn() -> I,
+        mut ask: Ask,
         started: Instant,
         mut client_gone: Pin<&mut Option<impl Future<Output = ()>>>,
-    ) -> Result<Acquired, Unanswered> {
+    ) -> Result<(usize, Acquired), Unanswered> {
+        let address = &set[picked];
         let mut woken = false;
         let mut now = tokio::time::Instant::from_std(started);
-        let deadline = now + budget.pending_timeout;
         loop {
             // Its turn: woken, or nobody waits before it.
             let its_turn = woken || address.nobody_waiting();
-            if reuse && its_turn {
-                if let Some(conn) = self.pool.take(address.key, idle_timeout, now) {
-                    return Ok(Acquired::Reused(conn));
+            if ask.reuse && its_turn {
+                if let Some(conn) = self.pool.take(address.key, ask.idle_timeout, now) {
+                    return Ok((picked, Acquired::Reused(conn)));
                 }
             }
-            let admitted = address.admit(&budget, woken);
+            let admitted = address.admit(&ask.budget, woken);
             // A resend may not reuse an idle connection, but on its turn it takes the place of
             // one (closing it) rather than wait: woken by each connection that comes back, it
             // would wait for one to close while the idle ones piled up and the queue behind it
             // stalled.
-            if !reuse && its_turn && !matches!(admitted, Ok(Admit::Connect(_))) {
-                if let Some(slot) = self.pool.take_place(address.key, idle_timeout, now) {
-                    return Ok(Acquired::Connect(slot));
+            if !ask.reuse && its_turn && !matches!(admitted, Ok(Admit::Connect(_))) {
+                if let Some(slot) = self.pool.take_place(address.key, ask.idle_timeout, now) {
+                    return Ok((picked, Acquired::Connect(slot)));
                 }
             }
-            let mut waiter = match admitted? {
-                Admit::Connect(slot) => return Ok(Acquired::Connect(slot)),
-                Admit::Wait(waiter) => waiter,
+            let mut waiter = match admitted {
+                Ok(Admit::Connect(slot)) => return Ok((picked, Acquired::Connect(slot))),
+                Ok(Admit::Wait(waiter)) => waiter,
+                // The queue is full; an address further on may take the request at once.
+                Err(refused) => {
+                    return self
+                        .room_among(set, others(), &ask, now)
+                        .ok_or_else(|| refused.into())
+                }
             };
             // A reload may have changed the budget since this request read it: it then asks
             // again under the one of now. A reload after this look finds it waiting, and wakes
             // it if the new budget has room (the set is stored before the waiting are woken).
             if let Some(latest) = self.backends.current().budget {
-                if latest != budget {
-                    budget = latest;
+                if latest != ask.budget {
+                    ask.budget = latest;
                     drop(waiter);
                     continue;
                 }
@@ -175,7 +199,7 @@ impl Upstream {
             tokio::select! {
                 biased;
                 () = until_gone(client_gone.as_mut()) => return Err(Unanswered::ClientGone),
-                in_time = tokio::time::timeout_at(deadline, waiter.woken()) => {
+                in_time = tokio::time::timeout_at(ask.deadline, waiter.woken()) => {
                     if in_time.is_err() {
                         return Err(OverflowReason::Timeout.into());
                     }
@@ -184,6 +208,56 @@ impl Upstream {
             woken = true;
             now = tokio::time::Instant::now();
         }
+    }
+
+    /// The first of `addresses` (indices into `set`) that has a connection for `ask` at once
+    /// ([`Self::room_at`]), and that connection.
+    fn room_among(
+        &self,
+        set: &[Arc<Address>],
+        mut addresses: impl Iterator<Item = usize>,
+        ask: &Ask,
+        now: tokio::time::Instant,
+    ) -> Option<(usize, Acquired)> {
+        addresses.find_map(|i| Some((i, self.room_at(&set[i], ask, now)?)))
+    }
+
+    /// A connection to `address` for `ask` with no wait, if it has one: an idle one when
+    /// nobody waits for it, else a place under its budget, else (for a resend, which may not
+    /// reuse one) the place of an idle one.
+    fn room_at(
+        &self,
+        address: &Arc<Address>,
+        ask: &Ask,
+        now: tokio::time::Instant,
+    ) -> Option<Acquired> {
+        let its_turn = address.nobody_waiting();
+        if ask.reuse && its_turn {
+            if let Some(conn) = self.pool.take(address.key, ask.idle_timeout, now) {
+                return Some(Acquired::Reused(conn));
+            }
+        }
+        if let Some(slot) = address.admit_at_once(&ask.budget) {
+            return Some(Acquired::Connect(slot));
+        }
+        if ask.reuse || !its_turn {
+            return None;
+        }
+        (self.pool)
+            .take_place(address.key, ask.idle_timeout, now)
+            .map(Acquired::Connect)
+    }
+
+    /// The addresses of `set` a request's walk from `first` has yet to try, in rotation
+    /// order, but `tried`. Addresses that failed their health check or are ejected leave the
+    /// rotation, unless all have.
+    fn untried<'a>(
+        &'a self,
+        set: &'a [Arc<Address>],
+        first: usize,
+        tried: &'a [usize],
+    ) -> impl Iterator<Item = usize> + 'a {
+        order(first, set.len(), |i| self.in_rotation(&set[i])).filter(move |i| !tried.contains(i))
     }
 
     /// Sends `request`, shaped for `backend` ([`Self::backend`]), to one of its addresses and
@@ -204,15 +278,15 @@ impl Upstream {
         let request_id = request.request_id;
         let upstream = &snap.upstream;
         let set = &backend.addresses;
-        let count = set.len();
         let first = self.next_peer.fetch_add(1, Ordering::Relaxed);
         let mut last_failure = UpstreamError::new(
             UpstreamErrorKind::Connect,
             "no backend address to connect to",
         );
         let mut resent = false;
-        // Addresses that failed their health check or are ejected leave the rotation, unless all have.
-        let mut rotation = order(first, count, |i| self.in_rotation(&set[i])).peekable();
+        // The addresses whose connect failed, or whose kept-alive connection was reset: the
+        // walk goes on past them (no allocation until one is).
+        let mut tried = Vec::new();
         // The address a resend goes to when the rotation has no other.
         let mut again = None;
         let budget = backend.budget.unwrap_or(upstream.budget);
@@ -223,22 +297,29 @@ impl Upstream {
         // when it began looking (no clock read of its own: most requests never fail a connect).
         let mut first_started = None;
         let mut connect_limit = upstream.connect_timeout;
-        while let Some(index) = again.take().or_else(|| rotation.peek().copied()) {
-            let address = &set[index];
-            let peer = &address.peer;
+        while let Some(picked) = again
+            .take()
+            .or_else(|| self.untried(set, first, &tried).next())
+        {
             let started = Instant::now();
             let looking_since = *first_started.get_or_insert(started);
-            // A resent request goes on a new connection, never on another pooled one.
-            let acquired = self
-                .acquire(
-                    address,
-                    budget,
-                    upstream.idle_timeout,
-                    !resent,
-                    started,
-                    client_gone.as_mut(),
-                )
+            let ask = Ask {
+                budget,
+                idle_timeout: upstream.idle_timeout,
+                // A resent request goes on a new connection, never on another pooled one.
+                reuse: !resent,
+                // A wait at a further address is part of the walk: it ends when the walk does.
+                deadline: tokio::time::Instant::from_std(looking_since) + budget.pending_timeout,
+            };
+            let others = || {
+                self.untried(set, first, &tried)
+                    .filter(move |&i| i != picked)
+            };
+            let (index, acquired) = self
+                .acquire(set, picked, others, ask, started, client_gone.as_mut())
                 .await?;
+            let address = &set[index];
+            let peer = &address.peer;
             let reused = matches!(acquired, Acquired::Reused(_));
             record.attempt(address.addr, started, reused);
             let mut conn = match acquired {
@@ -257,7 +338,7 @@ impl Upstream {
                             self.backends
                                 .failed(address, |a| self.health.is_up(&a.addr), upstream);
                             last_failure = failure;
-                            rotation.next();
+                            tried.push(index);
                             // The runtime's clock, as the queue's wait reads it (tests pause it).
                             let looked = tokio::time::Instant::from_std(looking_since).elapsed();
                             let left = budget.pending_timeout.saturating_sub(looked);
@@ -291,8 +372,8 @@ impl Upstream {
                     // does.
                     if reused && idempotent && !resent && failure.kind == UpstreamErrorKind::Reset {
                         resent = true;
-                        rotation.next();
-                        if rotation.peek().is_none() {
+                        tried.push(index);
+                        if self.untried(set, first, &tried).next().is_none() {
                             again = Some(index);
                         }
                         last_failure = failure;
@@ -502,19 +583,38 @@ mod tests {
             (UpstreamConn::new(Box::new(gateway_end), slot), backend_end)
         }
 
+        /// A request to the address that read `budget`, may reuse an idle connection when
+        /// `reuse`, and whose client goes when `client_gone` is ready.
+        async fn acquire(
+            &self,
+            budget: BudgetConfig,
+            reuse: bool,
+            client_gone: Pin<&mut Option<impl Future<Output = ()>>>,
+        ) -> Result<Acquired, Unanswered> {
+            let started = Instant::now();
+            let ask = Ask {
+                budget,
+                idle_timeout: self.snapshot.upstream.idle_timeout,
+                reuse,
+                deadline: tokio::time::Instant::from_std(started) + budget.pending_timeout,
+            };
+            let (_, acquired) = (self.upstream)
+                .acquire(
+                    &self.set.addresses,
+                    0,
+                    std::iter::empty,
+                    ask,
+                    started,
+                    client_gone,
+                )
+                .await?;
+            Ok(acquired)
+        }
+
         /// A resend (no reuse) to the address.
         async fn resend(&self) -> Result<Acquired, Unanswered> {
-            let up = &self.snapshot.upstream;
-            let started = Instant::now();
-            (self.upstream)
-                .acquire(
-                    &self.set.addresses[0],
-                    up.budget,
-                    up.idle_timeout,
-                    false,
-                    started,
-                    std::pin::pin!(None::<std::future::Pending<()>>),
-                )
+            let gone = std::pin::pin!(None::<std::future::Pending<()>>);
+            self.acquire(self.snapshot.upstream.budget, false, gone)
                 .await
         }
     }
@@ -549,16 +649,8 @@ mod tests {
         one.upstream
             .backends
             .follow(&raised, &one.snapshot.bases.upstream);
-        let acquired = (one.upstream)
-            .acquire(
-                &one.set.addresses[0],
-                read_before,
-                raised.idle_timeout,
-                true,
-                Instant::now(),
-                std::pin::pin!(None::<std::future::Pending<()>>),
-            )
-            .await;
+        let gone = std::pin::pin!(None::<std::future::Pending<()>>);
+        let acquired = one.acquire(read_before, true, gone).await;
         assert!(matches!(acquired, Ok(Acquired::Connect(_))));
         assert_eq!(one.set.addresses[0].open(), 2);
     }
@@ -652,6 +744,56 @@ mod tests {
         assert_eq!(connector.0.load(Ordering::SeqCst), 4);
     }
 
+    /// A request that moves on after a failed connect, and waits at the next address, waits
+    /// only what is left of `upstream.pending_timeout_ms` since its first attempt: 1.2 s in
+    /// all, not a connect timeout (1 s) and then 1.2 s more. On the real clock: a wait's start
+    /// is read from the system's clock, which a paused one does not move.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_wait_after_a_failed_connect_ends_at_the_pending_timeout_of_the_first_attempt() {
+        let addresses: Vec<std::net::SocketAddr> = vec![
+            "10.0.0.1:80".parse().unwrap(),
+            "10.0.0.2:80".parse().unwrap(),
+        ];
+        let mut cfg = FileConfig::for_test("127.0.0.1:0".parse().unwrap(), &addresses);
+        cfg.upstream.connect_timeout_ms = 1_000;
+        cfg.upstream.pending_timeout_ms = 1_200;
+        cfg.upstream.max_connections_per_address = Some(1);
+        let snap = cfg.snapshot();
+        let connector = Arc::new(NeverConnects::default());
+        let (upstream, backends) = upstream_over(&snap, connector.clone());
+        let set = backends.current_full();
+        let Ok(Admit::Connect(_busy)) = set.addresses[1].admit(&snap.upstream.budget, false) else {
+            panic!("the second address's one connection is free");
+        };
+        let head = status_head();
+        let view = head.view(STATUS_GET);
+        let request = status_request(&view);
+        let began = Instant::now();
+        let answer = upstream
+            .exchange(
+                &snap,
+                &set,
+                &request,
+                true,
+                &mut UpstreamRecord::default(),
+                std::pin::pin!(None::<std::future::Pending<()>>),
+            )
+            .await;
+        assert!(matches!(
+            answer,
+            Err(Unanswered::Failed(Failure::Overflow(UpstreamOverflow {
+                reason: OverflowReason::Timeout
+            })))
+        ));
+        assert_eq!(
+            connector.0.load(Ordering::SeqCst),
+            1,
+            "one connect, to the first"
+        );
+        let waited = began.elapsed();
+        assert!(waited < Duration::from_millis(1_700), "{waited:?}");
+    }
+
     /// A connector that hands out one end of an in-memory connection, whose other end a test
     /// plays the backend on.
     struct OneDuplex(std::sync::Mutex<Option<tokio::io::DuplexStream>>);
@@ -721,14 +863,7 @@ mod tests {
         let client_gone = std::pin::pin!(Some(async {
             let _ = left.await;
         }));
-        let waiting = (one.upstream).acquire(
-            address,
-            up.budget,
-            up.idle_timeout,
-            true,
-            Instant::now(),
-            client_gone,
-        );
+        let waiting = one.acquire(up.budget, true, client_gone);
         let goes = async {
             tokio::task::yield_now().await;
             assert!(!address.nobody_waiting(), "it waits for the one connection");

@@ -110,16 +110,27 @@ pub struct Backend {
 
 /// The 200 the default backend answers: a ServiceAgentResponse echoing the path it saw.
 fn echo(r: &Recorded) -> Action {
-    Action::Json(format!(
+    Action::Json(echoed(r))
+}
+
+/// The body of [`echo`]'s answer.
+fn echoed(r: &Recorded) -> String {
+    format!(
         r#"{{"status_code":200,"message_code":0,"message":"OK","seen":"{}"}}"#,
         r.target
-    ))
+    )
 }
 
 impl Backend {
     /// A backend that answers 200 with a ServiceAgentResponse echoing the path it saw.
     pub fn start() -> Backend {
         Self::with(echo)
+    }
+
+    /// A default backend whose answers wait for `gate`.
+    pub fn gated(gate: &Gate) -> Backend {
+        let gate = gate.clone();
+        Self::with(move |r| Action::AfterGate(gate.clone(), echoed(r)))
     }
 
     pub fn with(handler: impl Fn(&Recorded) -> Action + Send + Sync + 'static) -> Backend {
@@ -245,14 +256,7 @@ pub fn assert_sent_nowhere_in_plaintext(
 /// connection to it: a request sent while another is at the backend waits for that
 /// connection, for as long as a test takes.
 pub fn held_behind_one_connection(gate: &Gate) -> (Backend, FileConfig) {
-    let gate = gate.clone();
-    let backend = Backend::with(move |r| {
-        let answer = format!(
-            r#"{{"status_code":200,"message_code":0,"message":"OK","seen":"{}"}}"#,
-            r.target
-        );
-        Action::AfterGate(gate.clone(), answer)
-    });
+    let backend = Backend::gated(gate);
     let mut cfg = test_config(&[backend.addr]);
     cfg.upstream.max_connections_per_address = Some(1);
     cfg.upstream.pending_timeout_ms = 60_000;
