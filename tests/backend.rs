@@ -744,6 +744,52 @@ fn an_address_whose_queue_is_full_is_passed_for_one_with_room() {
     assert_eq!(first.join().unwrap().status, 200);
 }
 
+/// A request the rotation starts at an address whose one connection is busy goes to the next
+/// address with room rather than wait for that connection, as nginx's round robin passes a
+/// server at its `max_conns` and HAProxy's a server at its `maxconn`.
+#[test]
+fn a_request_goes_to_an_address_with_room_rather_than_wait_at_a_busy_one() {
+    let gate = Gate::new();
+    let held = Backend::gated(&gate);
+    let free = Backend::start();
+    let gw = Gateway::builder(one_connection_each(&[held.addr, free.addr])).start();
+
+    let first = get_on_a_thread(&gw);
+    gw.wait_until("the first held", || held.count() == 1);
+    // The second starts at the free address, the third at the held one.
+    let statuses: Vec<u16> = (0..2).map(|_| get(gw.proxy, TARGET).status).collect();
+    assert_eq!(statuses, [200; 2]);
+    assert_eq!((held.count(), free.count()), (1, 2));
+    gate.open();
+    assert_eq!(first.join().unwrap().status, 200);
+}
+
+/// A request waiting for a connection to its address (every address's one connection busy)
+/// takes the one that comes back first, at whichever address, as HAProxy's queue hands a
+/// request to the first server with a connection free; it used to wait for its own address's,
+/// and got 503 (50300) at `upstream.pending_timeout_ms` while another address had one idle.
+#[test]
+fn a_waiting_request_takes_a_connection_freed_at_another_address() {
+    let (held_long, held_short) = (Gate::new(), Gate::new());
+    let long = Backend::gated(&held_long);
+    let short = Backend::gated(&held_short);
+    let gw = Gateway::builder(one_connection_each(&[long.addr, short.addr])).start();
+
+    let first = get_on_a_thread(&gw);
+    gw.wait_until("the first held", || long.count() == 1);
+    let second = get_on_a_thread(&gw);
+    gw.wait_until("the second held", || short.count() == 1);
+    // The third starts at the first's address, and waits: no address has a connection free.
+    let third = get_on_a_thread(&gw);
+    gw.wait_for_metric("agent_gateway_in_flight_requests", 3.0);
+    held_short.open();
+    assert_eq!(second.join().unwrap().status, 200);
+    assert_eq!(third.join().unwrap().status, 200);
+    assert_eq!((long.count(), short.count()), (1, 2));
+    held_long.open();
+    assert_eq!(first.join().unwrap().status, 200);
+}
+
 /// A gateway in front of a counting backend with a budget of 4 connections, and 4 GETs sent
 /// at once, each on a connection of its own, held at the backend until `gate` opens; the
 /// gateway's config, to reload.

@@ -62,8 +62,8 @@ pub struct Address {
     /// connections past it (a reload lowered it) close instead of going back to the pool.
     cap: AtomicUsize,
     slots: Mutex<Slots>,
-    /// Requests waiting for a connection, all addresses together (`upstream.max_pending`).
-    pending: Arc<AtomicUsize>,
+    /// The requests waiting for a connection, all addresses together.
+    pending: Arc<Pending>,
     /// Failures in a row (connect, reset, protocol), reset by a success.
     failures: AtomicU32,
     /// Set while an ejection may be running, so that a request checks the clock only then.
@@ -76,6 +76,29 @@ pub struct Address {
 struct Slots {
     open: usize,
     queue: Queue<oneshot::Sender<()>>,
+}
+
+/// The requests waiting for a connection at the addresses of a backend, all together.
+#[derive(Default)]
+struct Pending {
+    /// How many (`upstream.max_pending`).
+    count: AtomicUsize,
+    /// Told when a connection comes back, or a place frees, at an address nobody waits for
+    /// while requests wait at others: the request that has listened longest (one with another
+    /// address to look at) looks for it, as the head of HAProxy's backend queue goes to the
+    /// first server with a connection free. A hint, not a hand-over: a newcomer may take that
+    /// connection first, and the request then waits on, its place in its queue kept.
+    room: Notify,
+}
+
+impl Pending {
+    /// An address nobody waits for has a connection or a place free: tells a request waiting
+    /// at another, if any does. No lock when none waits.
+    fn room_freed(&self) {
+        if self.count.load(Ordering::Relaxed) > 0 {
+            self.room.notify_one();
+        }
+    }
 }
 
 /// [`Address::cap`] of no budget.
@@ -121,17 +144,22 @@ impl Drop for Slot {
         }
         let mut slots = self.address.slots();
         slots.open -= 1;
-        wake_oldest(&mut slots);
+        let woke = wake_oldest(&mut slots);
+        drop(slots);
+        if !woke {
+            self.address.pending.room_freed();
+        }
     }
 }
 
-/// Wakes the oldest request still waiting.
-fn wake_oldest(slots: &mut Slots) {
+/// Wakes the oldest request still waiting; whether there was one.
+fn wake_oldest(slots: &mut Slots) -> bool {
     while let Some(waiter) = slots.queue.pop() {
         if waiter.send(()).is_ok() {
-            return;
+            return true;
         }
     }
+    false
 }
 
 /// What a request that may not reuse a connection is told by [`Address::admit`].
@@ -163,18 +191,19 @@ impl Drop for Waiter {
     fn drop(&mut self) {
         let mut slots = self.address.slots();
         slots.queue.remove(self.id);
-        self.address.pending.fetch_sub(1, Ordering::Relaxed);
-        // Woken but gone before it acted (its wait ran out as the wake came, or its client
-        // left): the wake is the next request's, else the connection it was for would sit
-        // idle while the queue waits for another.
-        if self.woken.try_recv().is_ok() {
-            wake_oldest(&mut slots);
+        self.address.pending.count.fetch_sub(1, Ordering::Relaxed);
+        // Woken but gone before it acted (its wait ran out as the wake came, its client
+        // left, or it took a connection at another address): the wake is the next request's,
+        // else the connection it was for would sit idle while the queue waits for another.
+        if self.woken.try_recv().is_ok() && !wake_oldest(&mut slots) {
+            drop(slots);
+            self.address.pending.room_freed();
         }
     }
 }
 
 impl Address {
-    fn new(peer: HttpPeer, pending: Arc<AtomicUsize>) -> Self {
+    fn new(peer: HttpPeer, pending: Arc<Pending>) -> Self {
         Address {
             addr: *peer
                 .address()
@@ -254,9 +283,10 @@ impl Address {
                 // since. Another takes one if one is free, in one step: the count is shared by
                 // every address, and this lock is one address's.
                 if woken {
-                    self.pending.fetch_add(1, Ordering::Relaxed);
+                    self.pending.count.fetch_add(1, Ordering::Relaxed);
                 } else if self
                     .pending
+                    .count
                     .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |pending| {
                         budget::may_wait(pending, budget.max_pending).then_some(pending + 1)
                     })
@@ -298,9 +328,19 @@ impl Address {
         }
     }
 
-    /// A connection went back to the pool: the oldest waiting request may take it.
+    /// A connection went back to the pool: the oldest waiting request may take it, or, with
+    /// none waiting here, one waiting at another address.
     pub fn returned(&self) {
-        wake_oldest(&mut self.slots());
+        let woke = wake_oldest(&mut self.slots());
+        if !woke {
+            self.pending.room_freed();
+        }
+    }
+
+    /// Resolves when an address nobody waited for has a connection or a place free while
+    /// requests wait ([`Pending::room`]): for a request waiting here to look for it there.
+    pub async fn room_elsewhere(&self) {
+        self.pending.room.notified().await;
     }
 
     /// The budget became `max`: wakes as many of the oldest waiting requests as it has room
@@ -383,7 +423,7 @@ impl Retired {
 pub struct Backends {
     set: ArcSwap<AddressSet>,
     following: Mutex<Following>,
-    pending: Arc<AtomicUsize>,
+    pending: Arc<Pending>,
     metrics: Arc<BackendMetrics>,
     /// Wakes the name follower: a reload brought a name to look up.
     new_names: Notify,
@@ -700,7 +740,7 @@ mod tests {
             Ok(Admit::Connect(_))
         ));
         drop(second);
-        assert_eq!(address.pending.load(Ordering::Relaxed), 0);
+        assert_eq!(address.pending.count.load(Ordering::Relaxed), 0);
     }
 
     /// A connection comes back and wakes the one waiting request, but a newcomer, seeing no
@@ -959,6 +999,48 @@ mod tests {
             Err(OverflowReason::QueueFull)
         ));
         assert!(matches!(address.admit(&budget, true), Ok(Admit::Wait(_))));
+    }
+
+    /// A connection that comes back, or a place that frees, at an address nobody waits for
+    /// is told to a request waiting at another; at an address with a request of its own
+    /// waiting, it wakes that one, and tells nobody else. With nobody waiting anywhere, nobody
+    /// is told.
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn a_place_freed_where_nobody_waits_is_told_to_a_request_waiting_elsewhere() {
+        let addresses: [SocketAddr; 2] = [
+            "10.0.0.1:80".parse().unwrap(),
+            "10.0.0.2:80".parse().unwrap(),
+        ];
+        let mut cfg = FileConfig::for_test("127.0.0.1:0".parse().unwrap(), &addresses);
+        cfg.upstream.max_connections_per_address = Some(1);
+        let backends = backends();
+        backends.follow_snapshot(&cfg.snapshot());
+        let set = backends.current_full();
+        let budget = set.budget.unwrap();
+        let (a, b) = (&set.addresses[0], &set.addresses[1]);
+        let told = || tokio::time::timeout(Duration::from_millis(1), a.room_elsewhere());
+        let (Ok(Admit::Connect(busy_a)), Ok(Admit::Connect(busy_b))) =
+            (a.admit(&budget, false), b.admit(&budget, false))
+        else {
+            panic!("one connection each is within the budget");
+        };
+        let Ok(Admit::Wait(at_a)) = a.admit(&budget, false) else {
+            panic!("a request waits at the first address");
+        };
+        b.returned();
+        assert!(told().await.is_ok(), "a connection back at the second");
+        let Ok(Admit::Wait(mut at_b)) = b.admit(&budget, false) else {
+            panic!("a request waits at the second address");
+        };
+        drop(busy_b);
+        assert!(
+            at_b.woken.try_recv().is_ok(),
+            "the one waiting there is woken"
+        );
+        assert!(told().await.is_err(), "and nobody else is told");
+        drop((at_a, at_b));
+        drop(busy_a);
+        assert!(told().await.is_err(), "nobody waits");
     }
 
     /// A request woken for a connection that leaves before taking it (its wait ran out at that

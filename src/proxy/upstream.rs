@@ -8,10 +8,14 @@
 //! kept-alive connection was reset (the backend had closed it, or closed it under the
 //! request): to the next address in rotation, or the same one when no other is left, on a
 //! new connection. The queue is before anything is sent: a request refused there
-//! (503) went nowhere, nor does one whose client goes while it waits there. A request that
-//! finds the queue full goes to the next address it has yet to try that has a connection
-//! for it at once, and is refused only when none has; a wait ends within
-//! `upstream.pending_timeout_ms` of the first attempt, as the walk does.
+//! (503) went nowhere, nor does one whose client goes while it waits there. A request whose
+//! address has no connection for it goes to the next address it has yet to try that has one
+//! at once, as nginx's round robin passes a server at `max_conns` and HAProxy's one at
+//! `maxconn`; it waits, or is refused when the queue is full, only when none has. While it
+//! waits, a connection that comes back (or a place that frees) at an address nobody waits
+//! for is offered to it, as HAProxy's backend queue hands its head to the first server with
+//! a connection free. A wait ends within `upstream.pending_timeout_ms` of the first attempt,
+//! as the walk does.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -139,12 +143,14 @@ impl Upstream {
     }
 
     /// A connection for a request to `set[picked]` as `ask` says: an idle one when it may
-    /// reuse one and no request waits before it, else the place to open one, else a wait in
-    /// the address's queue. When that queue is full, the first of `others` (the addresses the
-    /// request has yet to try, in rotation order) that has a connection for it at once;
-    /// refused when none has, or when the wait runs out, and given up when `client_gone` (if
-    /// any) is ready while it waits. `started` is when the attempt started. With the
-    /// connection, the address it is to.
+    /// reuse one and no request waits before it, else the place to open one. Without one
+    /// there, the first of `others` (the addresses the request has yet to try, in rotation
+    /// order) that has a connection for it at once, else a wait in the address's queue, where
+    /// the first connection that comes back, or place that frees, at any of those addresses
+    /// that nobody waits for is offered to it too. Refused when the queue is full and no
+    /// address has one, or when the wait runs out; given up when `client_gone` (if any) is
+    /// ready while it waits. `started` is when the attempt started. With the connection, the
+    /// address it is to.
     async fn acquire<I: Iterator<Item = usize>>(
         &self,
         set: &[Arc<Address>],
@@ -195,13 +201,29 @@ impl Upstream {
                     continue;
                 }
             }
+            // Another address may have a connection for it at once: it goes there rather than
+            // wait here. Looked at once in the queue, so that one freed after the look tells it.
+            if let Some(found) = self.room_among(set, others(), &ask, now) {
+                return Ok(found);
+            }
+            let elsewhere = others().next().is_some();
             // The client is watched only now: a request that does not wait costs no watch.
-            tokio::select! {
-                biased;
-                () = until_gone(client_gone.as_mut()) => return Err(Unanswered::ClientGone),
-                in_time = tokio::time::timeout_at(ask.deadline, waiter.woken()) => {
-                    if in_time.is_err() {
-                        return Err(OverflowReason::Timeout.into());
+            loop {
+                tokio::select! {
+                    biased;
+                    () = until_gone(client_gone.as_mut()) => return Err(Unanswered::ClientGone),
+                    in_time = tokio::time::timeout_at(ask.deadline, waiter.woken()) => {
+                        if in_time.is_err() {
+                            return Err(OverflowReason::Timeout.into());
+                        }
+                        break;
+                    }
+                    // Told that another address has one free, it looks, keeping its place here.
+                    () = address.room_elsewhere(), if elsewhere => {
+                        now = tokio::time::Instant::now();
+                        if let Some(found) = self.room_among(set, others(), &ask, now) {
+                            return Ok(found);
+                        }
                     }
                 }
             }
