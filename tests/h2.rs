@@ -7,6 +7,7 @@ mod common;
 use std::io::{BufRead, BufReader, Lines};
 use std::net::SocketAddr;
 use std::process::{Child, ChildStderr, Command, Stdio};
+use std::time::Duration;
 
 use agent_gateway::config::FileConfig;
 use common::curl::{curl, header_args, https_args};
@@ -473,12 +474,14 @@ fn a_stream_left_idle_gets_408_and_an_idle_connection_is_closed() {
     let result = h2client("idle-stream", gw.proxy, &[VERIFY_V1]);
     assert_eq!(result["status"], 408, "{result}");
     assert!(result["body"].as_str().unwrap().contains("40800"));
-    // The client waits 30 s at most: a connection left open fails here.
+    // A GOAWAY, then the connection closed a second later though the client, which sends
+    // nothing, never acks its PING. The client waits 30 s at most.
     let result = h2client("idle-connection", gw.proxy, &[]);
     assert!(
-        result["goaway"] == 0 || result["closed"] == true,
+        result["goaway"] == 0 && result["closed"] == true,
         "{result}"
     );
+    assert!(result["seconds"].as_f64().unwrap() < 5.0, "{result}");
     assert_eq!(backend.count(), 0);
 }
 
@@ -612,4 +615,81 @@ fn streams_the_drain_deadline_cuts_are_logged_as_the_gateways_503() {
         .collect();
     let cut = (json!(503), json!(false), json!(true));
     assert_eq!(statuses, [cut.clone(), cut], "{logged:#?}");
+}
+
+/// A stream the client opens as its idle connection's GOAWAY reaches it (the two cross on the
+/// wire) is served to its end like any request, however long its backend takes: the second
+/// an idle connection gets after its GOAWAY is for one with no stream open. The connection
+/// closes after the answer, whether the client acked the GOAWAY's PING (the final GOAWAY
+/// names the stream) or never did (a second later).
+#[test]
+fn a_stream_that_crosses_an_idle_connections_goaway_is_served_to_its_end() {
+    venv_bin();
+    let gate = Gate::new();
+    let backend = gated_backend(&gate);
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.limits.client_header_timeout_ms = 500;
+    cfg.upstream.read_timeout_ms = 10_000;
+    let gw = Gateway::builder(cfg).start();
+    let pings = ["ack", "no-ack"];
+    let mut clients =
+        pings.map(|ping| H2Client::spawn("cross-goaway", gw.proxy, &[STATUS_V1, ping]));
+    for client in &mut clients {
+        client.wait_for("goaway", 1);
+    }
+    gw.wait_until("both streams at the backend", || backend.count() == 2);
+    // The backend answers past the second the idle connections had.
+    std::thread::sleep(Duration::from_millis(1500));
+    gate.open();
+    for (client, ping) in clients.into_iter().zip(pings) {
+        let result = client.result();
+        assert_eq!(result["status"], 200, "{ping}: {result}");
+        assert!(
+            result["body"].as_str().unwrap().contains("slow"),
+            "{ping}: {result}"
+        );
+        let closed_after = result["closed_after_answer"].as_f64();
+        assert!(closed_after.is_some_and(|s| s < 5.0), "{ping}: {result}");
+        if ping == "ack" {
+            assert_eq!(result["goaways"], json!([i32::MAX, 1]), "{result}");
+        }
+    }
+    let logged = gw.wait_for_access_log(2);
+    assert!(
+        logged
+            .iter()
+            .all(|l| l["status"] == 200 && l["closed_by_gateway"].is_null()),
+        "{logged:#?}"
+    );
+}
+
+/// A drain that comes while a stream that crossed its idle connection's GOAWAY is served
+/// applies its own deadline, `server.grace_period_seconds`: the stream is then cut as any
+/// stream a drain outlasts, and logged as the gateway's 503.
+#[test]
+fn a_drain_during_an_idle_close_cuts_the_crossing_stream_at_its_own_deadline() {
+    venv_bin();
+    let gate = Gate::new();
+    let (backend, mut cfg) = held_behind_one_connection(&gate);
+    cfg.limits.client_header_timeout_ms = 500;
+    cfg.server.grace_period_seconds = 1;
+    let sock_dir = tempfile::tempdir().unwrap();
+    cfg.server.upgrade_sock = sock_dir.path().join("upgrade.sock").display().to_string();
+    let mut old = Gateway::builder(cfg).process().start();
+    let mut client = H2Client::spawn("cross-goaway", old.proxy, &[STATUS_V1, "ack"]);
+    client.wait_for("goaway", 1);
+    old.wait_until("the stream at the backend", || backend.count() == 1);
+    // A handover: the old process outlives its connections' drain deadline by pingora's 5 s,
+    // time to log the cut.
+    let _new = old.hand_over();
+    let result = client.result();
+    assert_eq!(result["closed_with_stream_open"], true, "{result}");
+    gate.open();
+    old.wait_exit();
+    let logged = old.access_log();
+    let cut: Vec<_> = logged
+        .iter()
+        .map(|l| (l["status"].clone(), l["closed_by_gateway"].clone()))
+        .collect();
+    assert_eq!(cut, [(json!(503), json!(true))], "{logged:#?}");
 }

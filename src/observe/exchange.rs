@@ -124,7 +124,7 @@ pub struct Exchange<'s> {
 pub const CLIENT_CLOSED_REQUEST: u16 = 499;
 
 /// The status of a request whose connection the gateway closed itself (an HTTP/2 connection
-/// past its drain or idle deadline) before any of its answer went out: the gateway's 503, out
+/// past its drain deadline) before any of its answer went out: the gateway's 503, out
 /// of service, with `client_aborted` false. Counted and logged, never sent.
 pub const CLOSED_BY_GATEWAY: u16 = 503;
 

@@ -37,7 +37,7 @@ pub trait Downstream: Send {
     }
 
     /// Whether the gateway itself closed the connection the request came on (an HTTP/2
-    /// connection dropped at one of its deadlines): a request found gone then, or whose answer
+    /// connection dropped at its drain deadline): a request found gone then, or whose answer
     /// could not be sent, was cut by the gateway, not given up by its client.
     fn closed_by_gateway(&mut self) -> bool {
         false

@@ -5,7 +5,8 @@
 //! HTTP/1.1 over the same pool. The loop adds what pingora's own lacks, so that a client
 //! cannot hold the gateway with frames alone:
 //! - a handshake deadline, and connections with no stream in flight closed (GOAWAY) after
-//!   `limits.client_header_timeout_ms`, whatever PING, SETTINGS or other frames they send;
+//!   `limits.client_header_timeout_ms`, whatever PING, SETTINGS or other frames they send
+//!   (a stream that crossed the GOAWAY on the wire is still served to its end);
 //! - at most `limits.h2_max_concurrent_streams` streams served at once per connection, a
 //!   stream past it refused (`REFUSED_STREAM`) rather than queued, since streams the client
 //!   resets stop counting for the `h2` crate while their work would go on (rapid reset);
@@ -13,7 +14,7 @@
 //! - header blocks bounded (their size and CONTINUATION frames, by `h2`), the flow-control
 //!   windows at their defaults, and on shutdown a GOAWAY that lets open streams finish.
 //!
-//! A connection the gateway drops itself at one of its deadlines, with streams still open,
+//! A connection the gateway drops itself at its drain deadline, with streams still open,
 //! has those streams' requests recorded as cut by the gateway, not given up by their client
 //! ([`Downstream::closed_by_gateway`]): to the stream, the end of its connection looks the
 //! same either way.
@@ -49,8 +50,9 @@ pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 /// Streams whose head pingora refused as malformed, per connection, before it is closed.
 const MAX_MALFORMED_STREAMS: usize = 32;
 
-/// How long an idle connection's GOAWAY has to reach the client before the connection is
-/// dropped: it has no stream left to finish.
+/// How long a connection closed for idleness stays open with no stream in flight after its
+/// GOAWAY, for the GOAWAY to reach the client: a client that never acks the GOAWAY's PING
+/// would hold it open otherwise (`h2` sends the final GOAWAY, and closes, only on that ack).
 const IDLE_DRAIN: Duration = Duration::from_secs(1);
 
 /// The `h2` settings for a connection under `limits`.
@@ -97,46 +99,58 @@ impl ProxyApp {
         let streams = Arc::new(StreamSlots::new(limits.h2_max_concurrent_streams as usize));
         let mut shutdown = shutdown.clone();
         let mut drain = self.drain.watch();
-        // Once a GOAWAY is out, open streams finish, and the connection ends with them, or at
-        // this deadline: a client that never answers the GOAWAY's PING cannot hold it open.
-        let mut drain_deadline = None;
         let grace = self.grace;
+        // Once an idle connection's GOAWAY is out, a stream the client opened as it came (the
+        // two crossed on the wire) is served to its end, under its own timeouts, and the
+        // connection ends once none has been in flight for `IDLE_DRAIN`.
+        let mut idle_closed = false;
+        // Once a drain's GOAWAY is out, open streams finish until this deadline, then are cut
+        // with the connection: a drain gets its own, during an idle close too (`h2` sends no
+        // second GOAWAY, the first one being out).
+        let mut drain_deadline = None;
         if *shutdown.borrow() || *drain.borrow() {
             conn.graceful_shutdown();
             drain_deadline = Some(Instant::now() + grace);
         }
         let mut malformed = 0;
         loop {
-            let accepted = if let Some(deadline) = drain_deadline {
-                let accept = HttpSession::from_h2_conn(&mut conn, digest.clone());
-                match tokio::time::timeout_at(deadline.into(), accept).await {
-                    Ok(accepted) => accepted,
-                    Err(_) => {
-                        streams.close_by_gateway();
+            let idle = streams.idle_for(if idle_closed {
+                IDLE_DRAIN
+            } else {
+                limits.client_header_timeout
+            });
+            let deadline = async {
+                match drain_deadline {
+                    Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let accepted = tokio::select! {
+                biased;
+                _ = shutdown.changed(), if drain_deadline.is_none() => {
+                    conn.graceful_shutdown();
+                    drain_deadline = Some(Instant::now() + grace);
+                    continue;
+                }
+                _ = drain.changed(), if drain_deadline.is_none() => {
+                    conn.graceful_shutdown();
+                    drain_deadline = Some(Instant::now() + grace);
+                    continue;
+                }
+                () = deadline => {
+                    streams.close_by_gateway();
+                    return;
+                }
+                accepted = HttpSession::from_h2_conn(&mut conn, digest.clone()) => accepted,
+                () = idle, if idle_closed || drain_deadline.is_none() => {
+                    if idle_closed {
+                        tracing::debug!("HTTP/2 connection idle after its GOAWAY; closing");
                         return;
                     }
-                }
-            } else {
-                let idle = streams.idle_for(limits.client_header_timeout);
-                tokio::select! {
-                    biased;
-                    _ = shutdown.changed() => {
-                        conn.graceful_shutdown();
-                        drain_deadline = Some(Instant::now() + grace);
-                        continue;
-                    }
-                    _ = drain.changed() => {
-                        conn.graceful_shutdown();
-                        drain_deadline = Some(Instant::now() + grace);
-                        continue;
-                    }
-                    accepted = HttpSession::from_h2_conn(&mut conn, digest.clone()) => accepted,
-                    () = idle => {
-                        tracing::debug!("HTTP/2 connection idle; closing");
-                        conn.graceful_shutdown();
-                        drain_deadline = Some(Instant::now() + IDLE_DRAIN);
-                        continue;
-                    }
+                    tracing::debug!("HTTP/2 connection idle; closing");
+                    conn.graceful_shutdown();
+                    idle_closed = true;
+                    continue;
                 }
             };
             match accepted {

@@ -21,6 +21,12 @@ raw frames from `hyperframe`/`hpack` for the attacks. Each command prints one JS
                                   then reports the first one's answer, whether the GOAWAY came
                                   first, each stream's answer or reset, and whether the gateway
                                   closed the connection with streams still open
+    cross-goaway HOST PORT PATH PING  raw frames: a connection that opens no stream until the
+                                  gateway's GOAWAY comes, then at once a GET (it crosses the
+                                  GOAWAY on the wire), and after it acks the GOAWAY's PING if
+                                  PING is "ack" (never if "no-ack"); prints "goaway" on stderr
+                                  then, and reports the answer, the GOAWAYs' last stream ids, and
+                                  how long after the answer the gateway closed the connection
 """
 
 import json
@@ -371,6 +377,62 @@ def cmd_slow_stream(host, port, path, n="1"):
     }))
 
 
+def cmd_cross_goaway(host, port, path, ping):
+    s = open_raw(host, port)
+    enc, dec = hpack.Encoder(), hpack.Decoder()
+    block = enc.encode(request_headers("GET", path, f"{host}:{port}", AUTH))
+    stream = {"status": None, "body": b"", "reset": None, "done": False}
+    goaways, closed, answered = [], False, None
+    s.settimeout(20)
+    buf = b""
+    while True:
+        try:
+            data = s.recv(65536)
+        except ConnectionResetError:
+            data = b""
+        except socket.timeout:
+            break
+        if not data:
+            closed = True
+            break
+        buf += data
+        while len(buf) >= 9:
+            length = int.from_bytes(buf[:3], "big")
+            if len(buf) < 9 + length:
+                break
+            ftype, flags, payload = buf[3], buf[4], buf[9:9 + length]
+            sid = int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF
+            buf = buf[9 + length:]
+            if ftype == GOAWAY:
+                if not goaways:
+                    s.sendall(HeadersFrame(1, data=block, flags=["END_HEADERS", "END_STREAM"]).serialize())
+                    print("goaway", file=sys.stderr, flush=True)
+                goaways.append(int.from_bytes(payload[:4], "big") & 0x7FFFFFFF)
+            elif ftype == PING and not flags & 0x1 and (ping == "ack" or not goaways):
+                s.sendall(PingFrame(0, opaque_data=payload, flags=["ACK"]).serialize())
+            elif ftype == SETTINGS and not flags & 0x1:
+                s.sendall(SettingsFrame(0, flags=["ACK"]).serialize())
+            elif ftype == RST_STREAM and sid == 1:
+                stream["reset"] = int.from_bytes(payload[:4], "big")
+                stream["done"] = True
+            elif ftype == 0x1 and sid == 1:
+                stream["status"] = int(dict(dec.decode(payload))[":status"])
+                stream["done"] = bool(flags & 0x1)
+            elif ftype == 0x0 and sid == 1:
+                stream["body"] += payload
+                stream["done"] = bool(flags & 0x1)
+            if stream["done"] and answered is None:
+                answered = time.time()
+    print(json.dumps({
+        "status": stream["status"],
+        "body": stream["body"].decode("utf-8", "replace"),
+        "reset": stream["reset"],
+        "goaways": goaways,
+        "closed_with_stream_open": closed and not stream["done"],
+        "closed_after_answer": round(time.time() - answered, 2) if closed and answered else None,
+    }))
+
+
 if __name__ == "__main__":
     command, args = sys.argv[1], sys.argv[2:]
     if command == "requests":
@@ -393,5 +455,7 @@ if __name__ == "__main__":
         cmd_reset_on_cue(*args)
     elif command == "slow-stream":
         cmd_slow_stream(*args)
+    elif command == "cross-goaway":
+        cmd_cross_goaway(*args)
     else:
         raise SystemExit(f"unknown command {command}")
