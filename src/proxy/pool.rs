@@ -169,6 +169,13 @@ pub struct UpstreamPool {
     sweep: Arc<Notify>,
 }
 
+/// A connection [`UpstreamPool::put`] has checked and watches, before it takes the pool's
+/// lock, and the budget of its address it was checked against.
+struct Checked {
+    conn: UpstreamConn,
+    cap: usize,
+}
+
 impl UpstreamPool {
     pub fn new(max_per_key: usize) -> Self {
         UpstreamPool {
@@ -211,11 +218,18 @@ impl UpstreamPool {
     /// `max_per_key` idle connections, the backend has closed it, or bytes past its answer
     /// are left unread (they would be read as the next request's answer); the oldest request
     /// waiting for the address may then take it. `now` is when its exchange ended.
-    pub fn put(&self, mut conn: UpstreamConn, now: Instant) {
-        let address = conn.slot.address().clone();
-        let cap = address.cap();
-        if address.is_retired() || conn.slot.free_past_budget() || !conn.buf.is_empty() {
-            return;
+    pub fn put(&self, conn: UpstreamConn, now: Instant) {
+        if let Some(checked) = self.check(conn) {
+            self.keep(checked, now);
+        }
+    }
+
+    /// The half of [`Self::put`] before the pool's lock: `conn`, watched, if it may be kept,
+    /// with the budget it was checked against.
+    fn check(&self, mut conn: UpstreamConn) -> Option<Checked> {
+        let (cap, retired) = (conn.slot.address().cap(), conn.slot.address().is_retired());
+        if retired || conn.slot.free_past_budget() || !conn.buf.is_empty() {
+            return None;
         }
         // An idle connection holds no buffer (as a client's does not): a pool filled by a
         // burst would otherwise keep a buffer per connection until it empties.
@@ -227,13 +241,16 @@ impl UpstreamPool {
             })
         });
         watch.woken.store(false, Ordering::Relaxed);
-        if !conn.watch() {
-            return;
-        }
+        conn.watch().then_some(Checked { conn, cap })
+    }
+
+    /// The half of [`Self::put`] under the pool's lock.
+    fn keep(&self, Checked { mut conn, cap }: Checked, now: Instant) {
+        let address = conn.slot.address().clone();
         let mut idle = self.lock();
-        // A reload that lowered the budget since the check above may have had its sweep
-        // already, before this connection was in the pool to close: under the lock the sweep
-        // takes, the budget is looked at again when it changed (a load, on the common path).
+        // A reload that lowered the budget since the check may have had its sweep already,
+        // before this connection was in the pool to close: under the lock the sweep takes,
+        // the budget is looked at again when it changed (a load, on the common path).
         if address.cap() != cap && conn.slot.free_past_budget() {
             drop(idle);
             return;
@@ -536,118 +553,21 @@ mod tests {
         assert_eq!(pool.idle_count(), 1);
     }
 
-    /// A connection whose read side, the first time it is polled (as `put` watches it, after
-    /// its checks and before it takes the pool's lock), waits at `pause` twice: once to say it
-    /// is there, once to go on. Quiet after that.
-    #[derive(Debug)]
-    struct Paused {
-        pause: Arc<std::sync::Barrier>,
-        polled: AtomicBool,
-    }
-
-    impl AsyncRead for Paused {
-        fn poll_read(
-            self: Pin<&mut Self>,
-            _cx: &mut Context<'_>,
-            _buf: &mut ReadBuf<'_>,
-        ) -> std::task::Poll<std::io::Result<()>> {
-            if !self.polled.swap(true, Ordering::Relaxed) {
-                self.pause.wait();
-                self.pause.wait();
-            }
-            std::task::Poll::Pending
-        }
-    }
-
-    impl tokio::io::AsyncWrite for Paused {
-        fn poll_write(
-            self: Pin<&mut Self>,
-            _cx: &mut Context<'_>,
-            buf: &[u8],
-        ) -> std::task::Poll<std::io::Result<usize>> {
-            std::task::Poll::Ready(Ok(buf.len()))
-        }
-
-        fn poll_flush(
-            self: Pin<&mut Self>,
-            _cx: &mut Context<'_>,
-        ) -> std::task::Poll<std::io::Result<()>> {
-            std::task::Poll::Ready(Ok(()))
-        }
-
-        fn poll_shutdown(
-            self: Pin<&mut Self>,
-            _cx: &mut Context<'_>,
-        ) -> std::task::Poll<std::io::Result<()>> {
-            std::task::Poll::Ready(Ok(()))
-        }
-    }
-
-    #[async_trait]
-    impl pingora::protocols::Shutdown for Paused {
-        async fn shutdown(&mut self) {}
-    }
-
-    impl pingora::protocols::UniqueID for Paused {
-        fn id(&self) -> pingora::protocols::UniqueIDType {
-            0
-        }
-    }
-
-    impl pingora::protocols::Ssl for Paused {}
-
-    impl pingora::protocols::GetTimingDigest for Paused {
-        fn get_timing_digest(&self) -> Vec<Option<pingora::protocols::TimingDigest>> {
-            Vec::new()
-        }
-    }
-
-    impl pingora::protocols::GetProxyDigest for Paused {
-        fn get_proxy_digest(&self) -> Option<Arc<pingora::protocols::raw_connect::ProxyDigest>> {
-            None
-        }
-    }
-
-    impl GetSocketDigest for Paused {
-        fn get_socket_digest(&self) -> Option<Arc<pingora::protocols::SocketDigest>> {
-            None
-        }
-    }
-
-    #[async_trait]
-    impl pingora::protocols::Peek for Paused {}
-
     /// A connection put back in the instant of a reload that lowers its address's budget,
     /// the reload's sweep done between `put`'s checks and its taking the pool's lock, is not
     /// kept past the budget: it closes, as it would have had it come back a moment later.
     #[tokio::test(flavor = "current_thread")]
     async fn a_connection_put_back_as_a_reload_lowers_the_budget_is_not_kept_past_it() {
-        let pool = Arc::new(UpstreamPool::new(4));
-        let address = Address::detached("127.0.0.1:9".parse().unwrap());
-        let slot = || match address.admit(&unlimited(), false) {
-            Ok(Admit::Connect(slot)) => slot,
-            _ => unreachable!("no budget"),
-        };
-        let _busy = slot();
-        let pause = Arc::new(std::sync::Barrier::new(2));
-        let coming_back = UpstreamConn::new(
-            Box::new(Paused {
-                pause: pause.clone(),
-                polled: AtomicBool::new(false),
-            }),
-            slot(),
-        );
-        let putting = {
-            let pool = pool.clone();
-            tokio::task::spawn_blocking(move || pool.put(coming_back, Instant::now()))
-        };
-        pause.wait();
-        // The reload: the budget lowered to 1 with 2 open, and its sweep, which finds
-        // nothing idle.
+        let pool = UpstreamPool::new(4);
+        let (listener, address) = backend();
+        let (_busy, _a) = pooled_socket_to(&listener, &address).await;
+        let (coming_back, _b) = pooled_socket_to(&listener, &address).await;
+        let checked = pool.check(coming_back).expect("within the budget");
+        // The reload, between the check and the lock: the budget lowered to 1 with 2 open,
+        // and its sweep, which finds nothing idle.
         address.follow_budget(Some(1));
         pool.evict(LONG);
-        pause.wait();
-        putting.await.unwrap();
+        pool.keep(checked, Instant::now());
         assert_eq!(pool.idle_count(), 0, "kept past the budget");
         assert_eq!(address.open(), 1);
     }
