@@ -434,6 +434,44 @@ fn a_target_with_a_user_or_a_port_not_a_number_is_refused_before_anything_is_sen
     assert_eq!(gw.access_log(), Vec::<serde_json::Value>::new());
 }
 
+/// Nothing listens there: a test of arguments refused before a connection is tried.
+const NOWHERE: &str = "http://127.0.0.1:1";
+
+/// A refused `-H` is a usage error (exit 2) that names its header, when it has a name, and
+/// what is wrong, never its value, which may be a secret (an `Authorization`): as clap's own
+/// error would, the generator's echoed the argument whole.
+#[test]
+fn a_refused_header_says_what_is_wrong_without_its_value() {
+    const SECRET: &str = "s3cret-4b7e";
+    let credentials = ["--agent-id", AGENT_ID, "--token", TOKEN];
+    for (header, why) in [
+        (
+            format!("X-Auth-Token: {SECRET}"),
+            "bad -H X-Auth-Token: the generator sets this header itself",
+        ),
+        (
+            format!("Authorization: Bearer {SECRET}\u{1}"),
+            "bad -H Authorization: the value holds a control character",
+        ),
+        (
+            format!("Authorization Bearer {SECRET}"),
+            "bad -H: not `Name: value`",
+        ),
+        (
+            format!("Bearer {SECRET}: x"),
+            "bad -H: the name is not an HTTP header name",
+        ),
+    ] {
+        let out = load_at(NOWHERE, &[&credentials[..], &["-H", &header]].concat())
+            .output()
+            .unwrap();
+        let shown = [stderr(&out), stdout(&out)].concat();
+        assert!(!shown.contains(SECRET), "{header:?}: {shown}");
+        assert_eq!(out.status.code(), Some(2), "{header:?}: {shown}");
+        assert!(stderr(&out).contains(why), "{header:?}: {shown}");
+    }
+}
+
 #[test]
 fn over_tls_several_agents_share_the_load_and_only_the_limited_one_is_refused() {
     let pki = TestPki::for_host("load", "127.0.0.1");

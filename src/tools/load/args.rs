@@ -122,7 +122,7 @@ pub struct LoadArgs {
     #[arg(long, value_name = "FILE")]
     pub agents: Option<PathBuf>,
     /// A header sent with every request, `Name: value`; repeatable.
-    #[arg(short = 'H', long = "header", value_name = "NAME: VALUE")]
+    #[arg(short = 'H', long = "header", value_name = "NAME: VALUE", value_parser = HeaderArgParser)]
     pub headers: Vec<HeaderArg>,
     /// Per-request time limit. Requests still due are sent for up to this long after the
     /// schedule's end (later ones count as unsent), each with its full limit: a run can end up
@@ -257,15 +257,12 @@ impl clap::builder::TypedValueParser for TargetArg {
         _arg: Option<&clap::Arg>,
         value: &std::ffi::OsStr,
     ) -> Result<String, clap::Error> {
-        let refused = |message: String| {
-            clap::Error::raw(clap::error::ErrorKind::ValueValidation, message + "\n").with_cmd(cmd)
-        };
         let text = value
             .to_str()
-            .ok_or_else(|| refused("bad --target: not UTF-8".into()))?;
+            .ok_or_else(|| refused(cmd, "bad --target: not UTF-8".into()))?;
         text.parse::<Target>()
             .map(|_| text.to_owned())
-            .map_err(|e| refused(e.to_string()))
+            .map_err(|e| refused(cmd, e.to_string()))
     }
 }
 
@@ -567,14 +564,23 @@ const OWN_HEADERS: [&str; 11] = [
     "x-auth-token",
 ];
 
+/// A refused `-H` names its header, as written, only once it is one: an argument with no `:`
+/// or no header name before it (`Authorization Bearer ...`) may hold the secret anywhere.
 impl FromStr for HeaderArg {
     type Err = LoadError;
 
     fn from_str(s: &str) -> Result<Self, LoadError> {
-        let bad = |why| LoadError::Header(s.to_owned(), why);
-        let (name, value) = s.split_once(':').ok_or_else(|| bad("not `Name: value`"))?;
-        let name = http::HeaderName::from_bytes(name.trim().as_bytes())
-            .map_err(|_| bad("the name is not an HTTP header name"))?;
+        let unnamed = |why| LoadError::Header { name: None, why };
+        let (written, value) = s
+            .split_once(':')
+            .ok_or_else(|| unnamed("not `Name: value`"))?;
+        let written = written.trim();
+        let name = http::HeaderName::from_bytes(written.as_bytes())
+            .map_err(|_| unnamed("the name is not an HTTP header name"))?;
+        let bad = |why| LoadError::Header {
+            name: Some(written.to_owned()),
+            why,
+        };
         if OWN_HEADERS.contains(&name.as_str()) {
             return Err(bad(
                 "the generator sets this header itself (the agents' credentials come from --agents, --credentials or --agent-id/--token)",
@@ -584,6 +590,34 @@ impl FromStr for HeaderArg {
             .map_err(|_| bad("the value holds a control character"))?;
         Ok(HeaderArg { name, value })
     }
+}
+
+/// Parses `-H` while the arguments are parsed: a header refused is a usage error (exit 2) in
+/// its own words, which name the header, not its value; clap's would repeat the argument.
+#[derive(Clone)]
+pub(super) struct HeaderArgParser;
+
+impl clap::builder::TypedValueParser for HeaderArgParser {
+    type Value = HeaderArg;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<HeaderArg, clap::Error> {
+        let text = value
+            .to_str()
+            .ok_or_else(|| refused(cmd, "bad -H: not UTF-8".into()))?;
+        text.parse()
+            .map_err(|e: LoadError| refused(cmd, e.to_string()))
+    }
+}
+
+/// An argument refused in `message`, a usage error (exit 2), without clap's own words, which
+/// repeat the value as given.
+fn refused(cmd: &clap::Command, message: String) -> clap::Error {
+    clap::Error::raw(clap::error::ErrorKind::ValueValidation, message + "\n").with_cmd(cmd)
 }
 
 /// Agent credentials as read from `--credentials`.

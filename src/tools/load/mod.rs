@@ -74,8 +74,12 @@ pub enum LoadError {
     Stages(String),
     #[error("bad threshold {0:?}: {1}")]
     Threshold(String, String),
-    #[error("bad -H {0:?}: {1}")]
-    Header(String, &'static str),
+    /// Named by its header once it has one; never its value, which may be a secret.
+    #[error("bad -H{}: {why}", name.as_ref().map(|n| format!(" {n}")).unwrap_or_default())]
+    Header {
+        name: Option<String>,
+        why: &'static str,
+    },
     #[error("cannot write the report {path}: {source}")]
     Report {
         path: String,
