@@ -472,6 +472,63 @@ fn a_refused_header_says_what_is_wrong_without_its_value() {
     }
 }
 
+/// A credentials or agents file that cannot be read names the key, line and column of its
+/// mistake and what it is, never its line, which may be a `token = ...` line: the TOML
+/// parser's error quoted the line, and the message of a token of the wrong type its value.
+#[test]
+fn a_credentials_or_agents_file_that_cannot_be_read_shows_no_token() {
+    const SECRET: &str = "s3cret-4b7e";
+    const DIGITS: &str = "48151623429";
+    let dir = tempfile::tempdir().unwrap();
+    for (flag, name, text, secret, why) in [
+        (
+            "--agents",
+            "agents.toml",
+            format!("[[agents]]\nid = \"a\"\ntoken = \"{SECRET}\" weight = 2\n"),
+            SECRET,
+            "agents.toml: agents[0].token (line 3, column 23): ",
+        ),
+        (
+            "--agents",
+            "agents.toml",
+            format!("[[agents]]\nid = \"a\"\ntoken = \"{SECRET}\n"),
+            SECRET,
+            "agents.toml: agents[0].token (line 3, column ",
+        ),
+        (
+            "--agents",
+            "agents.toml",
+            format!("[[agents]]\nid = \"a\"\nweight = 1\ntoken = {DIGITS}\n"),
+            DIGITS,
+            "agents.toml: agents[0].token (line 4, column 9): a token must be a string",
+        ),
+        (
+            "--credentials",
+            "creds.toml",
+            format!("agent_id = \"a\"\ntoken = \"{SECRET}\" x\n"),
+            SECRET,
+            "creds.toml: token (line 2, column 23): ",
+        ),
+        (
+            "--credentials",
+            "creds.json",
+            format!("{{\"agent_id\": \"a\", \"token\": {DIGITS}}}"),
+            DIGITS,
+            "creds.json: a token must be a string at line 1",
+        ),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, &text).unwrap();
+        let out = load_at(NOWHERE, &[flag, path.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let shown = [stderr(&out), stdout(&out)].concat();
+        assert!(!shown.contains(secret), "{text:?}: {shown}");
+        assert_eq!(out.status.code(), Some(1), "{text:?}: {shown}");
+        assert!(stderr(&out).contains(why), "{text:?}: {shown}");
+    }
+}
+
 #[test]
 fn over_tls_several_agents_share_the_load_and_only_the_limited_one_is_refused() {
     let pki = TestPki::for_host("load", "127.0.0.1");

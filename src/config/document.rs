@@ -62,16 +62,11 @@ impl<T: DeserializeOwned> Parsed<T> {
     /// Reads `text`, a file of `schema`; fails only when nothing of it can be read (it is not
     /// TOML).
     pub fn read(text: &str, schema: &'static Schema) -> Result<Parsed<T>, Vec<Problem>> {
-        let lines = Lines::of(text);
         let doc = ImDocument::parse(text).map_err(|e| {
             let offset = e.span().map_or(0, |s| s.start);
-            vec![Problem {
-                key: syntax_key(text, offset),
-                message: one_line(e.message()),
-                at: Some(lines.place(offset)),
-                file: None,
-            }]
+            vec![problem_in_text(text, offset..offset, e.message())]
         })?;
+        let lines = Lines::of(text);
         let mut root = doc.into_table();
         let mut found = Findings {
             schema,
@@ -382,13 +377,29 @@ fn remove(root: &mut Table, path: &str) -> bool {
     table.and_then(|t| t.remove(last)).is_some()
 }
 
-/// The key a syntax error at `offset` is in, as far as the text says: the last table header
-/// before it and the key its line starts with.
-fn syntax_key(text: &str, offset: usize) -> String {
-    let before = &text[..offset.min(text.len())];
+/// The problem a TOML parser's error at `span` of `text` is: under the key it is about
+/// ([`key_of`]), located, its message on one line. It quotes none of the text, as the
+/// error's own `Display` does: a value there may be a secret (the load generator's tokens).
+pub(crate) fn problem_in_text(text: &str, span: Range<usize>, message: &str) -> Problem {
+    Problem {
+        key: key_of(text, span.clone()),
+        message: one_line(message),
+        at: Some(Lines::of(text).place(span.start)),
+        file: None,
+    }
+}
+
+/// The key an error at `span` is about, as far as the text says: the last table header up to
+/// its line, and the key of its line when `span` is that key (unknown, written twice) or on
+/// or past its value (of the wrong type, a syntax error in or after it). A span that starts
+/// at a key and runs past it is its table's (a key missing from the table).
+fn key_of(text: &str, span: Range<usize>) -> String {
+    let start = span.start.min(text.len());
+    let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
     let mut table = String::new();
     let mut seen: HashMap<String, usize> = HashMap::new();
-    for line in before.lines() {
+    for line in text[..line_end].lines() {
         let line = line.trim();
         if let Some(name) = line.strip_prefix("[[").and_then(|l| l.split_once("]]")) {
             let name = name.0.trim().to_owned();
@@ -399,18 +410,20 @@ fn syntax_key(text: &str, offset: usize) -> String {
             table = name.0.trim().to_owned();
         }
     }
-    let line = text[before.rfind('\n').map_or(0, |i| i + 1)..]
-        .lines()
-        .next()
-        .unwrap_or("");
-    let key = line.split_once('=').map(|(k, _)| k.trim()).filter(|k| {
-        !k.is_empty()
-            && k.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
-    });
-    match key {
-        Some(key) => join(&table, key),
-        None => table,
+    let line = &text[line_start..line_end];
+    let Some(equals) = line.find('=') else {
+        return table;
+    };
+    let key = line[..equals].trim();
+    let bare = !key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    let equals = line_start + equals;
+    if bare && (start > equals || span.end <= equals) {
+        join(&table, key)
+    } else {
+        table
     }
 }
 
@@ -543,9 +556,23 @@ mod tests {
             "{found:?}"
         );
         assert_eq!(
-            syntax_key("[[auth.agents]]\nid = 1\n[[auth.agents]]\nid = ", 55),
+            key_of("[[auth.agents]]\nid = 1\n[[auth.agents]]\nid = ", 55..55),
             "auth.agents[1].id"
         );
+    }
+
+    /// A serde error's span is its key's, its value's, or its table's (a key missing).
+    #[test]
+    fn an_error_is_under_the_key_or_the_table_its_span_is() {
+        let text = "[[agents]]\nid = \"a\"\ntokn = \"x\"\n[[agents]]\nweight = -1\n";
+        let at = |part: &str| {
+            let start = text.find(part).unwrap();
+            key_of(text, start..start + part.len())
+        };
+        assert_eq!(at("tokn"), "agents[0].tokn");
+        assert_eq!(at("-1"), "agents[1].weight");
+        assert_eq!(at("[[agents]]\nweight = -1"), "agents[1]");
+        assert_eq!(key_of("agent_id = \"a\"\n", 0..14), "");
     }
 
     #[test]

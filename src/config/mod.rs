@@ -60,6 +60,7 @@ pub use types::{
 };
 pub use upstream::{BudgetConfig, DnsConfig, EjectionConfig, Host, Target, UpstreamConfig};
 
+pub(crate) use document::problem_in_text;
 use document::Parsed;
 use file::{AgentsFile, AuthFile};
 use files::Files;

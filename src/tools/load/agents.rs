@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::client::redact::REDACTED;
-use crate::config::BusinessCode;
+use crate::config::{problem_in_text, BusinessCode};
 
 use super::LoadError;
 
@@ -49,9 +49,26 @@ struct AgentEntry {
 
 /// An agent's token, as the command line or a file gives it: its `Debug` print is
 /// [`REDACTED`], so that no print of the arguments, an agent or the plan shows it.
-#[derive(Clone, PartialEq, Eq, Deserialize)]
-#[serde(transparent)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Token(String);
+
+/// A value of another type (a token written unquoted) is refused without the value, which
+/// serde's own message repeats (`invalid type: integer 48151623429, ...`); any other error
+/// (the token missing) is the deserializer's.
+impl<'de> Deserialize<'de> for Token {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Token, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            Text(String),
+            Other(serde::de::IgnoredAny),
+        }
+        match Written::deserialize(d)? {
+            Written::Text(token) => Ok(Token(token)),
+            Written::Other(_) => Err(serde::de::Error::custom("a token must be a string")),
+        }
+    }
+}
 
 impl Token {
     pub fn as_str(&self) -> &str {
@@ -114,7 +131,7 @@ pub fn parse_agents(
         path: path.to_owned(),
         message,
     };
-    let file: AgentsFile = toml::from_str(text).map_err(|e| bad(e.to_string()))?;
+    let file: AgentsFile = toml::from_str(text).map_err(|e| bad(toml_mistake(text, &e)))?;
     if file.agents.is_empty() {
         return Err(bad("no [[agents]]".into()));
     }
@@ -157,6 +174,16 @@ pub fn parse_agents(
         return Err(bad("every weight is zero".into()));
     }
     Ok(agents)
+}
+
+/// What is wrong with a TOML file of tokens (`--agents`, `--credentials`), on one line: the
+/// key, line and column of its mistake and the parser's message, never the line itself, which
+/// the error's own `Display` quotes and may be a `token = ...`.
+pub(super) fn toml_mistake(text: &str, e: &toml::de::Error) -> String {
+    match e.span() {
+        Some(span) => problem_in_text(text, span, e.message()).to_string(),
+        None => e.message().replace('\n', "; "),
+    }
 }
 
 /// An id or token goes in a header as it is: not empty, no control character.

@@ -12,7 +12,7 @@ use crate::api::operation::{ApiVersion, Operation};
 use crate::client::port_is_a_number;
 use crate::client::redact::{redact_url, REDACTED};
 
-use super::agents::Token;
+use super::agents::{toml_mistake, Token};
 use super::schedule::Stage;
 use super::threshold::Threshold;
 use super::LoadError;
@@ -636,7 +636,7 @@ pub fn parse_credentials(text: &str, path: &str) -> Result<Credentials, LoadErro
     let creds: Credentials = if text.trim_start().starts_with('{') {
         serde_json::from_str(text).map_err(|e| format(e.to_string()))?
     } else {
-        toml::from_str(text).map_err(|e| format(e.to_string()))?
+        toml::from_str(text).map_err(|e| format(toml_mistake(text, &e)))?
     };
     if creds.agent_id.is_empty() || creds.token.as_str().is_empty() {
         return Err(format("agent_id and token must not be empty".into()));

@@ -1242,6 +1242,61 @@ service = "SVC2"
     }
 }
 
+/// An agents or credentials file that cannot be read is named by the key, line and column
+/// of its mistake, never by its line, which may be a token's (or a token of the wrong type,
+/// which the parser's message repeated).
+#[test]
+fn a_file_that_cannot_be_read_names_the_place_of_its_mistake_not_its_token() {
+    const TOKEN: &str = "tok-61d0";
+    let no_file = |_: &std::path::Path| Err(std::io::Error::from(std::io::ErrorKind::NotFound));
+    for (text, shown) in [
+        (
+            format!("[[agents]]\nid = \"a\"\ntoken = \"{TOKEN}\" x\n"),
+            "bad agents file a.toml: agents[0].token (line 3, column 20): ",
+        ),
+        (
+            format!("[[agents]]\nid = \"a\"\n[[agents]]\nid = \"b\"\ntoken = {TOKEN}\n"),
+            "bad agents file a.toml: agents[1].token (line 5, column 9): ",
+        ),
+        (
+            "[[agents]]\nid = \"a\"\ntoken = 61040\n".to_owned(),
+            "bad agents file a.toml: agents[0].token (line 3, column 9): a token must be a string",
+        ),
+    ] {
+        let message = parse_agents(&text, "a.toml", no_file)
+            .unwrap_err()
+            .to_string();
+        assert!(message.starts_with(shown), "{text:?}: {message}");
+        assert!(
+            !message.contains(TOKEN) && !message.contains("61040"),
+            "{message}"
+        );
+        assert!(!message.contains('\n'), "one line: {message}");
+    }
+    for (text, shown) in [
+        (
+            format!("agent_id = \"a\"\ntoken = \"{TOKEN}\" x\n"),
+            "bad credentials file f: token (line 2, column 20): ",
+        ),
+        (
+            "{\"agent_id\": \"a\", \"token\": 61040}".to_owned(),
+            "bad credentials file f: a token must be a string at line 1 column",
+        ),
+        // A token missing is not one of the wrong type.
+        (
+            "agent_id = \"a\"\n".to_owned(),
+            "bad credentials file f: (line 1, column 1): missing field `token`",
+        ),
+    ] {
+        let message = parse_credentials(&text, "f").unwrap_err().to_string();
+        assert!(message.starts_with(shown), "{text:?}: {message}");
+        assert!(
+            !message.contains(TOKEN) && !message.contains("61040"),
+            "{message}"
+        );
+    }
+}
+
 fn two_agents(m: &str) -> Script {
     let mut s = script(m);
     s.agents.push(AgentScript {
