@@ -402,10 +402,14 @@ fn the_image_runs_read_only_as_non_root_serves_v1_and_drains_on_stop() {
     let answer = post(proxy, VERIFY_V1, BODY);
     assert_eq!(answer.status, 200, "{}", answer.text());
     assert_eq!(backend.last().target, "/api/v2/verify/ORG_DEFAULT/request");
-    let metrics = admin_get(admin, "/metrics");
-    assert_eq!(metrics.status, 200);
+    // Counted as the request's record is written, which may be just after its answer.
     let series = "agent_gateway_requests_total{api_version=\"v1\",code=\"200\",operation=\"verify_request\"}";
-    assert_eq!(metric_value(&metrics.text(), series), Some(1.0), "{series}");
+    common::process::poll_until(
+        series,
+        || admin_get(admin, "/metrics"),
+        |metrics| metrics.status == 200 && metric_value(&metrics.text(), series) == Some(1.0),
+        |metrics| metrics.text(),
+    );
 
     // A request in flight when the engine stops the container (SIGTERM)...
     let slow = std::thread::spawn(move || get(proxy, "/api/v1/transaction/slow/status"));
