@@ -319,6 +319,53 @@ def cmd_idle_connection(host, port):
     print(json.dumps({"goaway": goaway, "closed": closed, "seconds": round(time.time() - started, 2)}))
 
 
+class Frames:
+    """The frames a raw connection receives, as (type, flags, stream id, payload), until its
+    peer closes it (`closed` is then set) or the socket's timeout passes."""
+
+    def __init__(self, s):
+        self.s, self.closed = s, False
+
+    def __iter__(self):
+        buf = b""
+        while True:
+            try:
+                data = self.s.recv(65536)
+            except ConnectionResetError:
+                data = b""
+            except socket.timeout:
+                return
+            if not data:
+                self.closed = True
+                return
+            buf += data
+            while len(buf) >= 9:
+                length = int.from_bytes(buf[:3], "big")
+                if len(buf) < 9 + length:
+                    break
+                ftype, flags, payload = buf[3], buf[4], buf[9:9 + length]
+                sid = int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF
+                buf = buf[9 + length:]
+                yield ftype, flags, sid, payload
+
+
+def new_stream():
+    return {"status": None, "body": b"", "reset": None, "done": False}
+
+
+def note_stream_frame(stream, ftype, flags, payload, dec):
+    """Notes in `stream` what a frame of it says: its status, body, reset, and whether it is done."""
+    if ftype == RST_STREAM:
+        stream["reset"] = int.from_bytes(payload[:4], "big")
+        stream["done"] = True
+    elif ftype == 0x1:
+        stream["status"] = int(dict(dec.decode(payload))[":status"])
+        stream["done"] = bool(flags & 0x1)
+    elif ftype == 0x0:
+        stream["body"] += payload
+        stream["done"] = bool(flags & 0x1)
+
+
 def cmd_slow_stream(host, port, path, n="1"):
     """Raw frames: the `h2` library closes its state at the first GOAWAY, while a graceful
     GOAWAY lets the open streams finish, which is what this checks."""
@@ -328,42 +375,22 @@ def cmd_slow_stream(host, port, path, n="1"):
     ids = [1 + 2 * i for i in range(int(n))]
     s.sendall(b"".join(HeadersFrame(sid, data=block, flags=["END_HEADERS", "END_STREAM"]).serialize() for sid in ids))
     print("sent", file=sys.stderr, flush=True)
-    streams = {sid: {"status": None, "body": b"", "reset": None, "done": False} for sid in ids}
-    goaway_first, closed = False, False
+    streams = {sid: new_stream() for sid in ids}
+    goaway_first = False
     s.settimeout(20)
-    buf = b""
-    while not all(v["done"] for v in streams.values()):
-        try:
-            data = s.recv(65536)
-        except ConnectionResetError:
-            data = b""
-        if not data:
-            closed = True
+    frames = Frames(s)
+    for ftype, flags, sid, payload in frames:
+        if ftype == GOAWAY:
+            print("goaway", file=sys.stderr, flush=True)
+            goaway_first = goaway_first or streams[1]["status"] is None
+        elif ftype == PING and not flags & 0x1:
+            s.sendall(PingFrame(0, opaque_data=payload, flags=["ACK"]).serialize())
+        elif ftype == SETTINGS and not flags & 0x1:
+            s.sendall(SettingsFrame(0, flags=["ACK"]).serialize())
+        elif sid in streams:
+            note_stream_frame(streams[sid], ftype, flags, payload, dec)
+        if all(v["done"] for v in streams.values()):
             break
-        buf += data
-        while len(buf) >= 9:
-            length = int.from_bytes(buf[:3], "big")
-            if len(buf) < 9 + length:
-                break
-            ftype, flags, payload = buf[3], buf[4], buf[9:9 + length]
-            sid = int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF
-            buf = buf[9 + length:]
-            if ftype == GOAWAY:
-                print("goaway", file=sys.stderr, flush=True)
-                goaway_first = goaway_first or streams[1]["status"] is None
-            elif ftype == PING and not flags & 0x1:
-                s.sendall(PingFrame(0, opaque_data=payload, flags=["ACK"]).serialize())
-            elif ftype == SETTINGS and not flags & 0x1:
-                s.sendall(SettingsFrame(0, flags=["ACK"]).serialize())
-            elif ftype == RST_STREAM and sid in streams:
-                streams[sid]["reset"] = int.from_bytes(payload[:4], "big")
-                streams[sid]["done"] = True
-            elif ftype == 0x1 and sid in streams:
-                streams[sid]["status"] = int(dict(dec.decode(payload))[":status"])
-                streams[sid]["done"] = bool(flags & 0x1)
-            elif ftype == 0x0 and sid in streams:
-                streams[sid]["body"] += payload
-                streams[sid]["done"] = bool(flags & 0x1)
     first = streams[1]
     print(json.dumps({
         "status": first["status"],
@@ -373,56 +400,35 @@ def cmd_slow_stream(host, port, path, n="1"):
             {"status": v["status"], "reset": v["reset"], "done": v["done"]}
             for _, v in sorted(streams.items())
         ],
-        "closed_with_streams_open": closed,
+        "closed_with_streams_open": frames.closed,
     }))
 
 
 def cmd_cross_goaway(host, port, path, ping):
+    """Raw frames: a stream opened as the idle connection's first GOAWAY comes, before its
+    PING is acked (`ack`: then acked; `no-ack`: never)."""
     s = open_raw(host, port)
     enc, dec = hpack.Encoder(), hpack.Decoder()
     block = enc.encode(request_headers("GET", path, f"{host}:{port}", AUTH))
-    stream = {"status": None, "body": b"", "reset": None, "done": False}
-    goaways, closed, answered = [], False, None
+    stream = new_stream()
+    goaways, answered = [], None
     s.settimeout(20)
-    buf = b""
-    while True:
-        try:
-            data = s.recv(65536)
-        except ConnectionResetError:
-            data = b""
-        except socket.timeout:
-            break
-        if not data:
-            closed = True
-            break
-        buf += data
-        while len(buf) >= 9:
-            length = int.from_bytes(buf[:3], "big")
-            if len(buf) < 9 + length:
-                break
-            ftype, flags, payload = buf[3], buf[4], buf[9:9 + length]
-            sid = int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF
-            buf = buf[9 + length:]
-            if ftype == GOAWAY:
-                if not goaways:
-                    s.sendall(HeadersFrame(1, data=block, flags=["END_HEADERS", "END_STREAM"]).serialize())
-                    print("goaway", file=sys.stderr, flush=True)
-                goaways.append(int.from_bytes(payload[:4], "big") & 0x7FFFFFFF)
-            elif ftype == PING and not flags & 0x1 and (ping == "ack" or not goaways):
-                s.sendall(PingFrame(0, opaque_data=payload, flags=["ACK"]).serialize())
-            elif ftype == SETTINGS and not flags & 0x1:
-                s.sendall(SettingsFrame(0, flags=["ACK"]).serialize())
-            elif ftype == RST_STREAM and sid == 1:
-                stream["reset"] = int.from_bytes(payload[:4], "big")
-                stream["done"] = True
-            elif ftype == 0x1 and sid == 1:
-                stream["status"] = int(dict(dec.decode(payload))[":status"])
-                stream["done"] = bool(flags & 0x1)
-            elif ftype == 0x0 and sid == 1:
-                stream["body"] += payload
-                stream["done"] = bool(flags & 0x1)
-            if stream["done"] and answered is None:
-                answered = time.time()
+    frames = Frames(s)
+    for ftype, flags, sid, payload in frames:
+        if ftype == GOAWAY:
+            if not goaways:
+                s.sendall(HeadersFrame(1, data=block, flags=["END_HEADERS", "END_STREAM"]).serialize())
+                print("goaway", file=sys.stderr, flush=True)
+            goaways.append(int.from_bytes(payload[:4], "big") & 0x7FFFFFFF)
+        elif ftype == PING and not flags & 0x1 and (ping == "ack" or not goaways):
+            s.sendall(PingFrame(0, opaque_data=payload, flags=["ACK"]).serialize())
+        elif ftype == SETTINGS and not flags & 0x1:
+            s.sendall(SettingsFrame(0, flags=["ACK"]).serialize())
+        elif sid == 1:
+            note_stream_frame(stream, ftype, flags, payload, dec)
+        if stream["done"] and answered is None:
+            answered = time.time()
+    closed = frames.closed
     print(json.dumps({
         "status": stream["status"],
         "body": stream["body"].decode("utf-8", "replace"),
