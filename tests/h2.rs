@@ -576,6 +576,48 @@ fn sigquit_hands_over_with_a_goaway_that_lets_the_open_stream_finish() {
     assert_eq!((h2c.version.as_str(), h2c.status), ("2", 200));
 }
 
+/// A stream its client reset is the client's doing, even when its connection is cut at the
+/// drain deadline before the gateway notices the reset (it does when the answer comes): logged
+/// with the backend's status and `client_aborted`, not as the gateway's cut.
+#[test]
+fn a_stream_its_client_reset_before_the_drain_cut_is_still_the_clients() {
+    let gate = Gate::new();
+    let (backend, mut cfg) = held_behind_one_connection(&gate);
+    cfg.server.grace_period_seconds = 1;
+    let sock_dir = tempfile::tempdir().unwrap();
+    cfg.server.upgrade_sock = sock_dir.path().join("upgrade.sock").display().to_string();
+    let mut old = Gateway::builder(cfg).process().start();
+    let mut client = H2Client::spawn("reset-on-cue", old.proxy, &[VERIFY_V1, "reset-then-cut"]);
+    client.wait_for("sent", 1);
+    old.wait_until("the request at the backend", || backend.count() == 1);
+    client.cue();
+    client.wait_for("reset", 1);
+    // The handover's GOAWAY, then its drain deadline (1 s) cuts the connection, which the
+    // client keeps open: nothing to wait on but the deadline.
+    let _new = old.hand_over();
+    std::thread::sleep(Duration::from_millis(2_500));
+    gate.open();
+    old.wait_exit();
+    client.cue();
+    let logged = old.access_log();
+    let outcomes: Vec<_> = logged
+        .iter()
+        .map(|l| {
+            let field = |name: &str| l[name].clone();
+            (
+                field("status"),
+                field("client_aborted"),
+                field("closed_by_gateway"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        [(json!(200), json!(true), Value::Null)],
+        "{logged:#?}"
+    );
+}
+
 /// Streams still open when an HTTP/2 connection's drain deadline passes are cut by the
 /// gateway, not given up by their client: logged 503 with `client_aborted` false and
 /// `closed_by_gateway`, never 499, whether the stream waited for a backend connection or had
