@@ -230,6 +230,12 @@ impl Address {
         ))
     }
 
+    /// Marks the address as having left its set, as a reload that removes it does.
+    #[cfg(test)]
+    pub fn retire(&self) {
+        self.retired.store(true, Ordering::Relaxed);
+    }
+
     fn slots(&self) -> MutexGuard<'_, Slots> {
         self.slots.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -225,7 +225,8 @@ impl UpstreamPool {
     }
 
     /// The half of [`Self::put`] before the pool's lock: `conn`, watched, if it may be kept,
-    /// with the budget it was checked against.
+    /// with the budget it was checked against. [`Self::keep`] looks again at what a reload
+    /// may have changed meanwhile.
     fn check(&self, mut conn: UpstreamConn) -> Option<Checked> {
         let (cap, retired) = (conn.slot.address().cap(), conn.slot.address().is_retired());
         if retired || conn.slot.free_past_budget() || !conn.buf.is_empty() {
@@ -248,10 +249,11 @@ impl UpstreamPool {
     fn keep(&self, Checked { mut conn, cap }: Checked, now: Instant) {
         let address = conn.slot.address().clone();
         let mut idle = self.lock();
-        // A reload that lowered the budget since the check may have had its sweep already,
-        // before this connection was in the pool to close: under the lock the sweep takes,
-        // the budget is looked at again when it changed (a load, on the common path).
-        if address.cap() != cap && conn.slot.free_past_budget() {
+        // A reload since the check may have had its sweep already, before this connection
+        // was in the pool to close: under the lock the sweep takes, the address is looked at
+        // again, whether it left the set and, when it changed, its budget (two loads, on the
+        // common path).
+        if address.is_retired() || (address.cap() != cap && conn.slot.free_past_budget()) {
             drop(idle);
             return;
         }
@@ -570,6 +572,22 @@ mod tests {
         pool.keep(checked, Instant::now());
         assert_eq!(pool.idle_count(), 0, "kept past the budget");
         assert_eq!(address.open(), 1);
+    }
+
+    /// A connection put back in the instant its address leaves the set, the reload's sweep
+    /// done between `put`'s check and its taking the pool's lock, is not kept: it closes, as
+    /// it would have had it come back a moment later.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_connection_put_back_as_its_address_leaves_the_set_is_not_kept() {
+        let pool = UpstreamPool::new(4);
+        let (listener, address) = backend();
+        let (coming_back, _b) = pooled_socket_to(&listener, &address).await;
+        let checked = pool.check(coming_back).expect("in the set");
+        address.retire();
+        pool.evict(LONG);
+        pool.keep(checked, Instant::now());
+        assert_eq!(pool.idle_count(), 0, "kept for an address that left");
+        assert_eq!(address.open(), 0);
     }
 
     #[tokio::test(flavor = "current_thread", start_paused = true)]
