@@ -64,7 +64,9 @@ impl<T: DeserializeOwned> Parsed<T> {
     pub fn read(text: &str, schema: &'static Schema) -> Result<Parsed<T>, Vec<Problem>> {
         let doc = ImDocument::parse(text).map_err(|e| {
             let offset = e.span().map_or(0, |s| s.start);
-            vec![problem_in_text(text, offset..offset, e.message())]
+            vec![problem_in_text(text, offset..offset, e.message(), |key| {
+                schema.names_key(key)
+            })]
         })?;
         let lines = Lines::of(text);
         let mut root = doc.into_table();
@@ -380,9 +382,17 @@ fn remove(root: &mut Table, path: &str) -> bool {
 /// The problem a TOML parser's error at `span` of `text` is: under the key it is about
 /// ([`key_of`]), located, its message on one line. It quotes none of the text, as the
 /// error's own `Display` does: a value there may be a secret (the load generator's tokens).
-pub(crate) fn problem_in_text(text: &str, span: Range<usize>, message: &str) -> Problem {
+/// `is_key` says which names the file's keys have: the text before a line's `=` is named only
+/// when it is one, since that line may be inside a value left open (an unclosed string or
+/// array), such as a token ending in `=`.
+pub(crate) fn problem_in_text(
+    text: &str,
+    span: Range<usize>,
+    message: &str,
+    is_key: impl Fn(&str) -> bool,
+) -> Problem {
     Problem {
-        key: key_of(text, span.clone()),
+        key: key_of(text, span.clone(), is_key),
         message: one_line(message),
         at: Some(Lines::of(text).place(span.start)),
         file: None,
@@ -393,7 +403,7 @@ pub(crate) fn problem_in_text(text: &str, span: Range<usize>, message: &str) -> 
 /// its line, and the key of its line when `span` is that key (unknown, written twice) or on
 /// or past its value (of the wrong type, a syntax error in or after it). A span that starts
 /// at a key and runs past it is its table's (a key missing from the table).
-fn key_of(text: &str, span: Range<usize>) -> String {
+fn key_of(text: &str, span: Range<usize>, is_key: impl Fn(&str) -> bool) -> String {
     let start = span.start.min(text.len());
     let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
     let line_end = text[start..].find('\n').map_or(text.len(), |i| start + i);
@@ -420,7 +430,7 @@ fn key_of(text: &str, span: Range<usize>) -> String {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
     let equals = line_start + equals;
-    if bare && (start > equals || span.end <= equals) {
+    if bare && is_key(key) && (start > equals || span.end <= equals) {
         join(&table, key)
     } else {
         table
@@ -556,7 +566,11 @@ mod tests {
             "{found:?}"
         );
         assert_eq!(
-            key_of("[[auth.agents]]\nid = 1\n[[auth.agents]]\nid = ", 55..55),
+            key_of(
+                "[[auth.agents]]\nid = 1\n[[auth.agents]]\nid = ",
+                55..55,
+                |k| k == "id"
+            ),
             "auth.agents[1].id"
         );
     }
@@ -564,15 +578,34 @@ mod tests {
     /// A serde error's span is its key's, its value's, or its table's (a key missing).
     #[test]
     fn an_error_is_under_the_key_or_the_table_its_span_is() {
-        let text = "[[agents]]\nid = \"a\"\ntokn = \"x\"\n[[agents]]\nweight = -1\n";
+        let known = |k: &str| ["id", "token", "weight", "agent_id"].contains(&k);
+        let text = "[[agents]]\nid = \"a\"\ntoken = \"x\"\n[[agents]]\nweight = -1\n";
         let at = |part: &str| {
             let start = text.find(part).unwrap();
-            key_of(text, start..start + part.len())
+            key_of(text, start..start + part.len(), known)
         };
-        assert_eq!(at("tokn"), "agents[0].tokn");
+        assert_eq!(at("token"), "agents[0].token");
         assert_eq!(at("-1"), "agents[1].weight");
         assert_eq!(at("[[agents]]\nweight = -1"), "agents[1]");
-        assert_eq!(key_of("agent_id = \"a\"\n", 0..14), "");
+        assert_eq!(key_of("agent_id = \"a\"\n", 0..14, known), "");
+    }
+
+    /// A line inside a value left open (a string, an array) is no key, however it reads: a
+    /// token ending in `=` there would be named as one.
+    #[test]
+    fn a_line_inside_an_open_value_is_not_named_as_a_key() {
+        let known = |k: &str| ["id", "token"].contains(&k);
+        for text in [
+            "[[agents]]\nid = \"a\"\ntoken = \"\"\"\nsk_live_SECRET==",
+            "[[agents]]\nid = \"a\"\ntoken = [\n\"x\",\nsk_live_SECRET==\n]",
+            "[[agents]]\nid = \"a\"\nsk_live_SECRET==\n",
+        ] {
+            let end = text.len();
+            let key = key_of(text, end..end, known);
+            assert_eq!(key, "agents[0]", "{text:?}");
+            let problem = problem_in_text(text, end..end, "invalid string", known).to_string();
+            assert!(!problem.contains("SECRET"), "{problem}");
+        }
     }
 
     #[test]

@@ -58,6 +58,11 @@ impl Schema {
         self.tables.get(path).copied()
     }
 
+    /// Whether a table of the file has a key named `name`.
+    pub fn names_key(&self, name: &str) -> bool {
+        self.tables.values().any(|fields| fields.contains(&name))
+    }
+
     /// Every key a file can set, by its full path (`upstream.read_timeout_ms`,
     /// `auth.agents[].id`), tables themselves left out.
     pub fn every_key(&self) -> Vec<String> {

@@ -34,6 +34,12 @@ struct AgentsFile {
     agents: Vec<AgentEntry>,
 }
 
+impl AgentsFile {
+    /// The names its keys have (its own and [`AgentEntry`]'s): an error names no other.
+    const KEYS: &'static [&'static str] =
+        &["agents", "id", "token", "token_file", "service", "weight"];
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct AgentEntry {
@@ -131,7 +137,8 @@ pub fn parse_agents(
         path: path.to_owned(),
         message,
     };
-    let file: AgentsFile = toml::from_str(text).map_err(|e| bad(toml_mistake(text, &e)))?;
+    let file: AgentsFile =
+        toml::from_str(text).map_err(|e| bad(toml_mistake(text, &e, AgentsFile::KEYS)))?;
     if file.agents.is_empty() {
         return Err(bad("no [[agents]]".into()));
     }
@@ -179,9 +186,9 @@ pub fn parse_agents(
 /// What is wrong with a TOML file of tokens (`--agents`, `--credentials`), on one line: the
 /// key, line and column of its mistake and the parser's message, never the line itself, which
 /// the error's own `Display` quotes and may be a `token = ...`.
-pub(super) fn toml_mistake(text: &str, e: &toml::de::Error) -> String {
+pub(super) fn toml_mistake(text: &str, e: &toml::de::Error, keys: &[&str]) -> String {
     match e.span() {
-        Some(span) => problem_in_text(text, span, e.message()).to_string(),
+        Some(span) => problem_in_text(text, span, e.message(), |k| keys.contains(&k)).to_string(),
         None => e.message().replace('\n', "; "),
     }
 }
@@ -189,4 +196,34 @@ pub(super) fn toml_mistake(text: &str, e: &toml::de::Error) -> String {
 /// An id or token goes in a header as it is: not empty, no control character.
 fn header_safe(v: &str) -> bool {
     !v.is_empty() && !v.bytes().any(|b| b.is_ascii_control())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// [`AgentsFile::KEYS`] are the names serde knows for the file and its entries: the list
+    /// an error may name a key from stays the structs' fields.
+    #[test]
+    fn the_agents_files_key_names_are_its_fields() {
+        let expected = |text: &str| -> Vec<String> {
+            let e = toml::from_str::<AgentsFile>(text).unwrap_err();
+            let (_, names) = e
+                .message()
+                .split_once("expected")
+                .expect("serde lists them");
+            names
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_owned)
+                .collect()
+        };
+        let mut fields = expected("x = 1\n");
+        fields.extend(expected("[[agents]]\nid = \"a\"\nx = 1\n"));
+        fields.sort();
+        let mut keys = AgentsFile::KEYS.to_vec();
+        keys.sort();
+        assert_eq!(fields, keys);
+    }
 }

@@ -627,6 +627,11 @@ pub struct Credentials {
     pub token: Token,
 }
 
+impl Credentials {
+    /// The names its keys have: an error in its file names no other.
+    const KEYS: &'static [&'static str] = &["agent_id", "token"];
+}
+
 /// Parses a credentials file's text: JSON when it starts with `{`, TOML otherwise.
 pub fn parse_credentials(text: &str, path: &str) -> Result<Credentials, LoadError> {
     let format = |message: String| LoadError::CredentialsFormat {
@@ -636,7 +641,7 @@ pub fn parse_credentials(text: &str, path: &str) -> Result<Credentials, LoadErro
     let creds: Credentials = if text.trim_start().starts_with('{') {
         serde_json::from_str(text).map_err(|e| format(e.to_string()))?
     } else {
-        toml::from_str(text).map_err(|e| format(toml_mistake(text, &e)))?
+        toml::from_str(text).map_err(|e| format(toml_mistake(text, &e, Credentials::KEYS)))?
     };
     if creds.agent_id.is_empty() || creds.token.as_str().is_empty() {
         return Err(format("agent_id and token must not be empty".into()));
