@@ -394,6 +394,10 @@ impl Upstream {
                     // does.
                     if reused && idempotent && !resent && failure.kind == UpstreamErrorKind::Reset {
                         resent = true;
+                        // It looks for a connection afresh: the time its first exchange took
+                        // (up to `read_timeout`) was not spent looking, and would leave its
+                        // wait at a busy address no time at all.
+                        first_started = None;
                         tried.push(index);
                         if self.untried(set, first, &tried).next().is_none() {
                             again = Some(index);
