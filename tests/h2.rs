@@ -576,17 +576,24 @@ fn sigquit_hands_over_with_a_goaway_that_lets_the_open_stream_finish() {
     assert_eq!((h2c.version.as_str(), h2c.status), ("2", 200));
 }
 
+/// A gateway process that may have one connection to a gated backend, and whose HTTP/2
+/// connections are cut a second into a drain; with the directory of its upgrade socket, for
+/// a handover.
+fn cut_a_second_into_its_drain(gate: &Gate) -> (Backend, Gateway, tempfile::TempDir) {
+    let (backend, mut cfg) = held_behind_one_connection(gate);
+    cfg.server.grace_period_seconds = 1;
+    let sock_dir = tempfile::tempdir().unwrap();
+    cfg.server.upgrade_sock = sock_dir.path().join("upgrade.sock").display().to_string();
+    (backend, Gateway::builder(cfg).process().start(), sock_dir)
+}
+
 /// A stream its client reset is the client's doing, even when its connection is cut at the
 /// drain deadline before the gateway notices the reset (it does when the answer comes): logged
 /// with the backend's status and `client_aborted`, not as the gateway's cut.
 #[test]
 fn a_stream_its_client_reset_before_the_drain_cut_is_still_the_clients() {
     let gate = Gate::new();
-    let (backend, mut cfg) = held_behind_one_connection(&gate);
-    cfg.server.grace_period_seconds = 1;
-    let sock_dir = tempfile::tempdir().unwrap();
-    cfg.server.upgrade_sock = sock_dir.path().join("upgrade.sock").display().to_string();
-    let mut old = Gateway::builder(cfg).process().start();
+    let (backend, mut old, _sock_dir) = cut_a_second_into_its_drain(&gate);
     let mut client = H2Client::spawn("reset-on-cue", old.proxy, &[VERIFY_V1, "reset-then-cut"]);
     client.wait_for("sent", 1);
     old.wait_until("the request at the backend", || backend.count() == 1);
@@ -600,19 +607,8 @@ fn a_stream_its_client_reset_before_the_drain_cut_is_still_the_clients() {
     old.wait_exit();
     client.cue();
     let logged = old.access_log();
-    let outcomes: Vec<_> = logged
-        .iter()
-        .map(|l| {
-            let field = |name: &str| l[name].clone();
-            (
-                field("status"),
-                field("client_aborted"),
-                field("closed_by_gateway"),
-            )
-        })
-        .collect();
     assert_eq!(
-        outcomes,
+        who_ended(&logged),
         [(json!(200), json!(true), Value::Null)],
         "{logged:#?}"
     );
@@ -625,11 +621,7 @@ fn a_stream_its_client_reset_before_the_drain_cut_is_still_the_clients() {
 #[test]
 fn streams_the_drain_deadline_cuts_are_logged_as_the_gateways_503() {
     let gate = Gate::new();
-    let (backend, mut cfg) = held_behind_one_connection(&gate);
-    cfg.server.grace_period_seconds = 1;
-    let sock_dir = tempfile::tempdir().unwrap();
-    cfg.server.upgrade_sock = sock_dir.path().join("upgrade.sock").display().to_string();
-    let mut old = Gateway::builder(cfg).process().start();
+    let (backend, mut old, _sock_dir) = cut_a_second_into_its_drain(&gate);
     // One stream at the backend, the other waiting for the one connection it may have.
     let client = H2Client::spawn("slow-stream", old.proxy, &[STATUS_V1, "2"]);
     old.wait_until("the first at the backend", || backend.count() == 1);
@@ -644,19 +636,24 @@ fn streams_the_drain_deadline_cuts_are_logged_as_the_gateways_503() {
     gate.open();
     old.wait_exit();
     let logged = old.access_log();
-    let statuses: Vec<_> = logged
+    let cut = (json!(503), json!(false), json!(true));
+    assert_eq!(who_ended(&logged), [cut.clone(), cut], "{logged:#?}");
+}
+
+/// Each access-log line's `status`, `client_aborted` and `closed_by_gateway` (null when
+/// absent): what the client was told, and who ended the request.
+fn who_ended(logged: &[Value]) -> Vec<(Value, Value, Value)> {
+    let field = |line: &Value, name: &str| line[name].clone();
+    logged
         .iter()
         .map(|l| {
-            let field = |name: &str| l[name].clone();
             (
-                field("status"),
-                field("client_aborted"),
-                field("closed_by_gateway"),
+                field(l, "status"),
+                field(l, "client_aborted"),
+                field(l, "closed_by_gateway"),
             )
         })
-        .collect();
-    let cut = (json!(503), json!(false), json!(true));
-    assert_eq!(statuses, [cut.clone(), cut], "{logged:#?}");
+        .collect()
 }
 
 /// A stream the client opens as its idle connection's GOAWAY reaches it (the two cross on the
@@ -729,9 +726,6 @@ fn a_drain_during_an_idle_close_cuts_the_crossing_stream_at_its_own_deadline() {
     gate.open();
     old.wait_exit();
     let logged = old.access_log();
-    let cut: Vec<_> = logged
-        .iter()
-        .map(|l| (l["status"].clone(), l["closed_by_gateway"].clone()))
-        .collect();
-    assert_eq!(cut, [(json!(503), json!(true))], "{logged:#?}");
+    let cut = (json!(503), json!(false), json!(true));
+    assert_eq!(who_ended(&logged), [cut], "{logged:#?}");
 }
