@@ -144,11 +144,7 @@ impl Drop for Slot {
         }
         let mut slots = self.address.slots();
         slots.open -= 1;
-        let woke = wake_oldest(&mut slots);
-        drop(slots);
-        if !woke {
-            self.address.pending.room_freed();
-        }
+        self.address.offer(slots);
     }
 }
 
@@ -195,9 +191,8 @@ impl Drop for Waiter {
         // Woken but gone before it acted (its wait ran out as the wake came, its client
         // left, or it took a connection at another address): the wake is the next request's,
         // else the connection it was for would sit idle while the queue waits for another.
-        if self.woken.try_recv().is_ok() && !wake_oldest(&mut slots) {
-            drop(slots);
-            self.address.pending.room_freed();
+        if self.woken.try_recv().is_ok() {
+            self.address.offer(slots);
         }
     }
 }
@@ -337,8 +332,14 @@ impl Address {
     /// A connection went back to the pool: the oldest waiting request may take it, or, with
     /// none waiting here, one waiting at another address.
     pub fn returned(&self) {
-        let woke = wake_oldest(&mut self.slots());
-        if !woke {
+        self.offer(self.slots());
+    }
+
+    /// A connection or a place is free here (`slots`, its lock, held): the oldest request
+    /// waiting here is woken, else, the lock let go, one waiting at another address is told.
+    fn offer(&self, mut slots: MutexGuard<'_, Slots>) {
+        if !wake_oldest(&mut slots) {
+            drop(slots);
             self.pending.room_freed();
         }
     }
