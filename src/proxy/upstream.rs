@@ -27,7 +27,7 @@ use bytes::Buf;
 use pingora::{Error, ErrorType};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::backends::{Address, AddressSet, Admit, Backends, Slot};
+use super::backends::{Address, AddressSet, Admit, Backends, Slot, Waiter};
 use super::connect::Connect;
 use super::forwarding::UpstreamRequest;
 use super::health::UpstreamHealth;
@@ -66,6 +66,14 @@ pub struct UpstreamResponse {
 enum Acquired {
     Reused(UpstreamConn),
     Connect(Slot),
+}
+
+/// How a request's wait in an address's queue ended, other than refused or given up.
+enum Turn {
+    /// It was woken: its turn at the address it waited at.
+    Here,
+    /// Another address had a connection for it at once, taken.
+    Elsewhere((usize, Acquired)),
 }
 
 /// What a request asks of an address for a connection.
@@ -206,29 +214,57 @@ impl Upstream {
             if let Some(found) = self.room_among(set, others(), &ask, now) {
                 return Ok(found);
             }
-            let elsewhere = others().next().is_some();
-            // The client is watched only now: a request that does not wait costs no watch.
-            loop {
-                tokio::select! {
-                    biased;
-                    () = until_gone(client_gone.as_mut()) => return Err(Unanswered::ClientGone),
-                    in_time = tokio::time::timeout_at(ask.deadline, waiter.woken()) => {
-                        if in_time.is_err() {
-                            return Err(OverflowReason::Timeout.into());
-                        }
-                        break;
-                    }
-                    // Told that another address has one free, it looks, keeping its place here.
-                    () = address.room_elsewhere(), if elsewhere => {
-                        now = tokio::time::Instant::now();
-                        if let Some(found) = self.room_among(set, others(), &ask, now) {
-                            return Ok(found);
-                        }
-                    }
-                }
+            match self
+                .wait_turn(
+                    address,
+                    &mut waiter,
+                    set,
+                    &others,
+                    &ask,
+                    client_gone.as_mut(),
+                )
+                .await?
+            {
+                Turn::Here => {}
+                Turn::Elsewhere(found) => return Ok(found),
             }
             woken = true;
             now = tokio::time::Instant::now();
+        }
+    }
+
+    /// Waits in `waiter`'s queue at `address` until it is woken (its turn at its address), or until
+    /// another of `others` has a connection for `ask` at once, which it takes (told by
+    /// [`Address::room_elsewhere`], it looks, keeping its place here while it finds none).
+    /// Refused when `ask`'s deadline passes; given up when `client_gone` is ready. The client
+    /// is watched only here: a request that does not wait costs no watch.
+    async fn wait_turn<I: Iterator<Item = usize>>(
+        &self,
+        address: &Address,
+        waiter: &mut Waiter,
+        set: &[Arc<Address>],
+        others: impl Fn() -> I,
+        ask: &Ask,
+        mut client_gone: Pin<&mut Option<impl Future<Output = ()>>>,
+    ) -> Result<Turn, Unanswered> {
+        let elsewhere = others().next().is_some();
+        loop {
+            tokio::select! {
+                biased;
+                () = until_gone(client_gone.as_mut()) => return Err(Unanswered::ClientGone),
+                in_time = tokio::time::timeout_at(ask.deadline, waiter.woken()) => {
+                    return match in_time {
+                        Ok(()) => Ok(Turn::Here),
+                        Err(_) => Err(OverflowReason::Timeout.into()),
+                    };
+                }
+                () = address.room_elsewhere(), if elsewhere => {
+                    let now = tokio::time::Instant::now();
+                    if let Some(found) = self.room_among(set, others(), ask, now) {
+                        return Ok(Turn::Elsewhere(found));
+                    }
+                }
+            }
         }
     }
 
