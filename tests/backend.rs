@@ -790,6 +790,72 @@ fn a_waiting_request_takes_a_connection_freed_at_another_address() {
     assert_eq!(first.join().unwrap().status, 200);
 }
 
+/// A read resent after its kept-alive connection was reset, to an address whose one
+/// connection is busy, waits for that connection up to `upstream.pending_timeout_ms` from the
+/// resend, as any request does. Its wait used to count from its first exchange: one the
+/// backend held past the pending timeout before it closed the connection left the resend no
+/// wait at all, and the read got 503 (50300) at once.
+#[test]
+fn a_read_resent_after_a_long_first_exchange_still_waits_for_a_connection() {
+    const PENDING_MS: u64 = 2_000;
+    let gate = Gate::new();
+    let held = Backend::gated(&gate);
+    // Answers the first request of each connection; holds the next past the pending timeout,
+    // then closes its connection unanswered.
+    let closing = Backend::with(|r| {
+        if r.on_connection > 0 {
+            thread::sleep(std::time::Duration::from_millis(PENDING_MS + 500));
+            return Action::Close;
+        }
+        Action::Json(r#"{"status_code":200,"message_code":0,"message":"OK"}"#.into())
+    });
+    let mut cfg = one_connection_each(&[held.addr, closing.addr]);
+    cfg.upstream.pending_timeout_ms = PENDING_MS;
+    let gw = Gateway::builder(cfg).start();
+
+    // The first is held at `held`; the second starts at `closing`, whose connection it leaves
+    // in the pool.
+    let first = get_on_a_thread(&gw);
+    gw.wait_until("the first held", || held.count() == 1);
+    assert_eq!(get(gw.proxy, TARGET).status, 200);
+    gw.wait_for_metric(
+        &format!(
+            "agent_gateway_upstream_connections{{address=\"{}\",state=\"idle\"}}",
+            closing.addr
+        ),
+        1.0,
+    );
+    // The third starts at `held` (busy) and takes that idle connection, which the backend
+    // closes under it; the resend goes to `held`, and waits there for the first's connection.
+    let third = get_on_a_thread(&gw);
+    gw.wait_until("the third's first exchange to fail", || {
+        gw.log().contains("upstream exchange failed") || third.is_finished()
+    });
+    gate.open();
+    let resp = third.join().unwrap();
+    assert_eq!(resp.status, 200, "{}\n{}", resp.text(), gw.log());
+    assert_eq!(first.join().unwrap().status, 200);
+    let on_connection = |b: &Backend| b.all().iter().map(|r| r.on_connection).collect::<Vec<_>>();
+    assert_eq!(
+        on_connection(&closing),
+        [0, 1],
+        "the third went once to `closing`, reused"
+    );
+    assert_eq!(
+        on_connection(&held),
+        [0, 0],
+        "and was resent to `held` on a new connection"
+    );
+    assert_eq!(
+        gw.metric("agent_gateway_upstream_errors_total{kind=\"reset\"}"),
+        1.0
+    );
+    assert_eq!(
+        gw.metric("agent_gateway_upstream_overflow_total{reason=\"timeout\"}"),
+        0.0
+    );
+}
+
 /// A gateway in front of a counting backend with a budget of 4 connections, and 4 GETs sent
 /// at once, each on a connection of its own, held at the backend until `gate` opens; the
 /// gateway's config, to reload.
