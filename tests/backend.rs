@@ -707,6 +707,32 @@ fn get_on_a_thread(gw: &Gateway) -> thread::JoinHandle<Response> {
     thread::spawn(move || get(proxy, TARGET))
 }
 
+/// The series of `address`'s requests waiting for a connection.
+fn pending_at(address: SocketAddr) -> String {
+    format!("agent_gateway_upstream_pending{{address=\"{address}\"}}")
+}
+
+/// `agent_gateway_upstream_pending` counts the requests waiting for a connection to each
+/// address, its budget spent, and none once they have one.
+#[test]
+fn the_pending_gauge_counts_the_requests_waiting_at_each_address() {
+    let gate = Gate::new();
+    let held = Backend::gated(&gate);
+    let gw = Gateway::builder(one_connection_each(&[held.addr])).start();
+    assert_eq!(gw.metric(&pending_at(held.addr)), 0.0);
+
+    let first = get_on_a_thread(&gw);
+    gw.wait_until("the first held", || held.count() == 1);
+    let waiting: Vec<_> = (0..2).map(|_| get_on_a_thread(&gw)).collect();
+    gw.wait_for_metric(&pending_at(held.addr), 2.0);
+    assert_eq!(held.count(), 1, "the waiting were sent nowhere");
+    gate.open();
+    for request in waiting.into_iter().chain([first]) {
+        assert_eq!(request.join().unwrap().status, 200);
+    }
+    assert_eq!(gw.metric(&pending_at(held.addr)), 0.0);
+}
+
 /// An address whose one connection is busy while the queue is full (`upstream.max_pending`)
 /// is passed for the next address with room: the address a request starts at, and the one it
 /// moves on to after a refused connect. Both used to answer 503 (50300) while the address
@@ -781,7 +807,7 @@ fn a_waiting_request_takes_a_connection_freed_at_another_address() {
     gw.wait_until("the second held", || short.count() == 1);
     // The third starts at the first's address, and waits: no address has a connection free.
     let third = get_on_a_thread(&gw);
-    gw.wait_for_metric("agent_gateway_in_flight_requests", 3.0);
+    gw.wait_for_metric(&pending_at(long.addr), 1.0);
     held_short.open();
     assert_eq!(second.join().unwrap().status, 200);
     assert_eq!(third.join().unwrap().status, 200);
@@ -828,8 +854,9 @@ fn a_read_resent_after_a_long_first_exchange_still_waits_for_a_connection() {
     // The third starts at `held` (busy) and takes that idle connection, which the backend
     // closes under it; the resend goes to `held`, and waits there for the first's connection.
     let third = get_on_a_thread(&gw);
-    gw.wait_until("the third's first exchange to fail", || {
-        gw.log().contains("upstream exchange failed") || third.is_finished()
+    gw.wait_until("the resend to wait at `held`", || {
+        let waiting = metric_value(&gw.scrape(), &pending_at(held.addr));
+        waiting == Some(1.0) || third.is_finished()
     });
     gate.open();
     let resp = third.join().unwrap();

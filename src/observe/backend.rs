@@ -2,7 +2,7 @@
 //!
 //! Series stay bounded by the addresses the gateway uses now, however often DNS moves them:
 //! the per-address gauges (`agent_gateway_upstream_address_up`,
-//! `agent_gateway_upstream_connections`) are made at each scrape from the current set only
+//! `agent_gateway_upstream_connections`, `agent_gateway_upstream_pending`) are made at each scrape from the current set only
 //! ([`AddressGauges`]), so an address that left has no series at the next scrape; the
 //! ejection counter's series exists from when an address joins (at zero) and is removed when
 //! it leaves, and a name's DNS-error series likewise follows the names of the config. The overflow counter's reasons are a
@@ -29,6 +29,8 @@ pub struct AddressView {
     pub active: usize,
     /// Connections kept in the pool.
     pub idle: usize,
+    /// Requests waiting for a connection to it (its budget spent).
+    pub waiting: usize,
 }
 
 /// DNS errors by name, refusals at the connection budget by reason, ejections by address.
@@ -108,12 +110,13 @@ impl BackendMetrics {
 /// The addresses now, for the gauges.
 pub type Addresses = Box<dyn Fn() -> Vec<AddressView> + Send + Sync>;
 
-/// `agent_gateway_upstream_address_up` and `agent_gateway_upstream_connections`, made at
-/// each scrape from the addresses as they are then.
+/// `agent_gateway_upstream_address_up`, `agent_gateway_upstream_connections` and
+/// `agent_gateway_upstream_pending`, made at each scrape from the addresses as they are then.
 pub struct AddressGauges {
     addresses: Addresses,
     up: IntGaugeVec,
     connections: IntGaugeVec,
+    pending: IntGaugeVec,
     /// One scrape at a time: each empties the gauges and fills them again.
     collecting: Mutex<()>,
 }
@@ -136,10 +139,20 @@ impl AddressGauges {
             ),
             &["address", "state"],
         )?;
+        let pending = IntGaugeVec::new(
+            Opts::new(
+                "agent_gateway_upstream_pending",
+                "Requests waiting for a connection to each upstream address, its connection \
+                 budget spent (upstream.max_connections_per_address); refused 503 past \
+                 upstream.max_pending or upstream.pending_timeout_ms.",
+            ),
+            &["address"],
+        )?;
         registry.register(Box::new(AddressGauges {
             addresses,
             up,
             connections,
+            pending,
             collecting: Mutex::new(()),
         }))
     }
@@ -147,17 +160,16 @@ impl AddressGauges {
 
 impl Collector for AddressGauges {
     fn desc(&self) -> Vec<&Desc> {
-        self.up
-            .desc()
+        [&self.up, &self.connections, &self.pending]
             .into_iter()
-            .chain(self.connections.desc())
+            .flat_map(|gauge| gauge.desc())
             .collect()
     }
 
     fn collect(&self) -> Vec<MetricFamily> {
         let _one = self.collecting.lock().unwrap_or_else(|e| e.into_inner());
-        self.up.reset();
-        self.connections.reset();
+        let gauges = [&self.up, &self.connections, &self.pending];
+        gauges.iter().for_each(|gauge| gauge.reset());
         for a in (self.addresses)() {
             self.up
                 .with_label_values(&[&a.address])
@@ -167,12 +179,11 @@ impl Collector for AddressGauges {
                     .with_label_values(&[&a.address, state])
                     .set(n as i64);
             }
+            self.pending
+                .with_label_values(&[&a.address])
+                .set(a.waiting as i64);
         }
-        self.up
-            .collect()
-            .into_iter()
-            .chain(self.connections.collect())
-            .collect()
+        gauges.iter().flat_map(|gauge| gauge.collect()).collect()
     }
 }
 
@@ -189,6 +200,7 @@ mod tests {
             up: true,
             active: 2,
             idle: 1,
+            waiting: 3,
         }]));
         let read = now.clone();
         AddressGauges::register(&registry, Box::new(move || read.lock().unwrap().clone())).unwrap();
@@ -210,6 +222,7 @@ mod tests {
                 r#"agent_gateway_upstream_address_up ["10.0.0.1:80"] 1"#,
                 r#"agent_gateway_upstream_connections ["10.0.0.1:80", "active"] 2"#,
                 r#"agent_gateway_upstream_connections ["10.0.0.1:80", "idle"] 1"#,
+                r#"agent_gateway_upstream_pending ["10.0.0.1:80"] 3"#,
             ]
         );
         *now.lock().unwrap() = vec![AddressView {
@@ -217,6 +230,7 @@ mod tests {
             up: false,
             active: 0,
             idle: 0,
+            waiting: 0,
         }];
         let after = series(&registry);
         assert!(after.iter().all(|s| !s.contains("10.0.0.1")), "{after:?}");

@@ -251,6 +251,11 @@ impl Address {
         self.slots().open
     }
 
+    /// Requests waiting in its queue now for a connection.
+    pub fn waiting(&self) -> usize {
+        self.slots().queue.len()
+    }
+
     /// Follows the budget of the set it is in.
     pub(super) fn follow_budget(&self, max: Option<usize>) {
         self.cap.store(max.unwrap_or(UNLIMITED), Ordering::Relaxed);

@@ -488,6 +488,7 @@ pub fn address_views(
                 up: in_rotation(health, a),
                 active: a.open().saturating_sub(idle),
                 idle,
+                waiting: a.waiting(),
             }
         })
         .collect()
