@@ -640,20 +640,26 @@ fn streams_the_drain_deadline_cuts_are_logged_as_the_gateways_503() {
     assert_eq!(who_ended(&logged), [cut.clone(), cut], "{logged:#?}");
 }
 
-/// Each access-log line's `status`, `client_aborted` and `closed_by_gateway` (null when
-/// absent): what the client was told, and who ended the request.
-fn who_ended(logged: &[Value]) -> Vec<(Value, Value, Value)> {
-    let field = |line: &Value, name: &str| line[name].clone();
-    logged
-        .iter()
-        .map(|l| {
-            (
-                field(l, "status"),
-                field(l, "client_aborted"),
-                field(l, "closed_by_gateway"),
-            )
-        })
-        .collect()
+/// A client that does not take its stream's answer (it opens no flow-control window past the
+/// first 64 KiB) within `limits.client_send_timeout_ms` has the stream cut by the gateway,
+/// and logged so: the backend's status (its head went out), `client_aborted` false,
+/// `closed_by_gateway`. The client did not reset it; it was too slow.
+#[test]
+fn a_stream_whose_client_does_not_read_its_answer_is_cut_as_the_gateways_doing() {
+    venv_bin();
+    let big = vec![b'x'; 1 << 20];
+    let backend = Backend::with(move |_| Action::Chunked(big.clone(), 64 << 10));
+    let mut cfg = test_config(&[backend.addr]);
+    cfg.limits.client_send_timeout_ms = 500;
+    let gw = Gateway::builder(cfg).start();
+    let result = H2Client::spawn("slow-stream", gw.proxy, &[STATUS_V1]).result();
+    assert_eq!(result["status"], 200, "{result}");
+    let logged = gw.wait_for_access_log(1);
+    assert_eq!(
+        who_ended(&logged),
+        [(json!(200), json!(false), json!(true))],
+        "{logged:#?}"
+    );
 }
 
 /// A stream the client opens as its idle connection's GOAWAY reaches it (the two cross on the

@@ -9,6 +9,7 @@ use std::time::Duration;
 use agent_gateway::config::testing::TOKEN;
 use common::paused::{self, PausedBackend, PausedGateway};
 use common::*;
+use serde_json::json;
 
 #[test]
 fn pipelined_requests_are_answered_in_order_and_forwarded_once_each() {
@@ -261,8 +262,11 @@ fn a_refusal_does_not_wait_for_a_body_the_client_holds_back_for_100_continue() {
     assert_eq!(backend.count(), 0);
 }
 
+/// A client that does not read its answer within `limits.client_send_timeout_ms` is cut off
+/// by the gateway, and logged so: the backend's status (its head went out), `client_aborted`
+/// false, `closed_by_gateway`. The client did not hang up; it was too slow.
 #[test]
-fn a_client_that_does_not_read_its_answer_is_cut_off() {
+fn a_client_that_does_not_read_its_answer_is_cut_off_as_the_gateways_doing() {
     // Far more than the socket buffers between backend, gateway and client can hold.
     let big = vec![b'x'; 64 << 20];
     let backend = Backend::with(move |_| Action::Chunked(big.clone(), 1 << 20));
@@ -276,6 +280,12 @@ fn a_client_that_does_not_read_its_answer_is_cut_off() {
     ));
     gw.wait_until("the request to start", || backend.count() == 1);
     gw.wait_for_metric("agent_gateway_in_flight_requests", 0.0);
+    let logged = gw.wait_for_access_log(1);
+    assert_eq!(
+        who_ended(&logged),
+        [(json!(200), json!(false), json!(true))],
+        "{logged:#?}"
+    );
 }
 
 #[test]

@@ -109,8 +109,9 @@ pub struct Exchange<'s> {
     pub bytes_in: usize,
     pub bytes_out: usize,
     pub client_aborted: bool,
-    /// The gateway closed the connection itself (an HTTP/2 connection past its drain
-    /// deadline) before the request's answer was through.
+    /// The gateway cut the client off itself (an HTTP/2 connection past its drain deadline, a
+    /// client that did not read its answer within `limits.client_send_timeout`) before the
+    /// request's answer was through.
     pub closed_by_gateway: bool,
     /// The request's span, when tracing is on.
     pub span: Option<RequestSpan>,
@@ -123,9 +124,9 @@ pub struct Exchange<'s> {
 /// closed request". Counted and logged, never sent.
 pub const CLIENT_CLOSED_REQUEST: u16 = 499;
 
-/// The status of a request whose connection the gateway closed itself (an HTTP/2 connection
-/// past its drain deadline) before any of its answer went out: the gateway's 503, out
-/// of service, with `client_aborted` false. Counted and logged, never sent.
+/// The status of a request the gateway cut off from its client itself (an HTTP/2 connection
+/// past its drain deadline, a client too slow to read) before any of its answer went out: the
+/// gateway's 503, with `client_aborted` false. Counted and logged, never sent.
 pub const CLOSED_BY_GATEWAY: u16 = 503;
 
 /// A request's `api_version` in metrics and the access log: "none" when it named no operation.

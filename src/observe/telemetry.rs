@@ -76,7 +76,7 @@ impl RouteMetrics {
         let requests = IntCounterVec::new(
             Opts::new(
                 "agent_gateway_requests_total",
-                "Requests answered by the proxy listener, including the gateway's own refusals, those their client gave up on before they were sent on (code 499), and HTTP/2 streams the gateway cut at its drain deadline before any answer went out (code 503).",
+                "Requests answered by the proxy listener, including the gateway's own refusals, those their client gave up on before they were sent on (code 499), and those the gateway cut off itself (an HTTP/2 drain deadline, a client too slow to read) before any answer went out (code 503).",
             ),
             &["api_version", "operation", "code"],
         )?;

@@ -36,9 +36,10 @@ pub trait Downstream: Send {
         false
     }
 
-    /// Whether the gateway itself closed the connection the request came on (an HTTP/2
-    /// connection dropped at its drain deadline): a request found gone then, or whose answer
-    /// could not be sent, was cut by the gateway, not given up by its client.
+    /// Whether the gateway itself cut the request off from its client (an HTTP/2 connection
+    /// dropped at its drain deadline, or an answer the client did not read within
+    /// `limits.client_send_timeout`): a request found gone then, or whose answer could not be
+    /// sent, was cut by the gateway, not given up by its client.
     fn closed_by_gateway(&mut self) -> bool {
         false
     }

@@ -25,7 +25,7 @@ use super::downstream::Downstream;
 use super::h2::PREFACE;
 use super::hangup;
 use super::tcp::TcpConn;
-use super::timer::{timeout_once_waiting, LazyTimer};
+use super::timer::{timeout_once_waiting, LazyTimer, TimedOut};
 use super::ProxyApp;
 use crate::api::failure::{BodyError, UnreadableHead};
 use crate::config::{LimitsConfig, Snapshot};
@@ -88,6 +88,9 @@ pub(super) struct H1Connection {
     send_timeout: Duration,
     body_timeout: Duration,
     max_body_bytes: usize,
+    /// A write gave up on a client that did not read it within `send_timeout`: the gateway
+    /// cut the connection, which serves no more requests ([`Downstream::closed_by_gateway`]).
+    send_timed_out: bool,
 }
 
 impl ProxyApp {
@@ -193,6 +196,7 @@ impl H1Connection {
             send_timeout: Duration::ZERO,
             body_timeout: Duration::ZERO,
             max_body_bytes: 0,
+            send_timed_out: false,
         }
     }
 
@@ -403,9 +407,13 @@ impl H1Connection {
             self.stream.write_all(&self.out).await?;
             self.stream.flush().await
         };
-        let sent = timeout_once_waiting(self.send_timeout, write)
-            .await
-            .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()));
+        let sent = match timeout_once_waiting(self.send_timeout, write).await {
+            Ok(sent) => sent,
+            Err(TimedOut) => {
+                self.send_timed_out = true;
+                Err(std::io::ErrorKind::TimedOut.into())
+            }
+        };
         self.out.clear();
         if sent.is_err() {
             self.keep_alive = false;
@@ -567,6 +575,10 @@ impl Downstream for H1Connection {
 
     fn client_ip(&self) -> Option<IpAddr> {
         self.client
+    }
+
+    fn closed_by_gateway(&mut self) -> bool {
+        self.send_timed_out
     }
 
     async fn read_body(

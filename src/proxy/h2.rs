@@ -17,7 +17,8 @@
 //! A connection the gateway drops itself at its drain deadline, with streams still open,
 //! has those streams' requests recorded as cut by the gateway, not given up by their client
 //! ([`Downstream::closed_by_gateway`]): to the stream, the end of its connection looks the
-//! same either way.
+//! same either way. So has a stream whose answer the client did not take within
+//! `limits.client_send_timeout` (pingora's write timeout).
 
 use std::future::Future;
 use std::net::IpAddr;
@@ -33,6 +34,7 @@ use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::protocols::http::v2::server::{self as h2server, H2Accept, HttpSession};
 use pingora::protocols::{Digest, Stream};
 use pingora::server::ShutdownWatch;
+use pingora::ErrorType;
 use tokio::sync::Notify;
 use tokio::time::timeout;
 
@@ -287,6 +289,9 @@ pub(super) struct H2Stream {
     head_only: bool,
     /// The answer has ended the stream: nothing more may be written.
     ended: bool,
+    /// A write gave up on a client that did not take it within `limits.client_send_timeout`:
+    /// the gateway cut the stream ([`Downstream::closed_by_gateway`]).
+    send_timed_out: bool,
 }
 
 impl H2Stream {
@@ -313,6 +318,7 @@ impl H2Stream {
             out: BytesMut::new(),
             head_only,
             ended: false,
+            send_timed_out: false,
         }
     }
 
@@ -340,6 +346,13 @@ impl H2Stream {
             let _ = head.insert_header(http::header::CONTENT_LENGTH, n);
         }
         Some(Box::new(head))
+    }
+
+    /// A failed write of the answer's body as the pipeline sees it, noting one the client did
+    /// not take in time.
+    fn write_failed(&mut self, e: Box<pingora::Error>) -> std::io::Error {
+        self.send_timed_out |= *e.etype() == ErrorType::WriteTimedout;
+        std::io::Error::other(e)
     }
 
     /// How the stream has ended, without waiting: pending while it is open, `Ok` with the
@@ -454,8 +467,9 @@ impl Downstream for H2Stream {
 
     fn closed_by_gateway(&mut self) -> bool {
         // A stream its client reset before the connection closed stays the client's doing.
-        self.slot.0.closed_by_gateway.load(Ordering::Acquire)
-            && !matches!(self.poll_ended(), Poll::Ready(Ok(_)))
+        self.send_timed_out
+            || (self.slot.0.closed_by_gateway.load(Ordering::Acquire)
+                && !matches!(self.poll_ended(), Poll::Ready(Ok(_))))
     }
 
     fn outgoing(&mut self) -> (&RequestHeader, &[u8], impl Future<Output = ()> + Send + '_) {
@@ -485,7 +499,7 @@ impl Downstream for H2Stream {
             self.session
                 .write_body(Bytes::copy_from_slice(body), true)
                 .await
-                .map_err(std::io::Error::other)?;
+                .map_err(|e| self.write_failed(e))?;
         }
         Ok(())
     }
@@ -536,7 +550,7 @@ impl Downstream for H2Stream {
         self.session
             .write_body(data, end)
             .await
-            .map_err(std::io::Error::other)
+            .map_err(|e| self.write_failed(e))
     }
 
     fn abort(&mut self) {

@@ -18,6 +18,7 @@ use agent_gateway::app::reload::ConfigStore;
 use agent_gateway::app::serve::serve;
 use agent_gateway::app::server::{self, BuildOptions};
 use agent_gateway::config::{FileConfig, Snapshot};
+use serde_json::Value;
 use tokio::sync::oneshot;
 
 use super::client::{request, Response};
@@ -651,6 +652,22 @@ impl Gateway {
         assert_eq!(resp.status, 200, "/v1-usage: {}", resp.text());
         resp.json()
     }
+}
+
+/// Each access-log line's `status`, `client_aborted` and `closed_by_gateway` (null when
+/// absent): what the client was told, and who ended the request.
+pub fn who_ended(logged: &[Value]) -> Vec<(Value, Value, Value)> {
+    let field = |line: &Value, name: &str| line[name].clone();
+    logged
+        .iter()
+        .map(|l| {
+            (
+                field(l, "status"),
+                field(l, "client_aborted"),
+                field(l, "closed_by_gateway"),
+            )
+        })
+        .collect()
 }
 
 /// The value of the sample `series` (exactly as printed, labels in exposition order).

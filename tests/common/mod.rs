@@ -51,7 +51,8 @@ pub use chromium::chromium;
 pub use client::*;
 pub use dashboard::*;
 pub use gateway::{
-    cli, listening_line, metric_value, replace_file, Gateway, GatewayBuilder, ANY_PORT, BIN,
+    cli, listening_line, metric_value, replace_file, who_ended, Gateway, GatewayBuilder, ANY_PORT,
+    BIN,
 };
 pub use ports::{free_port, loopback, ClosedPort, SilentPort};
 pub use process::{signal, wait_until, which, PATIENCE};
