@@ -641,11 +641,12 @@ fn streams_the_drain_deadline_cuts_are_logged_as_the_gateways_503() {
 }
 
 /// A client that does not take its stream's answer (it opens no flow-control window past the
-/// first 64 KiB) within `limits.client_send_timeout_ms` has the stream cut by the gateway,
-/// and logged so: the backend's status (its head went out), `client_aborted` false,
+/// first 64 KiB) within `limits.client_send_timeout_ms` has the stream cut by the gateway:
+/// reset, so that the part it got (a body of no declared length) is not taken for the whole
+/// answer, and logged so: the backend's status (its head went out), `client_aborted` false,
 /// `closed_by_gateway`. The client did not reset it; it was too slow.
 #[test]
-fn a_stream_whose_client_does_not_read_its_answer_is_cut_as_the_gateways_doing() {
+fn a_stream_whose_client_does_not_read_its_answer_is_reset_as_the_gateways_cut() {
     venv_bin();
     let big = vec![b'x'; 1 << 20];
     let backend = Backend::with(move |_| Action::Chunked(big.clone(), 64 << 10));
@@ -654,6 +655,12 @@ fn a_stream_whose_client_does_not_read_its_answer_is_cut_as_the_gateways_doing()
     let gw = Gateway::builder(cfg).start();
     let result = H2Client::spawn("slow-stream", gw.proxy, &[STATUS_V1]).result();
     assert_eq!(result["status"], 200, "{result}");
+    let stream = &result["streams"][0];
+    assert_eq!(
+        (&stream["done"], &stream["reset"]),
+        (&json!(true), &json!(2)),
+        "reset (INTERNAL_ERROR), not ended: {stream}"
+    );
     let logged = gw.wait_for_access_log(1);
     assert_eq!(
         who_ended(&logged),

@@ -98,8 +98,8 @@ pub trait Downstream: Send {
     /// An error means the client went away.
     fn send(&mut self, end: bool) -> impl Future<Output = std::io::Result<()>> + Send;
 
-    /// The answer under way cannot be completed (the backend broke mid-body): the client
-    /// must not take what it got for a whole answer.
+    /// The answer under way cannot be completed (the backend broke mid-body, or the client
+    /// did not take it in time): the client must not take what it got for a whole answer.
     fn abort(&mut self);
 }
 

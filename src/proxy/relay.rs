@@ -7,6 +7,7 @@
 //! An answer that breaks before any of its body's data has gone to the client is answered by
 //! the gateway instead (502, 504), as a failed exchange is; after, the client's connection
 //! (or HTTP/2 stream) is aborted, and the framing the client got shows the answer cut short.
+//! So is one whose client stopped taking it (`limits.client_send_timeout`).
 
 use std::time::Instant;
 
@@ -197,6 +198,9 @@ pub(super) async fn relay<D: Downstream>(
             if let Err(e) = d.send(false).await {
                 tracing::debug!(request_id = %ex.request_id, error = %e, "client connection gone mid-response");
                 ex.answer_lost(d.closed_by_gateway(), sent > 0);
+                // A client still there (one too slow to read) must not take the part it got
+                // for the whole answer.
+                d.abort();
                 return Ok(());
             }
             ex.bytes_out += (body.data() - sent) as usize;
@@ -249,6 +253,7 @@ pub(super) async fn relay<D: Downstream>(
         Err(e) => {
             tracing::debug!(request_id = %ex.request_id, error = %e, "client connection gone at the end of the response");
             ex.answer_lost(d.closed_by_gateway(), sent > 0);
+            d.abort();
         }
     }
     Ok(())
