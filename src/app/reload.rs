@@ -28,6 +28,7 @@ use pingora::services::background::BackgroundService;
 use prometheus::{Gauge, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 use serde::Serialize;
 
+use crate::config::published::PublishedTokens;
 use crate::config::warnings::snapshot_warnings;
 use crate::config::{directory_of, ConfigError, Inputs, Problem, Reading, Snapshot, StartupConfig};
 
@@ -204,6 +205,8 @@ pub struct ConfigStore {
     readings: tokio::sync::Notify,
     /// Whether each applied reload logs its config's warnings ([`warn_of`]).
     warns: bool,
+    /// Whether a reload may apply a config that accepts a published token.
+    published: PublishedTokens,
 }
 
 impl ConfigStore {
@@ -224,6 +227,7 @@ impl ConfigStore {
             on_apply: Vec::new(),
             readings: tokio::sync::Notify::new(),
             warns: true,
+            published: PublishedTokens::Refused,
         })
     }
 
@@ -231,6 +235,12 @@ impl ConfigStore {
     /// published tokens on purpose (and which warns of nothing at start either).
     pub fn without_warnings(&mut self) {
         self.warns = false;
+    }
+
+    /// Whether reloads may apply a config that accepts a published token: refused unless
+    /// told (the demo).
+    pub fn published_tokens(&mut self, published: PublishedTokens) {
+        self.published = published;
     }
 
     /// Calls `follow` with every snapshot a reload applies, before any request can load it
@@ -290,7 +300,10 @@ impl ConfigStore {
         if only_if_changed && reading.inputs.fingerprint == seen.fingerprint {
             return None;
         }
-        let report = match reading.result {
+        let checked = reading
+            .result
+            .and_then(|new| self.published.check(&new).map(|()| new));
+        let report = match checked {
             Ok(new) => self.apply(new, trigger),
             Err(err) => self.refuse(trigger, err),
         };

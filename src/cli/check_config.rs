@@ -1,12 +1,14 @@
 //! `agent-gateway check-config`: exit 0 when a config file is valid, else print every problem,
-//! in the order of the file, and exit 1. A valid file may also get warnings on stderr
-//! ([`agent_gateway::config::warnings`]: a published token, no agent, a board that cannot ask
+//! in the order of the file, and exit 1: a token published with agent-gateway is one, as
+//! `run` refuses it ([`agent_gateway::config::published`]). A valid file may also get
+//! warnings on stderr ([`agent_gateway::config::warnings`]: no agent, a board that cannot ask
 //! its Prometheus; and a name that does not resolve where `run` starts anyway), which do not
 //! fail it.
 
 use std::path::Path;
 use std::process::ExitCode;
 
+use agent_gateway::config::published::PublishedTokens;
 use agent_gateway::config::warnings::snapshot_warnings;
 use agent_gateway::config::{ConfigError, Host, Mount, Problem, Snapshot};
 use agent_gateway::proxy::names;
@@ -49,6 +51,7 @@ fn check(
     mounts: &[Mount],
 ) -> Result<(Snapshot, Vec<Problem>), ConfigError> {
     let snapshot = Snapshot::read_mounted(path, mounts)?.result?;
+    PublishedTokens::Refused.check(&snapshot)?;
     if no_resolve {
         return Ok((snapshot, Vec::new()));
     }

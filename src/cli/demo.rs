@@ -15,7 +15,7 @@ use agent_gateway::api::operation::{ApiVersion, Operation};
 use agent_gateway::api::route::build_path;
 use agent_gateway::app::listeners::{ListenAddrs, Listeners};
 use agent_gateway::app::server::{self, BuildOptions};
-use agent_gateway::config::warnings::SHIPPED_AGENTS;
+use agent_gateway::config::published::{PublishedTokens, SHIPPED_AGENTS};
 use agent_gateway::config::{Agent, Snapshot, TokenDigest};
 use agent_gateway::policy::auth::{AGENT_ID_HEADER, AUTH_TOKEN_HEADER};
 
@@ -24,9 +24,9 @@ use super::{load_store, print_out, LogArgs};
 pub fn run(config: &Path, log: &LogArgs) -> anyhow::Result<ExitCode> {
     agent_gateway::app::signals::ignore_sighup_until_handled();
     let logs = log.init();
-    let mut store = load_store(config)?;
-    // The shipped config's agents are on the published tokens on purpose: no warning at
-    // start, nor at a reload (the README's tour edits the config).
+    // The shipped config's agents are on the published tokens on purpose: accepted, and no
+    // warning at start nor at a reload (the README's tour edits the config).
+    let mut store = load_store(config, PublishedTokens::Accepted)?;
     store.without_warnings();
     let snapshot = store.current().load_full();
     let backend = snapshot.upstream.targets[0]

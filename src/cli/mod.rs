@@ -20,6 +20,7 @@ use clap::Args;
 
 use agent_gateway::app::logging::{self, LogFormat, Logs};
 use agent_gateway::app::reload::ConfigStore;
+use agent_gateway::config::published::PublishedTokens;
 use agent_gateway::config::{ConfigError, Snapshot};
 
 /// `--config FILE`, defaulting to the shipped config: what `demo`, `openapi` and `config dump`
@@ -59,14 +60,19 @@ impl LogArgs {
 }
 
 /// Loads the config file into a live store that reloads from the same path.
-fn load_store(path: &Path) -> anyhow::Result<ConfigStore> {
-    let snapshot =
-        Snapshot::load(path).with_context(|| format!("invalid config {}", path.display()))?;
-    Ok(ConfigStore::new(
+/// The config at `path`, loaded to serve: refused (at start, and at each reload) when it
+/// accepts a published token and `published` says so.
+fn load_store(path: &Path, published: PublishedTokens) -> anyhow::Result<ConfigStore> {
+    let snapshot = Snapshot::load(path)
+        .and_then(|snapshot| published.check(&snapshot).map(|()| snapshot))
+        .with_context(|| format!("invalid config {}", path.display()))?;
+    let mut store = ConfigStore::new(
         snapshot,
         Some(path.to_path_buf()),
         prometheus::default_registry(),
-    )?)
+    )?;
+    store.published_tokens(published);
+    Ok(store)
 }
 
 /// Prints every problem of the config file at `path` on stderr, in the order of the file.

@@ -1,7 +1,8 @@
-//! `agent-gateway run`: the gateway on a config file, until a signal ends the process. At
-//! start, and at each reload that applies a config, it warns about what works but should not
-//! ([`agent_gateway::config::warnings`]: a published token, no agent, a board that cannot ask
-//! its Prometheus).
+//! `agent-gateway run`: the gateway on a config file, until a signal ends the process. A
+//! config that accepts a published token is refused, at start and at a reload
+//! ([`agent_gateway::config::published`]); at start, and at each reload that applies a config,
+//! it warns about what works but should not ([`agent_gateway::config::warnings`]: no agent,
+//! a board that cannot ask its Prometheus).
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -10,6 +11,7 @@ use agent_gateway::app::listeners::{ListenAddrs, Listeners};
 use agent_gateway::app::reload::warn_of;
 use agent_gateway::app::server::{self, BuildOptions};
 use agent_gateway::app::signals;
+use agent_gateway::config::published::PublishedTokens;
 
 use super::{load_store, LogArgs};
 
@@ -18,7 +20,7 @@ use super::{load_store, LogArgs};
 pub fn run(config: &Path, upgrade: bool, log: &LogArgs) -> anyhow::Result<ExitCode> {
     signals::ignore_sighup_until_handled();
     let logs = log.init();
-    let store = load_store(config)?;
+    let store = load_store(config, PublishedTokens::Refused)?;
     warn_of(&store.current().load());
     let startup = store.current().load().startup.clone();
     let addrs = ListenAddrs::configured(&startup, None);

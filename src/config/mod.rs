@@ -22,6 +22,7 @@ pub mod file;
 mod files;
 mod limits;
 mod problems;
+pub mod published;
 mod rate_limit;
 mod retirement;
 pub mod schema;
