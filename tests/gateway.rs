@@ -682,20 +682,55 @@ fn the_shipped_config_is_refused_only_for_its_published_tokens_outside_the_demo(
     }
 }
 
-#[test]
-fn hash_token_prints_the_hex_sha256_of_stdin() {
+/// `hash-token` with `stdin` on its standard input.
+fn hash_token(stdin: &[u8]) -> std::process::Output {
     let mut child = Command::new(BIN)
         .arg("hash-token")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(b"secret\n").unwrap();
-    let out = child.wait_with_output().unwrap();
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn hash_token_prints_the_hex_sha256_of_stdin() {
+    let token = "3f9c1a7e5b2d8c4f6a0e1b9d7c5a3f8e";
+    let out = hash_token(format!("{token}\n").as_bytes());
     assert!(out.status.success());
     // The digest from the reference implementation, not from the gateway's own code.
-    let sha256 = hex::encode(Sha256::digest(b"secret"));
+    let sha256 = hex::encode(Sha256::digest(token));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), sha256);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "",
+        "a long token is not warned of"
+    );
+}
+
+/// A short token is hashed with a warning (its 8-digit label on `/metrics` could be checked
+/// offline against guesses), and a published one is refused, as `run` refuses its digest.
+#[test]
+fn hash_token_warns_of_a_short_token_and_refuses_a_published_one() {
+    let out = hash_token(b"secret\n");
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        hex::encode(Sha256::digest(b"secret"))
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with("warning: this token is 6 bytes"),
+        "{stderr}"
+    );
+
+    let out = hash_token(b"demo-token\n");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(out.stdout.is_empty(), "no digest printed");
+    assert!(stderr.contains("published with agent-gateway"), "{stderr}");
 }
 
 #[test]

@@ -1,11 +1,18 @@
-//! `agent-gateway hash-token`: the hex SHA-256 of the token on stdin, as `token_sha256` wants it.
+//! `agent-gateway hash-token`: the hex SHA-256 of the token on stdin, as `token_sha256` wants
+//! it. A published token is refused (`run` would refuse its digest), and a short one is
+//! warned of: its digest's first 8 hex digits name it on `/metrics`, against which a short
+//! token can be guessed offline.
 
 use std::io::Read;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 
+use agent_gateway::config::published::SHIPPED_AGENTS;
 use agent_gateway::config::TokenDigest;
+
+/// Tokens shorter than this are warned of: `openssl rand -hex 32` makes 64 characters.
+const SHORT_TOKEN: usize = 16;
 
 pub fn run() -> anyhow::Result<ExitCode> {
     let mut token = String::new();
@@ -17,6 +24,23 @@ pub fn run() -> anyhow::Result<ExitCode> {
     let token = token.strip_suffix('\r').unwrap_or(token);
     if token.is_empty() {
         bail!("no token on stdin");
+    }
+    if SHIPPED_AGENTS
+        .iter()
+        .any(|&(_, published)| published == token)
+    {
+        bail!(
+            "this token is published with agent-gateway (its README and demo config): run and \
+             check-config refuse its digest. Make one of your own: openssl rand -hex 32"
+        );
+    }
+    if token.len() < SHORT_TOKEN {
+        eprintln!(
+            "warning: this token is {} bytes: its digest's first 8 hex digits name it on \
+             /metrics, and a token this short can be guessed from them offline. Make a long \
+             random one: openssl rand -hex 32",
+            token.len()
+        );
     }
     println!("{}", TokenDigest::of(token.as_bytes()).to_hex());
     Ok(ExitCode::SUCCESS)
