@@ -7,8 +7,9 @@
 //! PrometheusRule carries `config/prometheus/alerts.yml` (and passes promtool), the dashboard
 //! ConfigMap carries `config/grafana/agent-gateway.json`, the example-agents overlay keeps its
 //! agents in a mounted Secret and cannot run until its placeholder digests (the agent's, the
-//! admin token's) are replaced, and the Redis overlay is the base plus a shared rate limit
-//! that works.
+//! admin token's) are replaced, the Redis overlay is the base plus a shared rate limit that
+//! works, and in the base and every overlay, the files of each Secret or ConfigMap a pod mounts
+//! are readable by the group its containers run as (the pod's `fsGroup`) and no one else.
 //!
 //! kustomize reads only files under a kustomization's root, so four files there are copies
 //! made from their sources by this test. When a source changes, regenerate them with
@@ -32,6 +33,8 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const BASE: &str = "deploy/kubernetes/base";
 const REDIS_OVERLAY: &str = "deploy/kubernetes/overlays/redis";
 const EXAMPLE_OVERLAY: &str = "deploy/kubernetes/overlays/example-agents";
+/// Where the overlays are, each a directory with its kustomization.yaml.
+const OVERLAYS: &str = "deploy/kubernetes/overlays";
 const CONTAINERFILE: &str = "Containerfile";
 const ALERTS: &str = "config/prometheus/alerts.yml";
 const DASHBOARD_SOURCE: &str = "config/grafana/agent-gateway.json";
@@ -963,4 +966,114 @@ fn the_redis_overlay_is_the_base_with_a_shared_limit_that_works() {
     );
     // Redis ran the script (the key is already gone: at 50/s the bucket is full 20 ms later).
     assert!(server.evalsha_calls() >= 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Every kustomization: the files the pods are handed
+// ---------------------------------------------------------------------------------------------
+
+/// The base and every overlay under `deploy/kubernetes/overlays`, a new one included.
+fn kustomizations() -> Vec<String> {
+    let mut dirs: Vec<String> = std::fs::read_dir(path(OVERLAYS))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("kustomization.yaml").is_file())
+        .map(|p| format!("{OVERLAYS}/{}", p.file_name().unwrap().to_str().unwrap()))
+        .collect();
+    dirs.sort();
+    [BASE.to_string()].into_iter().chain(dirs).collect()
+}
+
+/// The modes a volume of Secret or ConfigMap files gives them: its `defaultMode` (`None` when
+/// it sets none: 0644, world-readable) and each item's own `mode`. Empty for other volumes.
+fn file_modes(volume: &Value) -> Vec<Option<u64>> {
+    let item_modes = |source: &Value| -> Vec<Option<u64>> {
+        source["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|i| i.get("mode").map(|m| m.as_u64()))
+            .collect()
+    };
+    if let Some(projected) = volume.get("projected") {
+        let mut modes = vec![projected["defaultMode"].as_u64()];
+        for source in projected["sources"].as_array().into_iter().flatten() {
+            for kind in ["secret", "configMap"] {
+                modes.extend(item_modes(&source[kind]));
+            }
+        }
+        return modes;
+    }
+    ["secret", "configMap"]
+        .iter()
+        .filter_map(|kind| volume.get(*kind))
+        .flat_map(|source| {
+            [source["defaultMode"].as_u64()]
+                .into_iter()
+                .chain(item_modes(source))
+        })
+        .collect()
+}
+
+#[test]
+fn every_secret_and_configmap_mounted_is_readable_by_its_pods_group_alone() {
+    let mut checked = Vec::new();
+    for dir in kustomizations() {
+        for o in kustomize(&dir) {
+            let pod = &o["spec"]["template"]["spec"];
+            let Some(volumes) = pod["volumes"].as_array() else {
+                continue;
+            };
+            let object_name = o["metadata"]["name"].as_str().unwrap();
+            let what = format!("{dir}: {} {object_name}", o["kind"].as_str().unwrap());
+            for volume in volumes {
+                let modes = file_modes(volume);
+                if modes.is_empty() {
+                    continue;
+                }
+                let name = volume["name"].as_str().unwrap();
+                // Not readable by others: a sidecar of another uid, or anything else in the pod.
+                for mode in &modes {
+                    let mode = mode.unwrap_or_else(|| {
+                        panic!("{what}: volume {name} sets no defaultMode (0644: world-readable)")
+                    });
+                    assert_eq!(mode & 0o007, 0, "{what}: volume {name} mode {mode:#o}");
+                    assert_ne!(mode & 0o040, 0, "{what}: volume {name} mode {mode:#o}");
+                }
+                // Readable by its readers through the pod's fsGroup (the kubelet gives the
+                // files to that group): the group each container mounting it runs as.
+                let fs_group = &pod["securityContext"]["fsGroup"];
+                assert!(fs_group.is_u64(), "{what}: no fsGroup for volume {name}");
+                let containers = ["initContainers", "containers"]
+                    .iter()
+                    .flat_map(|kind| pod[*kind].as_array().into_iter().flatten());
+                for c in containers {
+                    let mut mounts = c["volumeMounts"].as_array().into_iter().flatten();
+                    if !mounts.any(|m| m["name"] == name) {
+                        continue;
+                    }
+                    let group = c["securityContext"]
+                        .get("runAsGroup")
+                        .unwrap_or(&pod["securityContext"]["runAsGroup"]);
+                    assert_eq!(
+                        group, fs_group,
+                        "{what}: container {} reads volume {name} as group {group}, \
+                         the files are fsGroup {fs_group}'s",
+                        c["name"]
+                    );
+                }
+                checked.push((dir.clone(), object_name.to_string(), name.to_string()));
+            }
+        }
+    }
+    // The agents, the Redis password (the gateway's mount and Redis'), and the configs.
+    for (dir, object, volume) in [
+        (BASE, "agent-gateway", "config"),
+        (EXAMPLE_OVERLAY, "agent-gateway", "agents"),
+        (REDIS_OVERLAY, "agent-gateway", "redis-auth"),
+        (REDIS_OVERLAY, "agent-gateway-redis", "auth"),
+    ] {
+        let want = (dir.to_string(), object.to_string(), volume.to_string());
+        assert!(checked.contains(&want), "{want:?} not among {checked:?}");
+    }
 }
