@@ -269,7 +269,7 @@ struct Container<'e> {
 
 impl<'e> Container<'e> {
     /// Runs `image` as a platform would: its own user, a read-only root filesystem with
-    /// `/tmp` a tmpfs (the upgrade socket; Kubernetes: an emptyDir), no capabilities, no
+    /// `/tmp` a tmpfs (Kubernetes: an emptyDir; not the upgrade socket's), no capabilities, no
     /// privilege escalation, `config_dir` mounted read-only where the image reads its config.
     /// Host networking: the gateway reaches the backend, and the test the gateway, on
     /// loopback.

@@ -4,6 +4,7 @@
 mod common;
 
 use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
 
 use agent_gateway::config::file::{AgentFile, Digests};
@@ -579,6 +580,96 @@ fn check_config_reports_every_problem_by_key_path() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("note: `check-config "), "{err}");
     assert!(err.contains("listen.prxy (line 3"), "{err}");
+}
+
+/// The process sent SIGQUIT hands its listeners to whatever listens at `server.upgrade_sock`:
+/// in a directory another user can write (a shared sticky `/tmp`, a group-writable one), that
+/// user could make the socket first and take the proxy's and the admin listener's traffic.
+/// `check-config`, `run` and `run --upgrade` refuse such a directory, naming the key; root,
+/// which the tests run as in CI, is refused it too.
+#[test]
+fn an_upgrade_socket_in_a_directory_others_can_write_is_refused() {
+    for mode in [0o1777, 0o777, 0o770] {
+        let shared = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(mode)).unwrap();
+        let mut cfg = test_config(&[loopback(1)]);
+        cfg.server.upgrade_sock = shared.path().join("upgrade.sock").display().to_string();
+        let shown = shared.path().display().to_string();
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gateway.toml");
+        std::fs::write(&path, cfg.to_toml()).unwrap();
+        let out = cli([
+            "check-config",
+            "--no-resolve",
+            "--config",
+            path.to_str().unwrap(),
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "mode {mode:o}: {err}");
+        assert!(
+            err.contains("server.upgrade_sock") && err.contains(&shown),
+            "mode {mode:o}: {err}"
+        );
+
+        for upgrade in [false, true] {
+            let mut builder = Gateway::builder(cfg.clone()).process();
+            if upgrade {
+                builder = builder.arg("--upgrade");
+            }
+            let (status, log) = builder.refusal();
+            assert!(!status.success(), "mode {mode:o}, --upgrade {upgrade}");
+            assert_ne!(status.code(), Some(101), "a panic, not a refusal:\n{log}");
+            assert!(
+                log.contains("server.upgrade_sock") && log.contains(&shown),
+                "mode {mode:o}, --upgrade {upgrade}:\n{log}"
+            );
+        }
+    }
+}
+
+/// The default `server.upgrade_sock` (`/run/agent-gateway/upgrade.sock`, systemd's
+/// `RuntimeDirectory=`) passes where that directory is not made, as on a developer's machine:
+/// only root can make it in `/run`. So does a directory only the gateway's user can write.
+#[test]
+fn the_default_upgrade_socket_and_one_in_a_private_directory_pass() {
+    let private = tempfile::tempdir().unwrap();
+    let mut cfg = test_config(&[loopback(1)]);
+    assert_eq!(cfg.server.upgrade_sock, "/run/agent-gateway/upgrade.sock");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    for sock in [None, Some(private.path().join("upgrade.sock"))] {
+        if let Some(sock) = sock {
+            cfg.server.upgrade_sock = sock.display().to_string();
+        }
+        std::fs::write(&path, cfg.to_toml()).unwrap();
+        let out = cli([
+            "check-config",
+            "--no-resolve",
+            "--config",
+            path.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            cfg.server.upgrade_sock,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// `run --upgrade` whose socket cannot be made (its directory is missing) ends with an error
+/// naming the socket, not with pingora's panic on the failed bind.
+#[test]
+fn an_upgrade_that_cannot_make_its_socket_is_an_error_not_a_panic() {
+    let private = tempfile::tempdir().unwrap();
+    let sock = private.path().join("missing").join("upgrade.sock");
+    let mut cfg = test_config(&[loopback(1)]);
+    cfg.server.upgrade_sock = sock.display().to_string();
+    let (status, log) = Gateway::builder(cfg).process().arg("--upgrade").refusal();
+    assert!(!status.success(), "{log}");
+    assert_ne!(status.code(), Some(101), "a panic, not an error:\n{log}");
+    assert!(log.contains(&sock.display().to_string()), "{log}");
 }
 
 #[test]

@@ -5,10 +5,11 @@
 use std::io;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::path::Path;
 
 use pingora::server::Fds;
 
-use crate::config::StartupConfig;
+use crate::config::{directory_of, StartupConfig};
 
 /// Pending connections a listener queues before it accepts them: pingora's own backlog, so a
 /// burst of connects waits in the kernel rather than being refused.
@@ -52,6 +53,8 @@ pub enum ListenError {
     Bind { addr: SocketAddr, source: io::Error },
     #[error("cannot take the listeners over from {sock}: {source}")]
     Upgrade { sock: String, source: nix::Error },
+    #[error("cannot wait on {sock} for the listeners: {reason}")]
+    UpgradeSock { sock: String, reason: String },
     #[error("the process being upgraded handed over no listener for {addr}")]
     NotHandedOver { addr: SocketAddr },
 }
@@ -65,6 +68,10 @@ impl Listeners {
     /// Takes over the listeners the running process sends on `upgrade_sock` after its SIGQUIT
     /// (pingora's handover): each under the address it was bound for.
     pub fn inherit(addrs: &ListenAddrs, upgrade_sock: &str) -> Result<Self, ListenError> {
+        can_wait_on(Path::new(upgrade_sock)).map_err(|reason| ListenError::UpgradeSock {
+            sock: upgrade_sock.to_owned(),
+            reason,
+        })?;
         let mut fds = Fds::new();
         fds.get_from_sock(upgrade_sock)
             .map_err(|source| ListenError::Upgrade {
@@ -113,6 +120,23 @@ impl Listeners {
             fds.add(listener.local_addr()?.to_string(), listener.as_raw_fd());
         }
         Ok(())
+    }
+}
+
+/// Whether pingora can make its socket at `sock` (it panics when it cannot): a directory there
+/// this process may write in, and no file in the way that it cannot remove (one left by an
+/// earlier upgrade it removes, as pingora would). Its directory passed
+/// [`crate::config`]'s check when the config was read: nobody else can write there.
+fn can_wait_on(sock: &Path) -> Result<(), String> {
+    use nix::unistd::{access, AccessFlags};
+    let dir = directory_of(sock);
+    access(&dir, AccessFlags::W_OK | AccessFlags::X_OK)
+        .map_err(|e| format!("cannot make a socket in {}: {}", dir.display(), e.desc()))?;
+    match std::fs::remove_file(sock) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => {
+            Err(format!("cannot remove what is there: {e}"))
+        }
+        _ => Ok(()),
     }
 }
 

@@ -110,7 +110,8 @@ pub struct ServerFile {
     pub upstream_keepalive_pool_size: usize,
     /// Reload when the config file changes on disk (SIGHUP and `POST /-/reload` always work).
     pub watch_config: bool,
-    /// Unix socket over which SIGQUIT hands the listeners to a process started with `--upgrade`.
+    /// Unix socket over which SIGQUIT hands the listeners to a process started with `--upgrade`,
+    /// in a directory only the gateway's user (or root) can write.
     pub upgrade_sock: String,
     /// `/readyz` also fails while no upstream address passes its health check. Off by default:
     /// a backend outage is the gateway's to answer (502/504), not a reason to leave the Service.
@@ -127,7 +128,9 @@ impl Default for ServerFile {
             work_stealing: false,
             upstream_keepalive_pool_size: 256,
             watch_config: true,
-            upgrade_sock: "/tmp/agent-gateway-upgrade.sock".into(),
+            // systemd's `RuntimeDirectory=agent-gateway`: a directory only the service's user
+            // can write ([`super::upgrade_sock`]). Where it is not made, only root could make it.
+            upgrade_sock: "/run/agent-gateway/upgrade.sock".into(),
             readiness_requires_upstream: false,
         }
     }

@@ -8,7 +8,8 @@
 //! `retirement.rs`, `limits.rs`, `rate_limit.rs`, `tracing.rs`), each validated type named
 //! after its section (`[upstream]` is an [`UpstreamConfig`]); the value types they share are
 //! in `types.rs`, a leaf, what they report in `problems.rs`, another, and the PromQL label
-//! matchers of `retirement.prometheus_selector` in `selector.rs`, a third. This module only
+//! matchers of `retirement.prometheus_selector` in `selector.rs`, a third; whether others can
+//! write where `server.upgrade_sock` is made, in `upgrade_sock.rs`. This module only
 //! assembles: the bases, which span three sections, and the snapshot. Once built, nothing
 //! re-checks. What a valid snapshot allows that works but should not (a published token) is
 //! said by `warnings.rs`, as warnings, not problems.
@@ -33,6 +34,7 @@ mod startup;
 pub mod testing;
 mod tracing;
 mod types;
+mod upgrade_sock;
 mod upstream;
 pub mod warnings;
 
@@ -278,6 +280,7 @@ impl Snapshot {
                 .extend(read.parsed.file.agents.iter().cloned());
         }
         let startup = startup::startup(&f.listen, &f.server, &mut p);
+        upgrade_sock::upgrade_sock(&f.server, &mut p);
         let server_cert = server_cert::server_cert(&f.listen, files, &mut p);
         let bases = bases(&f, &mut p);
         let v1_default_service = p.check(

@@ -186,7 +186,12 @@ impl GatewayBuilder {
     }
 
     /// Runs the gateway binary on a config it must refuse and returns how it exited.
-    pub fn exit_status(mut self) -> ExitStatus {
+    pub fn exit_status(self) -> ExitStatus {
+        self.refusal().0
+    }
+
+    /// [`Self::exit_status`], and what the process wrote to stderr.
+    pub fn refusal(mut self) -> (ExitStatus, String) {
         let (dir, config_path) = self.write_config(&self.config);
         let log_path = dir.path().join("gateway.log");
         let process = self.process.take().unwrap_or_default();
@@ -199,7 +204,7 @@ impl GatewayBuilder {
             |_| log(),
         );
         kill(&mut child);
-        status.unwrap()
+        (status.unwrap(), log())
     }
 
     /// The gateway in this process: its listeners bound here (port 0 for [`ANY_PORT`]), the
