@@ -4,6 +4,7 @@
 mod common;
 
 use std::collections::BTreeSet;
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -525,6 +526,36 @@ fn sigquit_hands_the_listeners_to_a_process_started_with_upgrade() {
         new.child().try_wait().unwrap().is_none(),
         "the new process must still be serving"
     );
+}
+
+/// A connection the old process accepted before it stopped accepting is its to answer: the
+/// listeners' queue is the new process's, not this connection. Its request, begun before the
+/// stop and finished after it, is served (with `Connection: close`) before the old process
+/// exits, as a request in flight is; on a busy machine a connection accepted just before the
+/// stop has its whole request waiting unread in the same way.
+#[test]
+fn a_handover_serves_the_request_of_a_connection_the_old_process_accepted() {
+    let backend = Backend::start();
+    let sock_dir = tempfile::tempdir().unwrap();
+    let mut cfg = config_with_code(backend.addr, "C");
+    cfg.server.upgrade_sock = sock_dir.path().join("upgrade.sock").display().to_string();
+    let mut old = Gateway::builder(cfg).process().start();
+    // Only the old process listens yet: it accepts this connection.
+    let mut c = Connection::open(old.proxy);
+    let request = verify_post(BODY);
+    let (begun, rest) = request.split_at(20);
+    c.writer.write_all(begun).unwrap();
+
+    let _new = old.hand_over();
+    old.wait_until("the old process to stop accepting", || {
+        old.log().contains("stopping: no new connections")
+    });
+    c.writer.write_all(rest).unwrap();
+    let resp = read_response(&mut c.reader).expect("the old process answers the request");
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.header("connection"), Some("close"));
+    assert_eq!(backend.count(), 1);
+    assert!(old.wait_exit().success());
 }
 
 #[test]

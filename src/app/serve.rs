@@ -111,11 +111,15 @@ pub async fn serve(listeners: Listeners, gateway: Gateway, shutdown: impl Future
         store,
     } = gateway;
 
-    tasks.spawn(accept_proxy(
+    // Connections accepted whose first request has not begun: a connection the gateway took
+    // from the listener's queue is its own to answer, not the next process's.
+    let unanswered = Arc::new(InFlight::default());
+    let accepting = tokio::spawn(accept_proxy(
         listener_of(listeners.proxy),
         proxy,
         tls,
         store.current().clone(),
+        unanswered.clone(),
         stopped.clone(),
     ));
     if let Some((l, app)) = paired("admin", listeners.admin, admin) {
@@ -143,10 +147,19 @@ pub async fn serve(listeners: Listeners, gateway: Gateway, shutdown: impl Future
         stop_admin.send_replace(true);
     }
     let deadline = Instant::now() + grace;
-    while in_flight.count() > 0 && Instant::now() < deadline {
+    // Once the accept loop has stopped, every connection it took is counted.
+    let _ = accepting.await;
+    // A connection accepted just before the stop may hold its request unread yet (its task
+    // not run, or the request still arriving): it is served too, its head within
+    // `limits.client_header_timeout_ms` as always.
+    while in_flight.count() + unanswered.count() > 0 && Instant::now() < deadline {
         tokio::time::sleep(DRAIN_POLL).await;
     }
-    tracing::info!(in_flight = in_flight.count(), "drained");
+    tracing::info!(
+        in_flight = in_flight.count(),
+        unanswered_connections = unanswered.count(),
+        "drained"
+    );
     stop_admin.send_replace(true);
     // The accept loops and background tasks have seen the stop; idle connections end with
     // the runtime (or the process).
@@ -185,16 +198,19 @@ fn listener_of(l: StdListener) -> TcpListener {
 
 /// Accepts client connections until the gateway stops, each served in a task of its own:
 /// its PROXY protocol header read first when `listen.proxy_protocol` (in the snapshot of
-/// `config` when it connects), then TLS, then HTTP.
+/// `config` when it connects), then TLS, then HTTP. Each is counted in `unanswered` from its
+/// accept until its first request is over (or it ends without one).
 async fn accept_proxy(
     listener: TcpListener,
     app: Arc<ProxyApp>,
     tls: Option<Arc<Acceptor>>,
     config: Arc<ArcSwap<Snapshot>>,
+    unanswered: Arc<InFlight>,
     stopped: ShutdownWatch,
 ) {
     accept_until_stopped(&listener, stopped.clone(), |stream, peer| {
         let (app, tls, stopped) = (app.clone(), tls.clone(), stopped.clone());
+        let first_request = unanswered.hold();
         let snap = config.load_full();
         // The stream is boxed now, as it will be served: what the task holds from the accept
         // stays small for the connection's whole life, and so do the PROXY header's read and
@@ -228,7 +244,8 @@ async fn accept_proxy(
                 },
                 None => stream as Stream,
             };
-            app.serve_connection(stream, client, &stopped).await;
+            app.serve_connection(stream, client, Some(first_request), &stopped)
+                .await;
         }
     })
     .await;
@@ -333,8 +350,11 @@ where
 {
     loop {
         let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
+            // A stopped loop takes no more: what is still queued is the next process's (a
+            // handover) or refused with the listener.
+            biased;
             _ = stopped.wait_for(|stop| *stop) => return,
+            accepted = listener.accept() => accepted,
         };
         match accepted {
             Ok((tcp, peer)) => {

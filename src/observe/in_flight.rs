@@ -34,6 +34,21 @@ impl InFlight {
         self.0.fetch_add(1, Ordering::AcqRel);
         InFlightGuard(self)
     }
+
+    /// [`Self::enter`] for a count held past a borrow, by a task of its own.
+    pub fn hold(self: &Arc<Self>) -> Held {
+        self.0.fetch_add(1, Ordering::AcqRel);
+        Held(self.clone())
+    }
+}
+
+/// One count in an [`InFlight`], owned: released when dropped.
+pub struct Held(Arc<InFlight>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0 .0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// One request counted in [`InFlight`].

@@ -34,6 +34,7 @@ use crate::http1::{
     RequestHead, ResponseWriter, FIRST_BUFFER,
 };
 use crate::observe::exchange::Protocol;
+use crate::observe::in_flight::Held;
 use crate::policy::admit::{BodyLength, RequestView};
 
 /// After a refusal that closes the connection with request bytes still unread, the gateway
@@ -96,10 +97,13 @@ pub(super) struct H1Connection {
 impl ProxyApp {
     /// Serves one HTTP/1.1 connection until either side ends it. A plaintext connection that
     /// opens with the HTTP/2 preface is handed back, its bytes unread, to be served as h2c.
+    /// `first_request` is released once the first request is over: a drain waits for it, so a
+    /// connection accepted just before a stop is answered, even with `Connection: close`.
     pub(super) async fn serve_h1(
         &self,
         stream: Stream,
         client: Option<IpAddr>,
+        mut first_request: Option<Held>,
         shutdown: &ShutdownWatch,
     ) -> Option<Stream> {
         // TLS clients choose HTTP/2 by ALPN; only a plaintext one opens with the preface.
@@ -144,6 +148,7 @@ impl ProxyApp {
                 }
             }
             c.requests += 1;
+            drop(first_request.take());
             if !c.keep_alive {
                 if !matches!(c.body, BodyState::Read { .. }) {
                     // Request bytes may be left unread: let the client read its answer first.

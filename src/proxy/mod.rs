@@ -45,6 +45,7 @@ use pingora::protocols::{Stream, ALPN};
 use pingora::server::ShutdownWatch;
 
 use crate::config::Snapshot;
+use crate::observe::in_flight::Held;
 use crate::observe::telemetry::Telemetry;
 use crate::observe::trace::Tracer;
 use crate::policy::rate_limit::RateLimits;
@@ -150,18 +151,22 @@ impl Drain {
 
 impl ProxyApp {
     /// Serves one client connection, HTTP/1.1 or HTTP/2, until either side ends it. `client`
-    /// is its peer's address (the PROXY header's source, when there is one).
+    /// is its peer's address (the PROXY header's source, when there is one). `first_request`
+    /// counts the connection until its first HTTP/1.1 request is over, for a drain to wait on;
+    /// an HTTP/2 connection's GOAWAY tells its client which streams were not served.
     pub async fn serve_connection(
         self: &Arc<Self>,
         stream: Stream,
         client: Option<IpAddr>,
+        first_request: Option<Held>,
         shutdown: &ShutdownWatch,
     ) {
         // HTTP/2's loop is boxed: inline, its state would size every connection's task,
         // HTTP/1.1 ones included.
         if self.http2 && stream.selected_alpn_proto() == Some(ALPN::H2) {
+            drop(first_request);
             Box::pin(self.serve_h2(stream, client, shutdown)).await;
-        } else if let Some(h2c) = self.serve_h1(stream, client, shutdown).await {
+        } else if let Some(h2c) = self.serve_h1(stream, client, first_request, shutdown).await {
             Box::pin(self.serve_h2(h2c, client, shutdown)).await;
         }
     }

@@ -224,7 +224,8 @@ impl Harness {
         let (_shutdown_tx, shutdown) = tokio::sync::watch::channel(false);
         let served = tokio::spawn(async move {
             let _keep_the_sender = _shutdown_tx;
-            app.serve_h1(Box::new(gateway_end), None, &shutdown).await;
+            app.serve_h1(Box::new(gateway_end), None, None, &shutdown)
+                .await;
         });
         Client {
             io: client_end,
@@ -986,7 +987,9 @@ async fn a_connections_future_stays_small() {
     let h = Harness::new(testing::config(), |_| Act::Close);
     let (_client, gateway) = tokio::io::duplex(PIPE);
     let (_stop, shutdown) = tokio::sync::watch::channel(false);
-    let connection = h.app.serve_connection(Box::new(gateway), None, &shutdown);
+    let connection = h
+        .app
+        .serve_connection(Box::new(gateway), None, None, &shutdown);
     let size = std::mem::size_of_val(&connection);
     assert!(size <= 768, "a connection's future is {size} bytes");
 }
