@@ -4,7 +4,9 @@
 //! builds a complete new snapshot or nothing: a file that fails to parse or validate is refused
 //! whole and the previous snapshot keeps serving. Settings that only take effect at start-up
 //! (listeners, threads) keep their running values and are reported as needing a restart. A
-//! snapshot applied is warned about as `run` warns at start ([`warn_of`]: a published token).
+//! snapshot applied is warned about as `run` warns at start ([`warn_of`]: no agent, ...), and
+//! one that accepts a published token is refused as `run` refuses it at start
+//! ([`PublishedTokens`]).
 //!
 //! Triggers: [`ConfigWatcher`] (the file's parent directory, so in-place writes, renames over
 //! the file and Kubernetes' `..data` symlink swap all count; an in-place write is read once
@@ -178,9 +180,9 @@ fn unix_now() -> f64 {
         .unwrap_or_default()
 }
 
-/// Logs what `snapshot` allows that works but should not ([`snapshot_warnings`]: a published
-/// token, no agent, ...), a WARN line each: `run` at start, and the store at each reload that
-/// applies a config, so that a token copied from the README in a later edit is said too.
+/// Logs what `snapshot` allows that works but should not ([`snapshot_warnings`]: no agent,
+/// PROXY headers believed from anyone, ...), a WARN line each: `run` at start, and the store at
+/// each reload that applies a config, so that what a later edit brings is said too.
 pub fn warn_of(snapshot: &Snapshot) {
     for warning in snapshot_warnings(snapshot) {
         tracing::warn!("{warning}");
@@ -231,8 +233,8 @@ impl ConfigStore {
         })
     }
 
-    /// Reloads log no warning about their config: for the demo, whose config uses the
-    /// published tokens on purpose (and which warns of nothing at start either).
+    /// Reloads log no warning about their config: for the demo, which warns of nothing at
+    /// start either.
     pub fn without_warnings(&mut self) {
         self.warns = false;
     }

@@ -80,7 +80,8 @@ pub struct Gateway {
 
 /// Serves `gateway` on `listeners` until `shutdown` resolves, then drains: stops accepting
 /// clients, tells client connections to wind down (HTTP/2 GOAWAY, HTTP/1.1 `Connection:
-/// close`), waits for the requests in flight (at most `server.grace_period_seconds`) and
+/// close`), waits for the requests in flight and the first request of each HTTP/1.1
+/// connection it accepted (at most `server.grace_period_seconds`) and
 /// sends out the spans and log lines still queued. The admin listener serves until the drain
 /// is over: a probe reads `/readyz` 503 (draining), a scrape sees the last requests end;
 /// after a handover it stops with the proxy listener, whose sockets another process serves.

@@ -1,6 +1,7 @@
 //! `agent-gateway check-config`: exit 0 when a config file is valid, else print every problem,
-//! in the order of the file, and exit 1: a token published with agent-gateway is one, as
-//! `run` refuses it ([`agent_gateway::config::published`]). A valid file may also get
+//! in the order of the file, and exit 1. A token published with agent-gateway is a problem
+//! too, as `run` refuses it ([`agent_gateway::config::published`]), said once the file is
+//! otherwise valid (it is looked for among the validated agents). A valid file may also get
 //! warnings on stderr ([`agent_gateway::config::warnings`]: no agent, a board that cannot ask
 //! its Prometheus; and a name that does not resolve where `run` starts anyway), which do not
 //! fail it.

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 
-use agent_gateway::config::published::SHIPPED_AGENTS;
+use agent_gateway::config::published::published_token;
 use agent_gateway::config::TokenDigest;
 
 /// Tokens shorter than this are warned of: `openssl rand -hex 32` makes 64 characters.
@@ -25,10 +25,8 @@ pub fn run() -> anyhow::Result<ExitCode> {
     if token.is_empty() {
         bail!("no token on stdin");
     }
-    if SHIPPED_AGENTS
-        .iter()
-        .any(|&(_, published)| published == token)
-    {
+    let digest = TokenDigest::of(token.as_bytes());
+    if published_token(&digest).is_some() {
         bail!(
             "this token is published with agent-gateway (its README and demo config): run and \
              check-config refuse its digest. Make one of your own: openssl rand -hex 32"
@@ -42,6 +40,6 @@ pub fn run() -> anyhow::Result<ExitCode> {
             token.len()
         );
     }
-    println!("{}", TokenDigest::of(token.as_bytes()).to_hex());
+    println!("{}", digest.to_hex());
     Ok(ExitCode::SUCCESS)
 }

@@ -11,8 +11,9 @@
 //! matchers of `retirement.prometheus_selector` in `selector.rs`, a third; whether others can
 //! write where `server.upgrade_sock` is made, in `upgrade_sock.rs`. This module only
 //! assembles: the bases, which span three sections, and the snapshot. Once built, nothing
-//! re-checks. What a valid snapshot allows that works but should not (a published token) is
-//! said by `warnings.rs`, as warnings, not problems.
+//! re-checks. What a valid snapshot allows that works but should not (no agent) is said by
+//! `warnings.rs`, as warnings, not problems; a published token is refused by the commands that
+//! serve (`published.rs`), the demo excepted.
 
 mod admin;
 mod auth;

@@ -39,7 +39,7 @@ impl PublishedTokens {
 }
 
 /// The published token whose digest `digest` is, if it is one.
-fn published_token(digest: &TokenDigest) -> Option<&'static str> {
+pub fn published_token(digest: &TokenDigest) -> Option<&'static str> {
     SHIPPED_AGENTS
         .iter()
         .find(|(_, token)| TokenDigest::of(token.as_bytes()) == *digest)

@@ -1,6 +1,6 @@
 //! `server.upgrade_sock`: the process sent SIGQUIT hands its listening sockets to whatever
-//! listens there (pingora checks nobody), so only the gateway's user, or root, may be able to
-//! make a file in its directory. In a shared sticky `/tmp` another user could make the socket
+//! listens there (pingora checks nobody), so no other user may be able to make a file in its
+//! directory (it should be the gateway's user's, or root's). In a shared sticky `/tmp` another user could make the socket
 //! first: the process started with `--upgrade` could not take its place, and the listeners,
 //! with every agent's token on them, would go to that user. Checked wherever a config is
 //! read, like the files it names: `check-config`, `run` (which sends on a later SIGQUIT),
@@ -18,11 +18,12 @@ use super::problems::Problems;
 const GROUP_WRITE: u32 = 0o020;
 const OTHER_WRITE: u32 = 0o002;
 
-/// Whether a directory of mode `mode` owned by `owner` lets no one but a process of effective
-/// uid `euid` (and root) make a file in it; else why not. The sticky bit does not help: it
-/// keeps others from removing a file, not from making one under a name not yet taken. Root is
-/// refused a directory others can write too.
-pub fn only_owner_writes(mode: u32, owner: u32, euid: u32) -> Result<(), String> {
+/// Whether a directory of mode `mode` lets no other user make a file in it; else why not.
+/// The sticky bit does not help: it keeps others from removing a file, not from making one
+/// under a name not yet taken. Its owner is not judged: `check-config` may run as another
+/// user than the gateway's (an operator, or `sudo`), and a directory of the gateway's own
+/// user is where it belongs (systemd's `RuntimeDirectory=`).
+pub fn only_owner_writes(mode: u32) -> Result<(), String> {
     if mode & OTHER_WRITE != 0 {
         return Err(format!(
             "every user can write to it (mode {:o})",
@@ -35,18 +36,13 @@ pub fn only_owner_writes(mode: u32, owner: u32, euid: u32) -> Result<(), String>
             mode & 0o7777
         ));
     }
-    if owner != euid && owner != 0 {
-        return Err(format!(
-            "it belongs to uid {owner}, not to the gateway's uid {euid} or root"
-        ));
-    }
     Ok(())
 }
 
 /// The directory `sock` is made in, or, while it is missing, its nearest existing ancestor
 /// (whoever can write there can make the missing directory, and the socket in it): checked by
-/// [`only_owner_writes`] for this process's effective uid. A missing directory under one that
-/// passes is left to `run --upgrade`, which cannot wait there until it is made.
+/// [`only_owner_writes`]. A missing directory under one that passes is left to
+/// `run --upgrade`, which cannot wait there until it is made.
 pub fn check_directory(sock: &Path) -> Result<(), String> {
     let dir = directory_of(sock);
     let mut at: PathBuf = dir.clone();
@@ -64,8 +60,7 @@ pub fn check_directory(sock: &Path) -> Result<(), String> {
     if !metadata.is_dir() {
         return Err(format!("{} is not a directory", at.display()));
     }
-    let euid = nix::unistd::geteuid().as_raw();
-    only_owner_writes(metadata.mode(), metadata.uid(), euid).map_err(|why| {
+    only_owner_writes(metadata.mode()).map_err(|why| {
         let whose = if at == dir {
             format!("{}: {why}", dir.display())
         } else {
@@ -83,12 +78,27 @@ pub fn check_directory(sock: &Path) -> Result<(), String> {
     })
 }
 
-/// Checks `server.upgrade_sock`'s directory.
+/// The longest path a Unix socket's address holds (`sun_path`, less its final NUL): pingora
+/// panics on a longer one.
+const MAX_SOCKET_PATH: usize = 107;
+
+/// Checks `server.upgrade_sock`: a path a socket can be made at, in a directory no other user
+/// can write.
 pub(super) fn upgrade_sock(server: &ServerFile, p: &mut Problems) {
-    p.check(
-        "server.upgrade_sock",
-        check_directory(Path::new(&server.upgrade_sock)),
-    );
+    let sock = &server.upgrade_sock;
+    let shape = if sock.is_empty() {
+        Err("must name a file: the socket the listeners are handed over on".to_owned())
+    } else if sock.len() > MAX_SOCKET_PATH {
+        Err(format!(
+            "is {} bytes: a Unix socket's path holds at most {MAX_SOCKET_PATH}",
+            sock.len()
+        ))
+    } else {
+        Ok(())
+    };
+    if p.check("server.upgrade_sock", shape).is_some() {
+        p.check("server.upgrade_sock", check_directory(Path::new(sock)));
+    }
 }
 
 #[cfg(test)]
@@ -97,49 +107,45 @@ mod tests {
 
     use super::*;
 
-    const GATEWAY: u32 = 1000;
-    const OTHER: u32 = 1001;
-    const ROOT: u32 = 0;
+    #[test]
+    fn a_directory_only_its_owner_can_write_passes() {
+        for mode in [0o700, 0o755, 0o555, 0o40755] {
+            assert_eq!(only_owner_writes(mode), Ok(()), "{mode:o}");
+        }
+    }
 
     #[test]
-    fn a_directory_only_the_gateway_or_root_can_write_passes() {
-        for (mode, owner, euid) in [
-            (0o700, GATEWAY, GATEWAY),
-            (0o755, GATEWAY, GATEWAY),
-            (0o755, ROOT, GATEWAY), // systemd's RuntimeDirectory= under /run, or /run
-            (0o555, ROOT, GATEWAY), // a read-only one: bind fails there, nobody else writes
-            (0o700, ROOT, ROOT),
-            (0o40755, ROOT, ROOT), // the file type bits of st_mode count for nothing
+    fn a_directory_others_can_write_is_refused() {
+        for mode in [
+            0o1777, // a shared /tmp
+            0o777,  // a Kubernetes emptyDir: 0777, no sticky bit
+            0o2770, // group-writable, whatever the group
+            0o730, 0o703,
         ] {
-            assert_eq!(
-                only_owner_writes(mode, owner, euid),
-                Ok(()),
-                "{mode:o} {owner} {euid}"
-            );
+            let why = only_owner_writes(mode).unwrap_err();
+            assert!(why.contains(&format!("{:o}", mode)), "{why}");
         }
     }
 
     #[test]
-    fn a_directory_others_can_write_is_refused_for_root_too() {
-        for euid in [GATEWAY, ROOT] {
-            for (mode, owner) in [
-                (0o1777, ROOT), // a shared /tmp
-                (0o777, euid),  // a Kubernetes emptyDir: 0777, no sticky bit
-                (0o2770, euid), // group-writable, whatever the group
-                (0o730, euid),
-                (0o703, euid),
-            ] {
-                let why = only_owner_writes(mode, owner, euid).unwrap_err();
-                assert!(why.contains(&format!("{:o}", mode)), "{why}");
-            }
-        }
-    }
-
-    #[test]
-    fn a_directory_of_another_user_is_refused_for_root_too() {
-        for (owner, euid) in [(OTHER, GATEWAY), (OTHER, ROOT), (GATEWAY, ROOT)] {
-            let why = only_owner_writes(0o700, owner, euid).unwrap_err();
-            assert!(why.contains(&format!("uid {owner}")), "{why}");
+    fn an_empty_or_overlong_path_is_refused() {
+        let problems = |sock: String| {
+            let server = ServerFile {
+                upgrade_sock: sock,
+                ..ServerFile::default()
+            };
+            let mut p = Problems::default();
+            upgrade_sock(&server, &mut p);
+            p.finish(Some(())).err().unwrap_or_default()
+        };
+        let private = tempfile::tempdir().unwrap();
+        let at = |name: &str| private.path().join(name).display().to_string();
+        assert!(problems(at("upgrade.sock")).is_empty());
+        let long = at(&"s".repeat(MAX_SOCKET_PATH));
+        for sock in [String::new(), long] {
+            let said = problems(sock.clone());
+            assert_eq!(said.len(), 1, "{sock:?}: {said:?}");
+            assert_eq!(said[0].key, "server.upgrade_sock");
         }
     }
 

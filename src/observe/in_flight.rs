@@ -1,5 +1,7 @@
 //! Requests being served now: one counter, which a draining process waits on and the metric
-//! `agent_gateway_in_flight_requests` reads when it is scraped.
+//! `agent_gateway_in_flight_requests` reads when it is scraped. The same counter type counts,
+//! unexported, the connections accepted whose first request has not ended ([`Held`]), which
+//! a drain waits on too.
 //!
 //! The data plane touches it twice per request (one atomic add and one subtract); the gauge is
 //! set from it only at collection, so exporting it costs requests nothing.

@@ -153,7 +153,8 @@ impl ProxyApp {
     /// Serves one client connection, HTTP/1.1 or HTTP/2, until either side ends it. `client`
     /// is its peer's address (the PROXY header's source, when there is one). `first_request`
     /// counts the connection until its first HTTP/1.1 request is over, for a drain to wait on;
-    /// an HTTP/2 connection's GOAWAY tells its client which streams were not served.
+    /// an HTTP/2 connection stops counting once it is known to be one (its GOAWAY, once its
+    /// handshake is done, tells its client which streams were not served).
     pub async fn serve_connection(
         self: &Arc<Self>,
         stream: Stream,
