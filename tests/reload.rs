@@ -558,6 +558,48 @@ fn a_handover_serves_the_request_of_a_connection_the_old_process_accepted() {
     assert!(old.wait_exit().success());
 }
 
+/// A SIGQUIT with no socket of the gateway's user waiting at `server.upgrade_sock` hands the
+/// listeners to nobody: with nothing there (an operator who signalled before starting
+/// `run --upgrade`), or a link to a socket made elsewhere (whoever could put it there), the
+/// process logs why and goes on serving. Before, pingora sent to whatever listened there, or,
+/// with nothing there, failed and stopped serving with no process to take over.
+#[test]
+fn a_sigquit_with_no_upgrade_of_its_own_waiting_keeps_serving() {
+    use std::os::unix::net::UnixListener;
+    let backend = Backend::start();
+    let sock_dir = tempfile::tempdir().unwrap();
+    let sock = sock_dir.path().join("upgrade.sock");
+    let mut cfg = config_with_code(backend.addr, "C");
+    cfg.server.upgrade_sock = sock.display().to_string();
+    let mut gw = Gateway::builder(cfg).process().start();
+    let refusals = |gw: &Gateway| {
+        gw.log()
+            .matches("SIGQUIT: the listeners are not handed over")
+            .count()
+    };
+
+    gw.signal("QUIT");
+    gw.wait_until("the first refusal", || refusals(&gw) == 1);
+    assert!(gw
+        .log()
+        .contains("no process started with --upgrade waits there"));
+    assert_eq!(post(gw.proxy, VERIFY_V1, BODY).status, 200);
+
+    let elsewhere = tempfile::tempdir().unwrap();
+    let other = UnixListener::bind(elsewhere.path().join("other.sock")).unwrap();
+    other.set_nonblocking(true).unwrap();
+    std::os::unix::fs::symlink(elsewhere.path().join("other.sock"), &sock).unwrap();
+    gw.signal("QUIT");
+    gw.wait_until("the second refusal", || refusals(&gw) == 2);
+    assert!(gw.log().contains("symbolic link"), "{}", gw.log());
+    assert_eq!(post(gw.proxy, VERIFY_V1, BODY).status, 200);
+    assert!(
+        matches!(other.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "nothing was sent to the other socket"
+    );
+    assert!(gw.child().try_wait().unwrap().is_none(), "still running");
+}
+
 #[test]
 fn get_config_shows_the_running_snapshot_with_its_load_time_and_file_hash() {
     use sha2::{Digest, Sha256};

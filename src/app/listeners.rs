@@ -123,6 +123,52 @@ impl Listeners {
     }
 }
 
+/// Whether the listeners may be sent to `sock` now, on SIGQUIT: pingora sends them to
+/// whatever listens there. Only a socket of this process's user, as a `run --upgrade` of the
+/// same user makes, passes: another user's (made there first), a link, or nothing at all is
+/// refused, and the process goes on serving (pingora, its send failed, would stop serving with
+/// no process to take over).
+pub fn may_hand_over_to(sock: &Path) -> Result<(), String> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let found = std::fs::symlink_metadata(sock).map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => {
+            "no process started with --upgrade waits there (nothing is at that path)".to_owned()
+        }
+        _ => format!("cannot inspect it: {e}"),
+    })?;
+    let kind = found.file_type();
+    let waiting = if kind.is_symlink() {
+        Waiting::Link
+    } else if kind.is_socket() {
+        Waiting::Socket { owner: found.uid() }
+    } else {
+        Waiting::Other
+    };
+    hand_over_to(waiting, nix::unistd::geteuid().as_raw())
+}
+
+/// What is at the upgrade socket's path when the listeners are to be sent there.
+#[derive(Debug, Clone, Copy)]
+enum Waiting {
+    Socket { owner: u32 },
+    Link,
+    Other,
+}
+
+/// Whether the listeners may go to `waiting` from a process of effective uid `euid`: only to
+/// a socket of its own user (not a link to one, whose target another user may have made).
+fn hand_over_to(waiting: Waiting, euid: u32) -> Result<(), String> {
+    match waiting {
+        Waiting::Socket { owner } if owner == euid => Ok(()),
+        Waiting::Socket { owner } => Err(format!(
+            "the socket there belongs to uid {owner}, not to this process's uid {euid}: \
+             another user may have made it first"
+        )),
+        Waiting::Link => Err("it is a symbolic link, not a socket".to_owned()),
+        Waiting::Other => Err("it is not a socket".to_owned()),
+    }
+}
+
 /// Whether pingora can make its socket at `sock` (it panics when it cannot): a directory there
 /// this process may write in, and no file in the way that it cannot remove (one left by an
 /// earlier upgrade it removes, as pingora would). Its directory passed
@@ -178,6 +224,23 @@ mod tests {
             proxy: any,
             admin: Some(any),
             mock_backend: None,
+        }
+    }
+
+    #[test]
+    fn the_listeners_go_only_to_a_socket_of_this_processs_user() {
+        for euid in [1000, 0] {
+            assert_eq!(hand_over_to(Waiting::Socket { owner: euid }, euid), Ok(()));
+        }
+        for (waiting, euid, said) in [
+            (Waiting::Socket { owner: 1001 }, 1000, "uid 1001"),
+            (Waiting::Socket { owner: 1000 }, 0, "uid 1000"),
+            (Waiting::Socket { owner: 0 }, 1000, "uid 0"),
+            (Waiting::Link, 1000, "symbolic link"),
+            (Waiting::Other, 1000, "not a socket"),
+        ] {
+            let why = hand_over_to(waiting, euid).unwrap_err();
+            assert!(why.contains(said), "{waiting:?} {euid}: {why}");
         }
     }
 

@@ -1,5 +1,7 @@
 //! Process signals: SIGHUP reloads the config; SIGTERM drains; SIGQUIT hands the listening
-//! sockets to a new process started with `--upgrade`; SIGINT exits at once.
+//! sockets to a new process started with `--upgrade` (only when a socket of this process's
+//! user waits at `server.upgrade_sock`: else it is logged and the process goes on serving);
+//! SIGINT exits at once.
 //!
 //! pingora's own watcher knows no SIGHUP (whose default action would kill the process). This
 //! one reloads on SIGHUP and otherwise tells pingora which shutdown to make; the drain itself
@@ -7,6 +9,7 @@
 //! write out what is queued) is [`crate::app::serve::serve`]'s, and the
 //! process exits as soon as it is done.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -14,6 +17,7 @@ use nix::sys::signal::{SigHandler, Signal};
 use pingora::server::{ShutdownSignal, ShutdownSignalWatch};
 use tokio::signal::unix::{signal, SignalKind};
 
+use crate::app::listeners::may_hand_over_to;
 use crate::app::reload::{ConfigStore, Trigger};
 use crate::proxy::Drain;
 
@@ -52,6 +56,11 @@ impl ShutdownSignalWatch for Signals {
                     let _ = tokio::task::spawn_blocking(move || store.reload(Trigger::Sighup, false)).await;
                 }
                 _ = quit.recv() => {
+                    let sock = self.store.current().load().startup.upgrade_sock.clone();
+                    if let Err(reason) = may_hand_over_to(Path::new(&sock)) {
+                        tracing::error!(upgrade_sock = %sock, %reason, "SIGQUIT: the listeners are not handed over; still serving");
+                        continue;
+                    }
                     tracing::info!("SIGQUIT: handing the listeners to the upgraded process");
                     self.drain.hand_over();
                     return ShutdownSignal::GracefulUpgrade;
