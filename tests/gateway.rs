@@ -582,6 +582,19 @@ fn check_config_reports_every_problem_by_key_path() {
     assert!(err.contains("listen.prxy (line 3"), "{err}");
 }
 
+/// `check-config --no-resolve` of `cfg`, written to a file of its own.
+fn check_config_no_resolve(cfg: &FileConfig) -> std::process::Output {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, cfg.to_toml()).unwrap();
+    cli([
+        "check-config".as_ref(),
+        "--no-resolve".as_ref(),
+        "--config".as_ref(),
+        path.as_os_str(),
+    ])
+}
+
 /// The process sent SIGQUIT hands its listeners to whatever listens at `server.upgrade_sock`:
 /// in a directory another user can write (a shared sticky `/tmp`, a group-writable one), that
 /// user could make the socket first and take the proxy's and the admin listener's traffic.
@@ -596,15 +609,7 @@ fn an_upgrade_socket_in_a_directory_others_can_write_is_refused() {
         cfg.server.upgrade_sock = shared.path().join("upgrade.sock").display().to_string();
         let shown = shared.path().display().to_string();
 
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("gateway.toml");
-        std::fs::write(&path, cfg.to_toml()).unwrap();
-        let out = cli([
-            "check-config",
-            "--no-resolve",
-            "--config",
-            path.to_str().unwrap(),
-        ]);
+        let out = check_config_no_resolve(&cfg);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "mode {mode:o}: {err}");
         assert!(
@@ -636,19 +641,11 @@ fn the_default_upgrade_socket_and_one_in_a_private_directory_pass() {
     let private = tempfile::tempdir().unwrap();
     let mut cfg = test_config(&[loopback(1)]);
     assert_eq!(cfg.server.upgrade_sock, "/run/agent-gateway/upgrade.sock");
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gateway.toml");
     for sock in [None, Some(private.path().join("upgrade.sock"))] {
         if let Some(sock) = sock {
             cfg.server.upgrade_sock = sock.display().to_string();
         }
-        std::fs::write(&path, cfg.to_toml()).unwrap();
-        let out = cli([
-            "check-config",
-            "--no-resolve",
-            "--config",
-            path.to_str().unwrap(),
-        ]);
+        let out = check_config_no_resolve(&cfg);
         assert!(
             out.status.success(),
             "{}: {}",
