@@ -4,6 +4,8 @@
 //! serve (`run`, at start and at each reload) and by `check-config`; only `demo`, whose
 //! shipped config uses them on purpose, runs one.
 
+use std::sync::LazyLock;
+
 use super::{ConfigError, Problem, Snapshot, TokenDigest};
 
 /// The agents of the shipped `config/gateway.toml` and their tokens (the file stores only
@@ -38,11 +40,16 @@ impl PublishedTokens {
     }
 }
 
+/// The published tokens' digests, made once: a config is checked at each reload, each of
+/// its agents' tokens against all of them.
+static PUBLISHED: LazyLock<[(TokenDigest, &str); SHIPPED_AGENTS.len()]> =
+    LazyLock::new(|| SHIPPED_AGENTS.map(|(_, token)| (TokenDigest::of(token.as_bytes()), token)));
+
 /// The published token whose digest `digest` is, if it is one.
 pub fn published_token(digest: &TokenDigest) -> Option<&'static str> {
-    SHIPPED_AGENTS
+    PUBLISHED
         .iter()
-        .find(|(_, token)| TokenDigest::of(token.as_bytes()) == *digest)
+        .find(|(published, _)| published == digest)
         .map(|&(_, token)| token)
 }
 

@@ -6,6 +6,7 @@
 //! The data plane touches it twice per request (one atomic add and one subtract); the gauge is
 //! set from it only at collection, so exporting it costs requests nothing.
 
+use std::ops::Deref;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -33,34 +34,37 @@ impl InFlight {
 
     /// Counts a request until the guard drops, however it ends.
     pub fn enter(&self) -> InFlightGuard<'_> {
-        self.0.fetch_add(1, Ordering::AcqRel);
-        InFlightGuard(self)
+        Counted::new(self)
     }
 
     /// [`Self::enter`] for a count held past a borrow, by a task of its own.
     pub fn hold(self: &Arc<Self>) -> Held {
-        self.0.fetch_add(1, Ordering::AcqRel);
-        Held(self.clone())
+        Counted::new(self.clone())
     }
 }
 
-/// One count in an [`InFlight`], owned: released when dropped.
-pub struct Held(Arc<InFlight>);
+/// One count in the [`InFlight`] that `C` leads to, released when dropped, however the
+/// counted work ends.
+pub struct Counted<C: Deref<Target = InFlight>>(C);
 
-impl Drop for Held {
+impl<C: Deref<Target = InFlight>> Counted<C> {
+    fn new(counter: C) -> Self {
+        counter.0.fetch_add(1, Ordering::AcqRel);
+        Counted(counter)
+    }
+}
+
+impl<C: Deref<Target = InFlight>> Drop for Counted<C> {
     fn drop(&mut self) {
         self.0 .0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
 /// One request counted in [`InFlight`].
-pub struct InFlightGuard<'a>(&'a InFlight);
+pub type InFlightGuard<'a> = Counted<&'a InFlight>;
 
-impl Drop for InFlightGuard<'_> {
-    fn drop(&mut self) {
-        self.0 .0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
+/// One count in an [`InFlight`], owned (an accepted connection's, held by its task).
+pub type Held = Counted<Arc<InFlight>>;
 
 /// `agent_gateway_in_flight_requests`, set from the counter as it is collected.
 struct InFlightGauge {
