@@ -8,10 +8,19 @@
 //! from its config, so a plaintext connection is this: the socket and, rarely, bytes put
 //! back. TLS wraps it; pingora's HTTP/2 server and admin services take it as any other
 //! [`pingora::protocols::IO`].
+//!
+//! Its reads and writes are tokio's readiness with rustix's system calls: tokio's own go
+//! through glibc's `recv` and `send`, cancellation points that, in a process with threads,
+//! set and clear the thread's cancellation state around the call (two compare-and-swaps,
+//! four calls a proxied request). The readiness rules are tokio's: a read that does not fill
+//! its buffer, or a write that does not take all of its bytes, found the socket drained or
+//! full, and forgets the readiness, so that the next one waits for the runtime rather than
+//! making a call to learn that.
 
+use std::io;
 use std::os::unix::io::AsRawFd;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 
 use async_trait::async_trait;
 use bytes::{Buf, Bytes};
@@ -20,7 +29,8 @@ use pingora::protocols::{
     GetProxyDigest, GetSocketDigest, GetTimingDigest, Peek, Shutdown, SocketDigest, Ssl,
     TimingDigest, UniqueID, UniqueIDType,
 };
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use rustix::net::{RecvFlags, SendAncillaryBuffer, SendFlags};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, Interest, ReadBuf};
 use tokio::net::TcpStream;
 
 /// A TCP connection: reads return the bytes put back first, then the socket's.
@@ -58,9 +68,9 @@ impl AsyncRead for TcpConn {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
+    ) -> Poll<io::Result<()>> {
         if self.rewound.is_empty() {
-            return Pin::new(&mut self.tcp).poll_read(cx, buf);
+            return self.poll_recv(cx, buf);
         }
         let n = self.rewound.len().min(buf.remaining());
         buf.put_slice(&self.rewound[..n]);
@@ -69,32 +79,108 @@ impl AsyncRead for TcpConn {
     }
 }
 
+impl TcpConn {
+    /// `recv(2)` into `buf` once the socket is readable.
+    #[allow(unsafe_code)]
+    fn poll_recv(&self, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        loop {
+            ready!(self.tcp.poll_read_ready(cx))?;
+            // SAFETY: `recv` only writes into the unfilled part, and the filled part is moved
+            // on by exactly the bytes it wrote.
+            let unfilled = unsafe { buf.unfilled_mut() };
+            let room = unfilled.len();
+            let mut read = None;
+            let outcome = self.tcp.try_io(Interest::READABLE, || {
+                let ((filled, _), _) = rustix::net::recv(&self.tcp, unfilled, RecvFlags::empty())?;
+                read = Some(filled.len());
+                drained(filled.len(), room)
+            });
+            if let Some(n) = read {
+                // SAFETY: as above: `recv` wrote these `n` bytes.
+                unsafe { buf.assume_init(n) };
+                buf.advance(n);
+                return Poll::Ready(Ok(()));
+            }
+            match outcome {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Poll::Ready(Err(e)),
+                Ok(()) => unreachable!("a read that succeeded is returned above"),
+            }
+        }
+    }
+
+    /// `send(2)` of `buf` (or `sendmsg(2)` of `bufs`) once the socket is writable: `send` is
+    /// the call, given the bytes it should offer.
+    fn poll_send(
+        &self,
+        cx: &mut Context<'_>,
+        offered: usize,
+        send: impl Fn() -> rustix::io::Result<usize>,
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            ready!(self.tcp.poll_write_ready(cx))?;
+            let mut written = None;
+            let outcome = self.tcp.try_io(Interest::WRITABLE, || {
+                let n = send()?;
+                written = Some(n);
+                drained(n, offered)
+            });
+            if let Some(n) = written {
+                return Poll::Ready(Ok(n));
+            }
+            match outcome {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Poll::Ready(Err(e)),
+                Ok(()) => unreachable!("a write that succeeded is returned above"),
+            }
+        }
+    }
+}
+
+/// What a read or write that moved `n` of the `room` bytes it could says of its readiness:
+/// some but not all means the socket is drained (or full) until the runtime says otherwise,
+/// which `WouldBlock` tells [`TcpStream::try_io`] (it then clears the readiness it saw before
+/// the call, not any that came since).
+fn drained(n: usize, room: usize) -> io::Result<()> {
+    if 0 < n && n < room {
+        Err(io::ErrorKind::WouldBlock.into())
+    } else {
+        Ok(())
+    }
+}
+
 impl AsyncWrite for TcpConn {
     fn poll_write(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.tcp).poll_write(cx, buf)
+    ) -> Poll<io::Result<usize>> {
+        self.poll_send(cx, buf.len(), || {
+            rustix::net::send(&self.tcp, buf, SendFlags::NOSIGNAL)
+        })
     }
 
     fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.tcp).poll_write_vectored(cx, bufs)
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let offered = bufs.iter().map(|b| b.len()).sum();
+        self.poll_send(cx, offered, || {
+            let mut no_control = SendAncillaryBuffer::default();
+            rustix::net::sendmsg(&self.tcp, bufs, &mut no_control, SendFlags::NOSIGNAL)
+        })
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.tcp.is_write_vectored()
+        true
     }
 
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.tcp).poll_flush(cx)
     }
 
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.tcp).poll_shutdown(cx)
     }
 }
@@ -144,17 +230,104 @@ impl Peek for TcpConn {}
 
 #[cfg(test)]
 mod tests {
+    use std::io::IoSlice;
+
     use super::*;
     use tokio::io::AsyncReadExt;
 
-    #[tokio::test]
-    async fn bytes_put_back_are_read_first_in_order_then_the_sockets() {
+    /// A client and the accepted end of its connection, the latter as the gateway holds it.
+    async fn connected() -> (TcpStream, TcpConn) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let mut client = TcpStream::connect(listener.local_addr().unwrap())
+        let client = TcpStream::connect(listener.local_addr().unwrap())
             .await
             .unwrap();
         let (tcp, _) = listener.accept().await.unwrap();
-        let mut stream = TcpConn::new(tcp);
+        (client, TcpConn::new(tcp))
+    }
+
+    /// Whether the runtime still takes `conn`'s socket for ready for `interest`: `try_io`
+    /// calls its function only then (which does nothing here).
+    fn still_ready(conn: &TcpConn, interest: Interest) -> bool {
+        let mut called = false;
+        let _ = conn.tcp.try_io(interest, || {
+            called = true;
+            Err::<(), _>(io::ErrorKind::WouldBlock.into())
+        });
+        called
+    }
+
+    #[tokio::test]
+    async fn a_read_that_leaves_room_forgets_the_readiness_and_a_full_one_keeps_it() {
+        let (mut client, mut conn) = connected().await;
+        client.write_all(b"0123456789").await.unwrap();
+        // Both reads are whole: the bytes are there once the first read is woken.
+        let mut four = [0u8; 4];
+        conn.read_exact(&mut four).await.unwrap();
+        assert_eq!(&four, b"0123");
+        assert!(
+            still_ready(&conn, Interest::READABLE),
+            "a read that filled its buffer may have left bytes: the next one reads"
+        );
+        let mut room = [0u8; 64];
+        let n = conn.read(&mut room).await.unwrap();
+        assert_eq!(&room[..n], b"456789");
+        assert!(
+            !still_ready(&conn, Interest::READABLE),
+            "a short read drained the socket: the next read waits for the runtime"
+        );
+        client.write_all(b"more").await.unwrap();
+        let n = conn.read(&mut room).await.unwrap();
+        assert_eq!(&room[..n], b"more", "and it is woken by the next bytes");
+        drop(client);
+        assert_eq!(
+            conn.read(&mut room).await.unwrap(),
+            0,
+            "the end of the stream"
+        );
+    }
+
+    #[tokio::test]
+    async fn writes_reach_the_peer_and_a_write_the_socket_cannot_take_whole_forgets_the_readiness()
+    {
+        let (mut client, mut conn) = connected().await;
+        conn.write_all(b"head ").await.unwrap();
+        let parts = [IoSlice::new(b"and "), IoSlice::new(b"body")];
+        let n = conn.write_vectored(&parts).await.unwrap();
+        assert_eq!(n, 8, "both slices in one call");
+        assert!(still_ready(&conn, Interest::WRITABLE));
+        let mut got = [0u8; 13];
+        client.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"head and body");
+        // Nobody reads: a write larger than both sockets' buffers is taken in part.
+        let big = vec![b'x'; 64 * 1024 * 1024];
+        let n = conn.write(&big).await.unwrap();
+        assert!(0 < n && n < big.len(), "{n} bytes taken");
+        assert!(
+            !still_ready(&conn, Interest::WRITABLE),
+            "a full socket: the next write waits for the runtime"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_reset_connection_is_an_error_on_read_and_write() {
+        let (client, mut conn) = connected().await;
+        socket2::SockRef::from(&client)
+            .set_linger(Some(std::time::Duration::ZERO))
+            .unwrap();
+        drop(client);
+        let mut room = [0u8; 16];
+        let read = conn.read(&mut room).await;
+        assert_eq!(
+            read.map_err(|e| e.kind()),
+            Err(io::ErrorKind::ConnectionReset)
+        );
+        let written = conn.write_all(b"anyone?").await;
+        assert!(written.is_err(), "{written:?}");
+    }
+
+    #[tokio::test]
+    async fn bytes_put_back_are_read_first_in_order_then_the_sockets() {
+        let (mut client, mut stream) = connected().await;
         client.write_all(b"socket").await.unwrap();
         stream.rewind(b"second ");
         stream.rewind(b"first ");
