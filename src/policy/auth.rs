@@ -32,12 +32,28 @@ pub fn matching_digest<'d>(
 ) -> Option<usize> {
     let mut found = None;
     for (i, candidate) in candidates.into_iter().enumerate() {
-        let equal: Choice = candidate.0.ct_eq(&digest.0);
-        if bool::from(equal) {
+        if bool::from(digests_equal(candidate, digest)) {
             found = Some(i);
         }
     }
     found
+}
+
+/// Whether two digests are equal, in a time that does not depend on where they differ: their
+/// differences gathered as four 64-bit words, then one comparison. `subtle`'s comparison of
+/// byte slices hides each of the 32 bytes' comparisons from the optimiser on its own, some
+/// 250 instructions a request where this takes about 20.
+fn digests_equal(a: &TokenDigest, b: &TokenDigest) -> Choice {
+    let words = |d: &TokenDigest| {
+        let mut w = [0u64; 4];
+        for (word, bytes) in w.iter_mut().zip(d.0.chunks_exact(8)) {
+            *word = u64::from_ne_bytes(bytes.try_into().expect("8-byte chunks"));
+        }
+        w
+    };
+    let (a, b) = (words(a), words(b));
+    let differ = (a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) | (a[3] ^ b[3]);
+    differ.ct_eq(&0)
 }
 
 /// Finds the agent named by `agent_id` and checks `token` against each of its tokens in
@@ -94,6 +110,22 @@ mod tests {
             require_on_status: true,
             agents: [("agent-1".to_string(), agent)].into_iter().collect(),
             max_failures_per_minute: None,
+        }
+    }
+
+    #[test]
+    fn digests_are_equal_only_when_every_byte_is() {
+        let digest = TokenDigest::of(b"secret");
+        assert!(bool::from(digests_equal(&digest, &digest.clone())));
+        for byte in [0, 7, 8, 31] {
+            for bit in [0x01, 0x80] {
+                let mut other = digest.clone();
+                other.0[byte] ^= bit;
+                assert!(
+                    !bool::from(digests_equal(&digest, &other)),
+                    "byte {byte}, bit {bit:#x}"
+                );
+            }
         }
     }
 
