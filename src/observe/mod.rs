@@ -22,26 +22,27 @@ use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::{Arc, RwLock};
 
-/// The value of `key` in a map that requests read and rarely add to (an agent's counters):
-/// found under the read lock, made by `make` under the write lock the first time, once
-/// whoever races for it.
-pub(crate) fn get_or_insert<V, S: BuildHasher>(
+/// Runs `f` on the value of `key` in a map that requests read and rarely add to (an agent's
+/// counters): found under the read lock, made by `make` under the write lock the first time,
+/// once whoever races for it. A found value is lent to `f` under the read lock, not counted
+/// out: an `Arc`'s clone and drop are two atomic read-modify-writes a lookup, on every request
+/// (`Arc::clone` as `f` when the caller keeps it).
+pub(crate) fn with_entry<V, S: BuildHasher, R>(
     map: &RwLock<HashMap<String, Arc<V>, S>>,
     key: &str,
     make: impl FnOnce() -> V,
-) -> Arc<V> {
-    let known = map
-        .read()
+    f: impl FnOnce(&Arc<V>) -> R,
+) -> R {
+    if let Some(known) = map.read().unwrap_or_else(|e| e.into_inner()).get(key) {
+        return f(known);
+    }
+    let made = map
+        .write()
         .unwrap_or_else(|e| e.into_inner())
-        .get(key)
-        .cloned();
-    known.unwrap_or_else(|| {
-        map.write()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(key.to_owned())
-            .or_insert_with(|| Arc::new(make()))
-            .clone()
-    })
+        .entry(key.to_owned())
+        .or_insert_with(|| Arc::new(make()))
+        .clone();
+    f(&made)
 }
 
 /// Keeps a second `tracing` dispatcher registered for the rest of a test run; call it before

@@ -322,9 +322,14 @@ impl AgentMetrics {
         })
     }
 
-    /// The series of the configured agent `id`, resolved at its first request.
-    fn series(&self, id: &str, usage: &UsageTracker) -> Arc<AgentSeries> {
-        super::get_or_insert(&self.series, id, || AgentSeries {
+    /// Runs `f` on the series of the configured agent `id`, resolved at its first request.
+    fn with_series<R>(
+        &self,
+        id: &str,
+        usage: &UsageTracker,
+        f: impl FnOnce(&AgentSeries) -> R,
+    ) -> R {
+        let make = || AgentSeries {
             requests: ApiVersion::ALL.map(|v| {
                 Operation::ALL.map(|op| {
                     self.requests
@@ -334,7 +339,8 @@ impl AgentMetrics {
             v1_last_seen: OnceLock::new(),
             token_last_used: RwLock::default(),
             usage: usage.agent(id),
-        })
+        };
+        super::with_entry(&self.series, id, make, |series| f(series))
     }
 
     /// Makes `id`'s request and refusal counters exist, at zero until it calls.
@@ -374,34 +380,35 @@ impl AgentMetrics {
             }
             return;
         };
-        let series = self.series(id, usage);
-        match ex.operation {
-            Some(op) => series.requests[v as usize][op as usize].inc(),
-            None => self
-                .requests
-                .with_label_values(&[id, v.as_str(), operation])
-                .inc(),
-        }
-        if let Some(token) = ex.token_label {
-            super::get_or_insert(&series.token_last_used, token, || {
-                self.token_last_used.with_label_values(&[id, token])
-            })
-            .set(started_at);
-        }
-        if v == ApiVersion::V1 {
-            series
-                .v1_last_seen
-                .get_or_init(|| self.v1_last_seen.with_label_values(&[id]))
-                .set(started_at);
-        }
-        if let Some(r) = ex.v1_refusal() {
-            self.v1_refusals.with_label_values(&[id, r.reason()]).inc();
-        }
-        if let Some(op) = ex.operation {
-            if series.usage.record(v, op, ex.started_at) {
-                self.v1_first_seen.with_label_values(&[id]).set(started_at);
+        self.with_series(id, usage, |series| {
+            match ex.operation {
+                Some(op) => series.requests[v as usize][op as usize].inc(),
+                None => self
+                    .requests
+                    .with_label_values(&[id, v.as_str(), operation])
+                    .inc(),
             }
-        }
+            if let Some(token) = ex.token_label {
+                let make = || self.token_last_used.with_label_values(&[id, token]);
+                super::with_entry(&series.token_last_used, token, make, |gauge| {
+                    gauge.set(started_at);
+                });
+            }
+            if v == ApiVersion::V1 {
+                series
+                    .v1_last_seen
+                    .get_or_init(|| self.v1_last_seen.with_label_values(&[id]))
+                    .set(started_at);
+            }
+            if let Some(r) = ex.v1_refusal() {
+                self.v1_refusals.with_label_values(&[id, r.reason()]).inc();
+            }
+            if let Some(op) = ex.operation {
+                if series.usage.record(v, op, ex.started_at) {
+                    self.v1_first_seen.with_label_values(&[id]).set(started_at);
+                }
+            }
+        });
     }
 }
 

@@ -143,7 +143,7 @@ impl UsageTracker {
     /// The usage of the configured agent `agent_id`, to count into without looking it up
     /// again.
     pub fn agent(&self, agent_id: &str) -> Arc<AgentUsage> {
-        super::get_or_insert(&self.agents, agent_id, AgentUsage::default)
+        super::with_entry(&self.agents, agent_id, AgentUsage::default, Arc::clone)
     }
 
     /// The report for every agent of `snapshot`, judged at `now`.
@@ -211,10 +211,16 @@ impl AgentUsage {
             return false;
         }
         let secs = unix_seconds(now);
-        self.last_v1.fetch_max(secs, Ordering::Relaxed);
-        self.first_v1
-            .compare_exchange(0, secs, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
+        // Each changes at most once a second, the first only once: a load before each, so
+        // that a call that changes neither takes no locked read-modify-write.
+        if self.last_v1.load(Ordering::Relaxed) < secs {
+            self.last_v1.fetch_max(secs, Ordering::Relaxed);
+        }
+        self.first_v1.load(Ordering::Relaxed) == 0
+            && self
+                .first_v1
+                .compare_exchange(0, secs, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
     }
 }
 
