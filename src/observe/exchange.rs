@@ -146,8 +146,9 @@ pub fn operation_name(operation: Option<Operation>) -> &'static str {
 }
 
 /// How far from its anchor a wall-clock time is worked out from the monotonic clock: a step
-/// of the wall clock (NTP's, an operator's `date`) shows in request times within this. Between
-/// steps the two clocks run at one rate (NTP slews both alike).
+/// of the wall clock (NTP's, an operator's `date`, a resume from suspend, during which the
+/// monotonic clock stops) shows in request times within this. Between steps the two clocks
+/// run at one rate (NTP slews both alike).
 const WALL_ANCHOR_FOR: Duration = Duration::from_secs(1);
 
 /// A wall-clock time and the monotonic instant it was read at.
@@ -174,8 +175,11 @@ fn wall_time_at(now: Instant) -> SystemTime {
     }
     ANCHOR.with(|anchor| {
         anchor.get().and_then(|a| a.at(now)).unwrap_or_else(|| {
+            // The anchor's two readings back to back, so that a pause between `now` and
+            // this (a preemption) is not carried into a second of this thread's times.
             let wall = SystemTime::now();
-            anchor.set(Some(WallAnchor { instant: now, wall }));
+            let instant = Instant::now();
+            anchor.set(Some(WallAnchor { instant, wall }));
             wall
         })
     })
@@ -313,12 +317,17 @@ mod tests {
         // A test has a thread of its own: this one's first start sets its anchor.
         let t0 = Instant::now();
         let w0 = wall_time_at(t0);
-        let shortly = Duration::from_millis(250);
+        let (a, b) = (Duration::from_millis(600), Duration::from_millis(850));
+        let (wa, wb) = (wall_time_at(t0 + a), wall_time_at(t0 + b));
         assert_eq!(
-            wall_time_at(t0 + shortly),
-            w0 + shortly,
+            wb.duration_since(wa).unwrap(),
+            b - a,
             "one anchor, one rate"
         );
+        // The anchor's instant is read a moment after t0 (less than this, unless the thread
+        // stood still that long in between).
+        let slack = Duration::from_millis(300);
+        assert!(wa > w0 + a - slack && wa <= w0 + a, "{wa:?} {w0:?}");
         // An hour on, the wall clock is read again: what it says now, not the anchor's
         // reckoning (w0 + 1 h, in the future of any clock read now).
         let hour = Duration::from_secs(3600);
