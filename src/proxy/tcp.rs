@@ -86,55 +86,49 @@ impl TcpConn {
     /// `recv(2)` into `buf` once the socket is readable.
     #[allow(unsafe_code)]
     fn poll_recv(&self, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        loop {
-            ready!(self.tcp.poll_read_ready(cx))?;
-            // SAFETY: `unfilled_mut` asks that no initialised byte be de-initialised: `recv`
-            // only writes what it received into the unfilled part.
-            let unfilled = unsafe { buf.unfilled_mut() };
-            let room = unfilled.len();
-            let mut read = None;
-            let outcome = self.tcp.try_io(Interest::READABLE, || {
-                let ((filled, _), _) = rustix::net::recv(&self.tcp, unfilled, RecvFlags::empty())?;
-                read = Some(filled.len());
-                drained(filled.len(), room)
-            });
-            if let Some(n) = read {
-                // SAFETY: `recv` wrote these `n` bytes (at most the part's length).
-                unsafe { buf.assume_init(n) };
-                buf.advance(n);
-                return Poll::Ready(Ok(()));
-            }
-            match outcome {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Poll::Ready(Err(e)),
-                Ok(()) => unreachable!("a read that succeeded is returned above"),
-            }
-        }
+        // SAFETY: `unfilled_mut` asks that no initialised byte be de-initialised: `recv` only
+        // writes what it received into the unfilled part.
+        let unfilled = unsafe { buf.unfilled_mut() };
+        let room = unfilled.len();
+        let n = ready!(self.poll_call(cx, Interest::READABLE, room, || {
+            let ((filled, _), _) =
+                rustix::net::recv(&self.tcp, &mut *unfilled, RecvFlags::empty())?;
+            Ok(filled.len())
+        }))?;
+        // SAFETY: `recv` wrote these `n` bytes (at most the part's length).
+        unsafe { buf.assume_init(n) };
+        buf.advance(n);
+        Poll::Ready(Ok(()))
     }
 
-    /// `send(2)` of `buf` (or `sendmsg(2)` of `bufs`) once the socket is writable: `send` is
-    /// the call, given the bytes it should offer.
-    fn poll_send(
+    /// Makes `call` (a read or write of at most `room` bytes) once the socket is ready for
+    /// `interest`, and again while it finds the socket not ready after all; the bytes it moved.
+    fn poll_call(
         &self,
         cx: &mut Context<'_>,
-        offered: usize,
-        send: impl Fn() -> rustix::io::Result<usize>,
+        interest: Interest,
+        room: usize,
+        mut call: impl FnMut() -> rustix::io::Result<usize>,
     ) -> Poll<io::Result<usize>> {
         loop {
-            ready!(self.tcp.poll_write_ready(cx))?;
-            let mut written = None;
-            let outcome = self.tcp.try_io(Interest::WRITABLE, || {
-                let n = send()?;
-                written = Some(n);
-                drained(n, offered)
+            if interest.is_readable() {
+                ready!(self.tcp.poll_read_ready(cx))?;
+            } else {
+                ready!(self.tcp.poll_write_ready(cx))?;
+            }
+            let mut moved = None;
+            let outcome = self.tcp.try_io(interest, || {
+                let n = call()?;
+                moved = Some(n);
+                drained(n, room)
             });
-            if let Some(n) = written {
+            if let Some(n) = moved {
                 return Poll::Ready(Ok(n));
             }
             match outcome {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 Err(e) => return Poll::Ready(Err(e)),
-                Ok(()) => unreachable!("a write that succeeded is returned above"),
+                Ok(()) => unreachable!("a call that succeeded is returned above"),
             }
         }
     }
@@ -158,7 +152,7 @@ impl AsyncWrite for TcpConn {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        self.poll_send(cx, buf.len(), || {
+        self.poll_call(cx, Interest::WRITABLE, buf.len(), || {
             rustix::net::send(&self.tcp, buf, SendFlags::NOSIGNAL)
         })
     }
@@ -172,7 +166,7 @@ impl AsyncWrite for TcpConn {
         // first IOV_MAX, and so does this.
         let bufs = &bufs[..bufs.len().min(IOV_MAX)];
         let offered = bufs.iter().map(|b| b.len()).sum();
-        self.poll_send(cx, offered, || {
+        self.poll_call(cx, Interest::WRITABLE, offered, || {
             let mut no_control = SendAncillaryBuffer::default();
             rustix::net::sendmsg(&self.tcp, bufs, &mut no_control, SendFlags::NOSIGNAL)
         })
